@@ -1,0 +1,7 @@
+//! openprof's data formats: pure data, no JVM and no sockets.
+//!
+//! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
+//! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader.
+
+pub mod hprof_text;
+pub mod options;

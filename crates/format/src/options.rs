@@ -1,0 +1,553 @@
+//! The agent's option string: HPROF's syntax (`name=value,...`), names and defaults (seed 002),
+//! plus openprof's own extensions. The one parser used by the agent and the CLI alike.
+
+use std::fmt;
+
+/// What `heap=` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapMode {
+    Dump,
+    Sites,
+    All,
+}
+
+/// What `cpu=` asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuMode {
+    Samples,
+    Times,
+    Old,
+}
+
+/// `format=a` (text) or `format=b` (binary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    Ascii,
+    Binary,
+}
+
+/// How `cpu=samples` walks stacks (an openprof extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sampler {
+    /// AsyncGetCallTrace from a SIGPROF handler driven by per-thread CPU timers: no safepoint bias.
+    AsyncGetCallTrace,
+    /// JVMTI GetAllStackTraces from an agent thread: HPROF's own way, biased towards safepoints.
+    GetAllStackTraces,
+}
+
+/// A `net=host:port` destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetAddress {
+    pub host: String,
+    pub port: u16,
+}
+
+/// Every option the agent understands, after parsing and checking.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Options {
+    pub help: bool,
+    /// `heap=` as given; [`Options::heap_profile`] applies HPROF's default.
+    pub heap: Option<HeapMode>,
+    pub cpu: Option<CpuMode>,
+    pub monitor: bool,
+    pub format: OutputFormat,
+    /// `file=` as given; [`Options::output_file`] applies HPROF's default name.
+    pub file: Option<String>,
+    pub net: Option<NetAddress>,
+    pub depth: u32,
+    pub interval_ms: u32,
+    pub cutoff: f64,
+    pub lineno: bool,
+    pub thread: bool,
+    pub doe: bool,
+    pub msa: bool,
+    pub force: bool,
+    pub verbose: bool,
+    pub sampler: Sampler,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            help: false,
+            heap: None,
+            cpu: None,
+            monitor: false,
+            format: OutputFormat::Ascii,
+            file: None,
+            net: None,
+            depth: 4,
+            interval_ms: 10,
+            cutoff: 0.0001,
+            lineno: true,
+            thread: false,
+            doe: true,
+            msa: false,
+            force: true,
+            verbose: true,
+            sampler: Sampler::AsyncGetCallTrace,
+        }
+    }
+}
+
+/// The largest `depth=` we accept: deeper stacks cost memory in every sample slot.
+pub const MAX_DEPTH: u32 = 2048;
+/// The largest `interval=` we accept, in milliseconds.
+pub const MAX_INTERVAL_MS: u32 = 60_000;
+
+/// A bad option string: names the option and says what is allowed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("option {option}: {problem}")]
+pub struct OptionError {
+    /// The option's name (or the offending text when no name could be read).
+    pub option: String,
+    pub problem: String,
+}
+
+fn bad(option: &str, problem: impl Into<String>) -> OptionError {
+    OptionError {
+        option: option.to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// The options we know, with the values they take, the way HPROF's help lists them.
+const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
+    ("heap", "dump|sites|all", "heap profiling", "all"),
+    ("cpu", "samples|times|old", "CPU usage", "off"),
+    ("monitor", "y|n", "monitor contention", "n"),
+    ("format", "a|b", "text(txt) or binary output", "a"),
+    ("file", "<file>", "write data to file", "java.hprof[{.txt}]"),
+    ("net", "<host>:<port>", "send data over a socket", "off"),
+    ("depth", "<size>", "stack trace depth", "4"),
+    ("interval", "<ms>", "sample interval in ms", "10"),
+    ("cutoff", "<value>", "output cutoff point", "0.0001"),
+    ("lineno", "y|n", "line number in traces?", "y"),
+    ("thread", "y|n", "thread in traces?", "n"),
+    ("doe", "y|n", "dump on exit?", "y"),
+    ("msa", "y|n", "Solaris micro state accounting", "n"),
+    ("force", "y|n", "force output to <file>", "y"),
+    ("verbose", "y|n", "print messages about dumps", "y"),
+    ("sampler", "asgct|jvmti", "how cpu=samples walks stacks", "asgct"),
+];
+
+fn known_names() -> String {
+    let mut names: Vec<&str> = OPTION_TABLE.iter().map(|row| row.0).collect();
+    names.insert(0, "help");
+    names.join(", ")
+}
+
+fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "y" => Ok(true),
+        "n" => Ok(false),
+        _ => Err(bad(name, format!("'{value}' is not allowed; use y or n"))),
+    }
+}
+
+fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, OptionError> {
+    let allowed = format!("a whole number from {min} to {max}");
+    let number: u64 = value
+        .parse()
+        .map_err(|_| bad(name, format!("'{value}' is not a number; use {allowed}")))?;
+    if number < u64::from(min) || number > u64::from(max) {
+        return Err(bad(name, format!("{value} is out of range; use {allowed}")));
+    }
+    Ok(number as u32)
+}
+
+fn parse_net(value: &str) -> Result<NetAddress, OptionError> {
+    let usage = "use <host>:<port> with a port from 1 to 65535";
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| bad("net", format!("'{value}' has no port; {usage}")))?;
+    if host.is_empty() {
+        return Err(bad("net", format!("'{value}' has no host; {usage}")));
+    }
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|port| *port != 0)
+        .ok_or_else(|| bad("net", format!("'{port}' is not a port; {usage}")))?;
+    Ok(NetAddress {
+        host: host.to_string(),
+        port,
+    })
+}
+
+impl Options {
+    /// Parses an option string such as `cpu=samples,interval=20,depth=3`.
+    ///
+    /// Every problem is an error: an unknown name, a bad or out-of-range value, an option given
+    /// twice (HPROF let the last one win; we refuse the ambiguity), or one of HPROF's
+    /// incompatible pairs. What is not built yet is refused separately by
+    /// [`Options::refuse_unbuilt`], so that `help` and the syntax checks work for every option.
+    pub fn parse(text: &str) -> Result<Options, OptionError> {
+        let mut options = Options::default();
+        let mut seen: Vec<&str> = Vec::new();
+        if text.is_empty() {
+            return Ok(options);
+        }
+        // HPROF ignores one trailing comma.
+        let text = text.strip_suffix(',').unwrap_or(text);
+        for item in text.split(',') {
+            if item == "help" {
+                options.help = true;
+                continue;
+            }
+            let (name, value) = item.split_once('=').ok_or_else(|| {
+                if item.is_empty() {
+                    bad("(empty)", "an empty option between commas; use name=value,...")
+                } else {
+                    bad(item, "has no value; use name=value")
+                }
+            })?;
+            if seen.contains(&name) {
+                return Err(bad(name, "is given twice; give it once"));
+            }
+            seen.push(name);
+            let one_of = |allowed: &str| bad(name, format!("'{value}' is not allowed; use {allowed}"));
+            match name {
+                "heap" => {
+                    options.heap = Some(match value {
+                        "dump" => HeapMode::Dump,
+                        "sites" => HeapMode::Sites,
+                        "all" => HeapMode::All,
+                        _ => return Err(one_of("dump, sites or all")),
+                    })
+                }
+                "cpu" => {
+                    options.cpu = Some(match value {
+                        // `y` is HPROF's undocumented alias for samples.
+                        "samples" | "y" => CpuMode::Samples,
+                        "times" => CpuMode::Times,
+                        "old" => CpuMode::Old,
+                        _ => return Err(one_of("samples, times or old")),
+                    })
+                }
+                "format" => {
+                    options.format = match value {
+                        "a" => OutputFormat::Ascii,
+                        "b" => OutputFormat::Binary,
+                        _ => return Err(one_of("a (text) or b (binary)")),
+                    }
+                }
+                "sampler" => {
+                    options.sampler = match value {
+                        "asgct" => Sampler::AsyncGetCallTrace,
+                        "jvmti" => Sampler::GetAllStackTraces,
+                        _ => return Err(one_of("asgct or jvmti")),
+                    }
+                }
+                "file" => {
+                    if value.is_empty() {
+                        return Err(bad(name, "is empty; use file=<file>"));
+                    }
+                    options.file = Some(value.to_string());
+                }
+                "net" => options.net = Some(parse_net(value)?),
+                "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
+                "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
+                "cutoff" => {
+                    let allowed = "a number from 0.0 to 1.0";
+                    let cutoff: f64 = value.parse().map_err(|_| {
+                        bad(name, format!("'{value}' is not a number; use {allowed}"))
+                    })?;
+                    if !(0.0..=1.0).contains(&cutoff) {
+                        return Err(bad(name, format!("{value} is out of range; use {allowed}")));
+                    }
+                    options.cutoff = cutoff;
+                }
+                "monitor" => options.monitor = parse_yes_no(name, value)?,
+                "lineno" => options.lineno = parse_yes_no(name, value)?,
+                "thread" => options.thread = parse_yes_no(name, value)?,
+                "doe" => options.doe = parse_yes_no(name, value)?,
+                "msa" => options.msa = parse_yes_no(name, value)?,
+                "force" => options.force = parse_yes_no(name, value)?,
+                "verbose" => options.verbose = parse_yes_no(name, value)?,
+                "gc_okay" => {
+                    return Err(bad(name, "is obsolete (HPROF no longer supports it); leave it out"))
+                }
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("is not an option; the options are {}", known_names()),
+                    ))
+                }
+            }
+        }
+        options.check_compatible()?;
+        Ok(options)
+    }
+
+    /// HPROF's documented incompatible pairs, and ours.
+    fn check_compatible(&self) -> Result<(), OptionError> {
+        if self.format == OutputFormat::Binary && self.monitor {
+            return Err(bad("format", "format=b cannot be used with monitor=y"));
+        }
+        if self.format == OutputFormat::Binary
+            && matches!(self.cpu, Some(CpuMode::Old | CpuMode::Times))
+        {
+            return Err(bad("format", "format=b cannot be used with cpu=old|times"));
+        }
+        if self.file.is_some() && self.net.is_some() {
+            return Err(bad("net", "net= and file= cannot be used together; choose one"));
+        }
+        Ok(())
+    }
+
+    /// The heap profile in force: HPROF turns on heap=all when no profile at all was chosen.
+    pub fn heap_profile(&self) -> Option<HeapMode> {
+        match (self.heap, self.cpu, self.monitor) {
+            (Some(mode), _, _) => Some(mode),
+            (None, None, false) => Some(HeapMode::All),
+            _ => None,
+        }
+    }
+
+    /// The output file: `file=` as given, else HPROF's default for the format.
+    pub fn output_file(&self) -> &str {
+        match (&self.file, self.format) {
+            (Some(file), _) => file,
+            (None, OutputFormat::Ascii) => "java.hprof.txt",
+            (None, OutputFormat::Binary) => "java.hprof",
+        }
+    }
+
+    /// Refuses, with a clear message, every option whose feature is not built yet, so that no
+    /// option is ever silently ignored.
+    pub fn refuse_unbuilt(&self) -> Result<(), OptionError> {
+        let not_yet = |name: &str, what: &str| {
+            Err(bad(
+                name,
+                format!("{what} is not implemented yet; use cpu=samples"),
+            ))
+        };
+        if let Some(mode) = self.heap_profile() {
+            let what = match (mode, self.heap.is_none()) {
+                (HeapMode::All, true) => "heap=all (HPROF's default when no profile is chosen)",
+                (HeapMode::All, false) => "heap=all",
+                (HeapMode::Dump, _) => "heap=dump",
+                (HeapMode::Sites, _) => "heap=sites",
+            };
+            return not_yet("heap", what);
+        }
+        match self.cpu {
+            Some(CpuMode::Times) => return not_yet("cpu", "cpu=times"),
+            Some(CpuMode::Old) => return not_yet("cpu", "cpu=old"),
+            _ => {}
+        }
+        if self.monitor {
+            return not_yet("monitor", "monitor=y");
+        }
+        if self.format == OutputFormat::Binary {
+            return Err(bad(
+                "format",
+                "format=b is not implemented yet; use format=a",
+            ));
+        }
+        if self.net.is_some() {
+            return Err(bad(
+                "net",
+                "net= is not implemented yet; use file=<file>",
+            ));
+        }
+        if self.msa {
+            return Err(bad(
+                "msa",
+                "msa=y is Solaris micro state accounting, which Linux does not have; use msa=n",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The usage table `help` prints, in HPROF's layout.
+    pub fn help_text() -> String {
+        let mut text = String::new();
+        text.push_str("\n     openprof: Heap and CPU Profiling Agent (HPROF options, JVMTI)\n\n");
+        text.push_str(
+            "openprof usage: java -agentpath:libopenprof_agent.so=[help]|[<option>=<value>, ...]\n\n",
+        );
+        text.push_str("Option Name and Value  Description                    Default\n");
+        text.push_str("---------------------  -----------                    -------\n");
+        for (name, values, description, default) in OPTION_TABLE {
+            let name_value = format!("{name}={values}");
+            text.push_str(&format!("{name_value:<22} {description:<30} {default}\n"));
+        }
+        text.push_str(concat!(
+            "\nObsolete Options\n",
+            "----------------\n",
+            "gc_okay=y|n\n",
+            "\nExamples\n",
+            "--------\n",
+            "  - Get sample cpu information every 20 millisec, with a stack depth of 3:\n",
+            "      java -agentpath:libopenprof_agent.so=cpu=samples,interval=20,depth=3 classname\n",
+            "  - Get sample cpu information with the thread of each trace, into cpu.txt:\n",
+            "      java -agentpath:libopenprof_agent.so=cpu=samples,thread=y,file=cpu.txt classname\n",
+            "\nNotes\n",
+            "-----\n",
+            "  - The option format=b cannot be used with monitor=y.\n",
+            "  - The option format=b cannot be used with cpu=old|times.\n",
+            "  - sampler= is an openprof extension: asgct samples with AsyncGetCallTrace on\n",
+            "    per-thread CPU timers (no safepoint bias); jvmti samples runnable threads with\n",
+            "    GetAllStackTraces, as HPROF did (biased towards safepoints).\n",
+            "  - Not implemented yet, and refused: heap=dump|sites|all (so a profile must be\n",
+            "    chosen, e.g. cpu=samples), cpu=times|old, monitor=y, format=b, net=.\n",
+            "    msa=y is refused on Linux.\n",
+        ));
+        text
+    }
+}
+
+impl fmt::Display for Options {
+    /// Writes the options back in the agent's syntax, every option spelled out.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let yes_no = |b: bool| if b { "y" } else { "n" };
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(heap) = self.heap {
+            let heap = match heap {
+                HeapMode::Dump => "dump",
+                HeapMode::Sites => "sites",
+                HeapMode::All => "all",
+            };
+            parts.push(format!("heap={heap}"));
+        }
+        if let Some(cpu) = self.cpu {
+            let cpu = match cpu {
+                CpuMode::Samples => "samples",
+                CpuMode::Times => "times",
+                CpuMode::Old => "old",
+            };
+            parts.push(format!("cpu={cpu}"));
+        }
+        parts.push(format!("monitor={}", yes_no(self.monitor)));
+        let format = match self.format {
+            OutputFormat::Ascii => "a",
+            OutputFormat::Binary => "b",
+        };
+        parts.push(format!("format={format}"));
+        if let Some(file) = &self.file {
+            parts.push(format!("file={file}"));
+        }
+        if let Some(net) = &self.net {
+            parts.push(format!("net={}:{}", net.host, net.port));
+        }
+        parts.push(format!("depth={}", self.depth));
+        parts.push(format!("interval={}", self.interval_ms));
+        parts.push(format!("cutoff={}", self.cutoff));
+        parts.push(format!("lineno={}", yes_no(self.lineno)));
+        parts.push(format!("thread={}", yes_no(self.thread)));
+        parts.push(format!("doe={}", yes_no(self.doe)));
+        parts.push(format!("msa={}", yes_no(self.msa)));
+        parts.push(format!("force={}", yes_no(self.force)));
+        parts.push(format!("verbose={}", yes_no(self.verbose)));
+        let sampler = match self.sampler {
+            Sampler::AsyncGetCallTrace => "asgct",
+            Sampler::GetAllStackTraces => "jvmti",
+        };
+        parts.push(format!("sampler={sampler}"));
+        f.write_str(&parts.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error_of(text: &str) -> OptionError {
+        Options::parse(text).expect_err(text)
+    }
+
+    #[test]
+    fn defaults_are_hprofs() {
+        let options = Options::parse("").unwrap();
+        assert_eq!(options.depth, 4);
+        assert_eq!(options.interval_ms, 10);
+        assert_eq!(options.cutoff, 0.0001);
+        assert!(options.lineno && !options.thread && options.doe && options.force);
+        assert_eq!(options.heap_profile(), Some(HeapMode::All));
+        assert_eq!(options.output_file(), "java.hprof.txt");
+        let binary = Options::parse("format=b,heap=dump").unwrap();
+        assert_eq!(binary.output_file(), "java.hprof");
+    }
+
+    #[test]
+    fn choosing_cpu_turns_off_the_default_heap_profile() {
+        let options = Options::parse("cpu=samples").unwrap();
+        assert_eq!(options.heap_profile(), None);
+        assert_eq!(Options::parse("cpu=y,").unwrap(), options);
+        assert_eq!(options.refuse_unbuilt(), Ok(()));
+    }
+
+    #[test]
+    fn parses_every_option() {
+        let options = Options::parse(
+            "cpu=samples,interval=20,depth=3,cutoff=0.5,lineno=n,thread=y,doe=n,force=n,verbose=n,file=x.txt,sampler=jvmti",
+        )
+        .unwrap();
+        assert_eq!(options.interval_ms, 20);
+        assert_eq!(options.depth, 3);
+        assert_eq!(options.cutoff, 0.5);
+        assert!(!options.lineno && options.thread && !options.doe && !options.force);
+        assert!(!options.verbose);
+        assert_eq!(options.output_file(), "x.txt");
+        assert_eq!(options.sampler, Sampler::GetAllStackTraces);
+        assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+    }
+
+    #[test]
+    fn bad_options_name_the_option() {
+        let cases = [
+            ("bogus=1", "bogus", "is not an option"),
+            ("cpu=fast", "cpu", "'fast' is not allowed; use samples, times or old"),
+            ("depth=abc", "depth", "'abc' is not a number"),
+            ("depth=-1", "depth", "'-1' is not a number"),
+            ("depth=99999", "depth", "out of range"),
+            ("interval=0", "interval", "out of range"),
+            ("cutoff=2", "cutoff", "out of range"),
+            ("cutoff=x", "cutoff", "not a number"),
+            ("lineno=yes", "lineno", "use y or n"),
+            ("net=host", "net", "has no port"),
+            ("net=host:0", "net", "is not a port"),
+            ("depth", "depth", "has no value"),
+            ("cpu=samples,,depth=2", "(empty)", "empty option"),
+            (",", "(empty)", "empty option"),
+            ("depth=2,depth=3", "depth", "given twice"),
+            ("gc_okay=y", "gc_okay", "obsolete"),
+            ("format=b,monitor=y", "format", "format=b cannot be used with monitor=y"),
+            ("format=b,cpu=times", "format", "format=b cannot be used with cpu=old|times"),
+            ("cpu=old,format=b", "format", "format=b cannot be used with cpu=old|times"),
+        ];
+        for (text, option, problem) in cases {
+            let error = error_of(text);
+            assert_eq!(error.option, option, "{text}");
+            assert!(error.problem.contains(problem), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn unbuilt_features_are_refused() {
+        for (text, option) in [
+            ("", "heap"),
+            ("heap=sites", "heap"),
+            ("cpu=times", "cpu"),
+            ("cpu=old", "cpu"),
+            ("cpu=samples,monitor=y", "monitor"),
+            ("cpu=samples,format=b", "format"),
+            ("cpu=samples,net=localhost:9000", "net"),
+            ("cpu=samples,msa=y", "msa"),
+        ] {
+            let error = Options::parse(text).unwrap().refuse_unbuilt().expect_err(text);
+            assert_eq!(error.option, option, "{text}");
+        }
+    }
+
+    #[test]
+    fn help_lists_every_option() {
+        let help = Options::help_text();
+        for (name, ..) in OPTION_TABLE {
+            assert!(help.contains(&format!("\n{name}=")), "{name}");
+        }
+        assert!(help.contains("Option Name and Value  Description                    Default"));
+    }
+}
