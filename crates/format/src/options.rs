@@ -314,6 +314,22 @@ impl Options {
         }
     }
 
+    /// The file to write when `force=n` and the output file exists: HPROF's
+    /// `<prefix>.<pid><suffix>`, e.g. `java.hprof.txt` becomes `java.hprof.<pid>.txt`.
+    pub fn unique_output_file(&self, pid: u32) -> String {
+        let file = self.output_file();
+        let suffix = match self.format {
+            OutputFormat::Binary => "",
+            OutputFormat::Ascii => ".txt",
+        };
+        match file.rfind('.') {
+            Some(dot) if !suffix.is_empty() && file[dot..].eq_ignore_ascii_case(suffix) => {
+                format!("{}.{pid}{}", &file[..dot], &file[dot..])
+            }
+            _ => format!("{file}.{pid}{suffix}"),
+        }
+    }
+
     /// Refuses, with a clear message, every option whose feature is not built yet, so that no
     /// option is ever silently ignored.
     pub fn refuse_unbuilt(&self) -> Result<(), OptionError> {
@@ -540,6 +556,16 @@ mod tests {
             let error = Options::parse(text).unwrap().refuse_unbuilt().expect_err(text);
             assert_eq!(error.option, option, "{text}");
         }
+    }
+
+    #[test]
+    fn force_n_names_files_as_hprof_did() {
+        let text = Options::parse("cpu=samples").unwrap();
+        assert_eq!(text.unique_output_file(42), "java.hprof.42.txt");
+        let log = Options::parse("cpu=samples,file=foo.log").unwrap();
+        assert_eq!(log.unique_output_file(42), "foo.log.42.txt");
+        let binary = Options::parse("heap=dump,format=b").unwrap();
+        assert_eq!(binary.unique_output_file(42), "java.hprof.42");
     }
 
     #[test]

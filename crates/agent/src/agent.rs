@@ -1,0 +1,548 @@
+//! The agent inside the JVM: start-up from the option string, the JVMTI event callbacks, the
+//! agent's own thread that drains samples and writes records, and the dumps.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use jvmti_bindings::sys::jni::{JavaVMAttachArgs, JNI_ERR, JNI_OK, JNI_VERSION_1_6};
+use jvmti_bindings::sys::jvmti::{
+    event_callbacks_size_for_feature, JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
+    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_THREAD_END,
+    JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
+    JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
+};
+use openprof_format::hprof_text::SamplerReport;
+use openprof_format::options::{Options, Sampler, MAX_DEPTH};
+
+use crate::jvmti::{jclass, jint, jmethodID, jthread, jvmtiCapabilities, jvmtiEnv,
+    jvmtiEventCallbacks, JNIEnv, JavaVM, Jvmti};
+use crate::methods::Location;
+use crate::output::{hprof_date, TextOutput};
+use crate::profile::CpuProfile;
+use crate::ring::SampleRing;
+use crate::signals::{self, InstallError, ThreadTimer};
+use crate::threads::Threads;
+
+/// How the agent's thread drains the ring when sampling with signals.
+const DRAIN_PERIOD: Duration = Duration::from_millis(20);
+
+/// How samples are taken in this run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum SamplerKind {
+    Signals,
+    /// JVMTI GetAllStackTraces from the agent's thread, with why.
+    Jvmti { note: String },
+}
+
+struct State {
+    profile: CpuProfile,
+    output: TextOutput,
+}
+
+pub struct Agent {
+    jvmti: Jvmti,
+    vm: *mut JavaVM,
+    options: Options,
+    sampler: SamplerKind,
+    state: Mutex<State>,
+    threads: Mutex<Threads>,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    dying: AtomicBool,
+}
+
+// SAFETY: the JavaVM pointer is valid for the life of the process and its invoke interface is
+// thread-safe; everything else is synchronised by the mutexes and atomics above.
+unsafe impl Send for Agent {}
+// SAFETY: as above.
+unsafe impl Sync for Agent {}
+
+static AGENT: OnceLock<Agent> = OnceLock::new();
+/// Set when a callback panicked: the agent then stays out of the JVM's way.
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+thread_local! {
+    /// True on the agent's own thread, which must not be profiled.
+    static IS_AGENT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic elsewhere must not make the agent panic again on a poisoned lock.
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs a callback body, keeping any panic on this side of the FFI boundary: the first one is
+/// reported and the agent stops profiling; the JVM carries on.
+fn guarded(what: &str, body: impl FnOnce()) {
+    if DISABLED.load(Ordering::Acquire) {
+        return;
+    }
+    if catch_unwind(AssertUnwindSafe(body)).is_err() && !DISABLED.swap(true, Ordering::AcqRel) {
+        signals::set_enabled(false);
+        eprintln!("openprof ERROR: internal error in {what}; profiling is off for the rest of this run");
+    }
+}
+
+fn agent() -> Option<&'static Agent> {
+    AGENT.get()
+}
+
+/// Agent_OnLoad: parse and check the options, set everything up, or refuse to start the JVM.
+pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
+    match start(vm, options_text) {
+        Ok(()) => JNI_OK,
+        Err(message) => {
+            eprintln!("openprof ERROR: {message}");
+            JNI_ERR
+        }
+    }
+}
+
+/// Agent_OnAttach: the options are checked, but attaching is not built yet.
+pub fn on_attach(options_text: &str) -> jint {
+    let message = match checked_options(options_text) {
+        Err(message) => message,
+        Ok(_) => "attaching to a running JVM is not implemented yet; start the JVM with -agentpath".into(),
+    };
+    eprintln!("openprof ERROR: {message}");
+    JNI_ERR
+}
+
+/// Parses the options; `help` prints the usage table and ends the process, as HPROF's does.
+fn checked_options(options_text: &str) -> Result<Options, String> {
+    let options = Options::parse(options_text).map_err(|error| error.to_string())?;
+    if options.help {
+        print!("{}", Options::help_text());
+        std::process::exit(0);
+    }
+    options.refuse_unbuilt().map_err(|error| error.to_string())?;
+    Ok(options)
+}
+
+fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
+    let options = checked_options(options_text)?;
+    let jvmti = Jvmti::from_vm(vm).ok_or("this JVM offers no JVMTI 1.2 environment")?;
+
+    let mut capabilities = jvmtiCapabilities::default();
+    capabilities.set_can_get_line_numbers(true);
+    capabilities.set_can_get_source_file_name(true);
+    // HotSpot keeps debug information at every instruction, not only at safepoints, once an
+    // agent can receive CompiledMethodLoad events: without it sampled frames in compiled code
+    // would be attributed to the nearest safepoint.
+    capabilities.set_can_generate_compiled_method_load_events(true);
+    jvmti
+        .add_capabilities(&capabilities)
+        .map_err(|error| format!("the JVM refused the capabilities openprof needs: {error}"))?;
+
+    let sampler = choose_sampler(vm, &options)?;
+    let output = TextOutput::create(&options)?;
+    let agent = Agent {
+        jvmti,
+        vm,
+        sampler,
+        state: Mutex::new(State {
+            profile: CpuProfile::new(options.lineno),
+            output,
+        }),
+        options,
+        threads: Mutex::new(Threads::new()),
+        stop: Mutex::new(false),
+        wake: Condvar::new(),
+        worker: Mutex::new(None),
+        dying: AtomicBool::new(false),
+    };
+    if AGENT.set(agent).is_err() {
+        return Err("the agent is loaded twice; load it once".into());
+    }
+
+    let mut callbacks = jvmtiEventCallbacks::default();
+    callbacks.VMInit = Some(on_vm_init);
+    callbacks.VMDeath = Some(on_vm_death);
+    callbacks.ThreadStart = Some(on_thread_start);
+    callbacks.ThreadEnd = Some(on_thread_end);
+    callbacks.ClassPrepare = Some(on_class_prepare);
+    callbacks.ClassLoad = Some(on_class_load);
+    callbacks.DataDumpRequest = Some(on_data_dump_request);
+    callbacks.CompiledMethodLoad = Some(on_compiled_method_load);
+    jvmti
+        .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
+        .map_err(|error| error.to_string())?;
+    for event in [
+        JVMTI_EVENT_VM_INIT,
+        JVMTI_EVENT_VM_DEATH,
+        JVMTI_EVENT_THREAD_START,
+        JVMTI_EVENT_THREAD_END,
+        JVMTI_EVENT_CLASS_LOAD,
+        JVMTI_EVENT_CLASS_PREPARE,
+        JVMTI_EVENT_DATA_DUMP_REQUEST,
+        JVMTI_EVENT_COMPILED_METHOD_LOAD,
+    ] {
+        jvmti.set_event(event, true).map_err(|error| error.to_string())?;
+    }
+    Ok(())
+}
+
+fn choose_sampler(vm: *mut JavaVM, options: &Options) -> Result<SamplerKind, String> {
+    if options.sampler == Sampler::GetAllStackTraces {
+        return Ok(SamplerKind::Jvmti {
+            note: "sampler=jvmti asked for; samples are biased towards safepoints".into(),
+        });
+    }
+    // Room for about a second of samples from every core between drains, bounded to 16 MiB.
+    let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
+    let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
+    let slots = (16 << 20) / (depth * frame_bytes);
+    match signals::install(vm, SampleRing::new(slots.clamp(64, 4096), depth)) {
+        Ok(()) => Ok(SamplerKind::Signals),
+        Err(InstallError::NoAsyncGetCallTrace) => Ok(SamplerKind::Jvmti {
+            note: "AsyncGetCallTrace not found in this JVM; samples are biased towards safepoints"
+                .into(),
+        }),
+        Err(InstallError::Sigaction(error)) => {
+            Err(format!("can't install the SIGPROF handler: {error}"))
+        }
+    }
+}
+
+impl Agent {
+    fn samples_with_signals(&self) -> bool {
+        self.sampler == SamplerKind::Signals && self.options.depth > 0
+    }
+
+    /// Numbers a thread seen for the first time and, on its own thread, starts its CPU timer.
+    fn register_thread(&self, thread: jthread, on_this_thread: bool) {
+        if self.jvmti.thread_word(thread).unwrap_or(0) != 0 {
+            return;
+        }
+        let (name, group) = self.jvmti.thread_names(thread).unwrap_or_default();
+        let kernel_id = on_this_thread.then(signals::current_thread_id);
+        let serial = lock(&self.threads).start(name, group, kernel_id);
+        let _ = self.jvmti.set_thread_word(thread, serial as usize);
+        if on_this_thread && self.samples_with_signals() && !self.dying.load(Ordering::Acquire) {
+            match ThreadTimer::start_for_current_thread(self.options.interval_ms) {
+                Ok(timer) => {
+                    lock(&self.threads).attach_timer(serial, timer);
+                }
+                Err(error) => eprintln!("openprof: can't sample thread {serial}: {error}"),
+            }
+        }
+    }
+
+    fn vm_init(&self, jni: *mut JNIEnv, thread: jthread) {
+        self.register_thread(thread, true);
+        if let Ok(classes) = self.jvmti.loaded_classes() {
+            for class in classes {
+                let _ = self.jvmti.preload_method_ids(class);
+                delete_local_ref(jni, class);
+            }
+        }
+        // Threads started before VMInit: recorded, but their kernel ids are unknown, so they are
+        // not sampled (they are the VM's housekeeping threads).
+        if let Ok(threads) = self.jvmti.all_threads() {
+            for other in threads {
+                self.register_thread(other, false);
+                delete_local_ref(jni, other);
+            }
+        }
+        if self.samples_with_signals() {
+            signals::set_enabled(true);
+        }
+        let spawned = std::thread::Builder::new()
+            .name("openprof".into())
+            .spawn(|| {
+                if let Some(agent) = agent() {
+                    guarded("the agent thread", || agent.run_worker());
+                }
+            });
+        match spawned {
+            Ok(handle) => *lock(&self.worker) = Some(handle),
+            Err(error) => eprintln!("openprof: can't start the agent thread: {error}"),
+        }
+    }
+
+    /// The agent's thread: drains the ring (or samples through JVMTI) and writes thread records.
+    fn run_worker(&self) {
+        IS_AGENT_THREAD.with(|flag| flag.set(true));
+        let Some(jni) = attach_current_thread(self.vm) else {
+            eprintln!("openprof: can't attach the agent thread to the JVM; no samples");
+            return;
+        };
+        let period = match self.sampler {
+            SamplerKind::Signals => DRAIN_PERIOD,
+            SamplerKind::Jvmti { .. } => Duration::from_millis(self.options.interval_ms.into()),
+        };
+        loop {
+            {
+                let stop = lock(&self.stop);
+                let (stop, _) = self
+                    .wake
+                    .wait_timeout_while(stop, period, |stop| !*stop)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if *stop {
+                    break;
+                }
+            }
+            with_local_frame(jni, || {
+                if matches!(self.sampler, SamplerKind::Jvmti { .. }) && self.options.depth > 0 {
+                    self.sample_all_threads();
+                }
+                self.collect(&mut lock(&self.state));
+            });
+        }
+        // SAFETY: this thread attached itself above and holds no JNI references across this.
+        unsafe { ((**self.vm).DetachCurrentThread)(self.vm) };
+    }
+
+    /// HPROF's own sampling: the stacks of all runnable threads, from a JVMTI call that waits for
+    /// a safepoint.
+    fn sample_all_threads(&self) {
+        let mut samples: Vec<(u32, Vec<(jmethodID, Location)>)> = Vec::new();
+        let _ = self.jvmti.with_all_stack_traces(self.options.depth, |infos| {
+            for info in infos {
+                let runnable = info.state & JVMTI_THREAD_STATE_RUNNABLE != 0;
+                let held = info.state
+                    & (JVMTI_THREAD_STATE_SUSPENDED | JVMTI_THREAD_STATE_INTERRUPTED)
+                    != 0;
+                let serial = self.jvmti.thread_word(info.thread).unwrap_or(0) as u32;
+                if !runnable || held || info.frame_count <= 0 || serial == 0 {
+                    continue;
+                }
+                // SAFETY: JVMTI filled `frame_count` frames at `frame_buffer`.
+                let frames = unsafe {
+                    std::slice::from_raw_parts(info.frame_buffer, info.frame_count as usize)
+                };
+                let frames = frames
+                    .iter()
+                    .map(|frame| {
+                        let location = if frame.location >= 0 {
+                            Location::Bytecode(frame.location)
+                        } else {
+                            Location::Native
+                        };
+                        (frame.method, location)
+                    })
+                    .collect();
+                samples.push((serial, frames));
+            }
+        });
+        let mut state = lock(&self.state);
+        for (serial, frames) in samples {
+            let thread = self.options.thread.then_some(serial);
+            state
+                .profile
+                .add_sample(self.jvmti, thread, frames.into_iter());
+        }
+    }
+
+    /// Moves samples from the ring into the profile and writes pending thread records.
+    fn collect(&self, state: &mut State) {
+        let mut raw: Vec<(i32, i32, Vec<(jmethodID, Location)>)> = Vec::new();
+        if let Some(ring) = signals::ring() {
+            ring.drain(|kernel_id, num_frames, frames| {
+                let frames = frames
+                    .iter()
+                    .map(|frame| {
+                        let location = match frame.lineno {
+                            bci if bci >= 0 => Location::Bytecode(bci.into()),
+                            -3 => Location::Native,
+                            _ => Location::Unknown,
+                        };
+                        (frame.method_id, location)
+                    })
+                    .collect();
+                raw.push((kernel_id, num_frames, frames));
+            });
+            state.profile.add_dropped(ring.take_dropped());
+        }
+        let (events, serials): (_, Vec<Option<u32>>) = {
+            let mut threads = lock(&self.threads);
+            let serials = raw
+                .iter()
+                .map(|(kernel_id, ..)| threads.serial_of_kernel_id(*kernel_id))
+                .collect();
+            (threads.take_pending(), serials)
+        };
+        for ((_, num_frames, frames), serial) in raw.into_iter().zip(serials) {
+            if num_frames <= 0 {
+                state.profile.add_failure(num_frames);
+            } else {
+                let thread = serial.filter(|_| self.options.thread);
+                state.profile.add_sample(self.jvmti, thread, frames.into_iter());
+            }
+        }
+        if let Err(error) = state.output.thread_events(&events) {
+            eprintln!("openprof: can't write {}: {error}", state.output.path().display());
+        }
+    }
+
+    fn sampler_report(&self, dump: &crate::profile::CpuDump) -> SamplerReport {
+        let (sampler, note) = match &self.sampler {
+            SamplerKind::Signals => ("AsyncGetCallTrace", None),
+            SamplerKind::Jvmti { note } => ("GetAllStackTraces", Some(note.clone())),
+        };
+        SamplerReport {
+            sampler: sampler.into(),
+            note,
+            interval_ms: self.options.interval_ms,
+            failed: dump.failed.clone(),
+            dropped: dump.dropped,
+        }
+    }
+
+    /// Writes the CPU samples since the last dump (HPROF's dump on SIGQUIT and at exit).
+    fn dump(&self) {
+        if self.options.verbose {
+            eprint!("Dumping CPU usage by sampling running threads ...");
+        }
+        let mut state = lock(&self.state);
+        self.collect(&mut state);
+        let dump = state.profile.take_dump(hprof_date(), self.options.cutoff);
+        let report = self.sampler_report(&dump);
+        if let Err(error) = state.output.cpu_dump(&dump, &report) {
+            eprintln!("openprof: can't write {}: {error}", state.output.path().display());
+        }
+        if self.options.verbose {
+            eprintln!(" done.");
+        }
+    }
+
+    fn vm_death(&self) {
+        self.dying.store(true, Ordering::Release);
+        signals::set_enabled(false);
+        lock(&self.threads).close();
+        *lock(&self.stop) = true;
+        self.wake.notify_all();
+        if let Some(worker) = lock(&self.worker).take() {
+            let _ = worker.join();
+        }
+        if self.options.doe {
+            self.dump();
+        } else {
+            let mut state = lock(&self.state);
+            self.collect(&mut state);
+            let _ = state.output.flush();
+        }
+    }
+}
+
+fn delete_local_ref(jni: *mut JNIEnv, object: *mut c_void) {
+    if !jni.is_null() && !object.is_null() {
+        // SAFETY: `object` is a local reference of this thread's current JNI frame.
+        unsafe { ((**jni).DeleteLocalRef)(jni, object) };
+    }
+}
+
+/// Runs `body` inside a JNI local frame, so the local references JVMTI hands the agent's thread
+/// are freed each round (a native thread has no Java frame to free them).
+fn with_local_frame(jni: *mut JNIEnv, body: impl FnOnce()) {
+    // SAFETY: `jni` is the agent thread's own JNIEnv.
+    let pushed = unsafe { ((**jni).PushLocalFrame)(jni, 64) } == 0;
+    body();
+    if pushed {
+        // SAFETY: pops the frame pushed above; no reference in it is used afterwards.
+        unsafe { ((**jni).PopLocalFrame)(jni, std::ptr::null_mut()) };
+    }
+}
+
+fn attach_current_thread(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    let mut env: *mut c_void = std::ptr::null_mut();
+    let mut args = JavaVMAttachArgs {
+        version: JNI_VERSION_1_6,
+        name: c"openprof".as_ptr().cast_mut(),
+        group: std::ptr::null_mut(),
+    };
+    // SAFETY: `vm` is the live JavaVM; the args struct and name outlive the call.
+    let status = unsafe {
+        ((**vm).AttachCurrentThreadAsDaemon)(vm, &mut env, (&mut args as *mut JavaVMAttachArgs).cast())
+    };
+    (status == 0 && !env.is_null()).then_some(env.cast())
+}
+
+unsafe extern "system" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
+    guarded("VMInit", || {
+        if let Some(agent) = agent() {
+            agent.vm_init(jni, thread);
+        }
+    });
+}
+
+unsafe extern "system" fn on_vm_death(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv) {
+    guarded("VMDeath", || {
+        if let Some(agent) = agent() {
+            agent.vm_death();
+        }
+    });
+}
+
+unsafe extern "system" fn on_thread_start(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, thread: jthread) {
+    guarded("ThreadStart", || {
+        if IS_AGENT_THREAD.with(|flag| flag.get()) {
+            return;
+        }
+        if let Some(agent) = agent() {
+            agent.register_thread(thread, true);
+        }
+    });
+}
+
+unsafe extern "system" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, thread: jthread) {
+    guarded("ThreadEnd", || {
+        if IS_AGENT_THREAD.with(|flag| flag.get()) {
+            return;
+        }
+        if let Some(agent) = agent() {
+            let serial = agent.jvmti.thread_word(thread).unwrap_or(0) as u32;
+            if serial != 0 {
+                lock(&agent.threads).end(serial);
+            }
+        }
+    });
+}
+
+unsafe extern "system" fn on_class_prepare(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    _thread: jthread,
+    class: jclass,
+) {
+    guarded("ClassPrepare", || {
+        if let Some(agent) = agent() {
+            let _ = agent.jvmti.preload_method_ids(class);
+        }
+    });
+}
+
+unsafe extern "system" fn on_data_dump_request(_jvmti: *mut jvmtiEnv) {
+    guarded("DataDumpRequest", || {
+        if let Some(agent) = agent().filter(|agent| !agent.dying.load(Ordering::Acquire)) {
+            agent.dump();
+        }
+    });
+}
+
+/// Enabled only because AsyncGetCallTrace refuses to walk (`ticks_no_class_load`) unless some
+/// agent receives ClassLoad events.
+unsafe extern "system" fn on_class_load(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    _thread: jthread,
+    _class: jclass,
+) {
+}
+
+/// Enabled only so that HotSpot keeps debug information at non-safepoints (see `start`).
+unsafe extern "system" fn on_compiled_method_load(
+    _jvmti: *mut jvmtiEnv,
+    _method: jmethodID,
+    _code_size: jint,
+    _code_addr: *const c_void,
+    _map_length: jint,
+    _map: *const jvmti_bindings::sys::jvmti::jvmtiAddrLocationMap,
+    _compile_info: *const c_void,
+) {
+}

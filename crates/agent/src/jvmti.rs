@@ -1,0 +1,249 @@
+//! A thin, checked layer over the raw JVMTI function table: every call the agent makes goes
+//! through here, copies what the JVM allocated into Rust values and gives the memory back.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::fmt;
+use std::ptr;
+
+pub use jvmti_bindings::sys::jni::{jclass, jint, jmethodID, jthread, JNIEnv, JavaVM};
+pub use jvmti_bindings::sys::jvmti::{
+    jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, jvmtiLineNumberEntry, jvmtiStackInfo,
+};
+use jvmti_bindings::sys::jvmti::{
+    jvmtiError, jvmtiEvent, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
+    JVMTI_ERROR_NONE,
+};
+
+/// A failed JVMTI call: the function and its error code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JvmtiError {
+    pub function: &'static str,
+    pub code: i32,
+}
+
+impl fmt::Display for JvmtiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "JVMTI {} failed with error {}", self.function, self.code)
+    }
+}
+
+pub type JvmtiResult<T> = Result<T, JvmtiError>;
+
+/// The agent's JVMTI environment. JVMTI environments may be used from any thread attached to
+/// the VM, so this is a plain copyable handle.
+#[derive(Clone, Copy, Debug)]
+pub struct Jvmti(*mut jvmtiEnv);
+
+// SAFETY: a jvmtiEnv pointer is valid for the life of the VM and JVMTI functions may be called
+// from any attached thread; the handle carries no thread-bound state.
+unsafe impl Send for Jvmti {}
+// SAFETY: as above; JVMTI functions are thread-safe.
+unsafe impl Sync for Jvmti {}
+
+/// Calls a JVMTI function through the table, turning a missing entry or an error into `Err`.
+macro_rules! call {
+    ($self:expr, $name:ident ( $($arg:expr),* )) => {{
+        // SAFETY: the function table of a live jvmtiEnv is valid for the life of the VM.
+        let table = unsafe { &*(*$self.0).functions };
+        match table.$name {
+            // SAFETY: each caller passes arguments that match the JVMTI signature of $name and
+            // out-pointers to live locals.
+            Some(function) => check(stringify!($name), unsafe { function($self.0, $($arg),*) }),
+            None => Err(JvmtiError { function: stringify!($name), code: -1 }),
+        }
+    }};
+}
+
+fn check(function: &'static str, error: jvmtiError) -> JvmtiResult<()> {
+    if error == JVMTI_ERROR_NONE {
+        Ok(())
+    } else {
+        Err(JvmtiError {
+            function,
+            code: error.raw(),
+        })
+    }
+}
+
+impl Jvmti {
+    /// The JVMTI environment of a VM, asking for JVMTI 1.2 (every JDK 8 and later has it).
+    pub fn from_vm(vm: *mut JavaVM) -> Option<Jvmti> {
+        let mut env: *mut c_void = ptr::null_mut();
+        // SAFETY: the JVM hands us a valid JavaVM in Agent_OnLoad/OnAttach; GetEnv is the first
+        // entry of its invoke interface and writes one pointer.
+        let status = unsafe {
+            ((**vm).GetEnv)(
+                vm,
+                &mut env,
+                jvmti_bindings::sys::jvmti::JVMTI_VERSION_1_2,
+            )
+        };
+        (status == 0 && !env.is_null()).then_some(Jvmti(env.cast()))
+    }
+
+    pub fn raw(self) -> *mut jvmtiEnv {
+        self.0
+    }
+
+    pub fn add_capabilities(self, capabilities: &jvmtiCapabilities) -> JvmtiResult<()> {
+        call!(self, AddCapabilities(capabilities))
+    }
+
+    /// Sets the callbacks, passing only the first `size` bytes of the table: the JVM may be older
+    /// than the table's layout.
+    pub fn set_event_callbacks_sized(
+        self,
+        callbacks: &jvmtiEventCallbacks,
+        size: jint,
+    ) -> JvmtiResult<()> {
+        call!(self, SetEventCallbacks(callbacks, size))
+    }
+
+    pub fn set_event(self, event: jvmtiEvent, enabled: bool) -> JvmtiResult<()> {
+        let mode = if enabled { JVMTI_ENABLE } else { JVMTI_DISABLE };
+        call!(self, SetEventNotificationMode(mode, event, ptr::null_mut()))
+    }
+
+    /// Frees memory JVMTI allocated for us.
+    fn deallocate<T>(self, memory: *mut T) {
+        if !memory.is_null() {
+            // Failing to free is not worth reporting: there is nothing to do about it.
+            let _ = call!(self, Deallocate(memory.cast()));
+        }
+    }
+
+    /// Copies a JVMTI-allocated C string into a String and frees it.
+    fn take_string(self, text: *mut c_char) -> Option<String> {
+        if text.is_null() {
+            return None;
+        }
+        // SAFETY: JVMTI returns NUL-terminated modified UTF-8, valid until deallocated below.
+        let owned = unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned();
+        self.deallocate(text);
+        Some(owned)
+    }
+
+    /// Asks for the methods of a class, which makes the JVM create their jmethodIDs: this is what
+    /// lets AsyncGetCallTrace name the frames of the class.
+    pub fn preload_method_ids(self, class: jclass) -> JvmtiResult<usize> {
+        let mut count: jint = 0;
+        let mut methods: *mut jmethodID = ptr::null_mut();
+        call!(self, GetClassMethods(class, &mut count, &mut methods))?;
+        self.deallocate(methods);
+        Ok(count.max(0) as usize)
+    }
+
+    /// Every loaded class (local references, valid in the calling JNI frame).
+    pub fn loaded_classes(self) -> JvmtiResult<Vec<jclass>> {
+        let mut count: jint = 0;
+        let mut classes: *mut jclass = ptr::null_mut();
+        call!(self, GetLoadedClasses(&mut count, &mut classes))?;
+        // SAFETY: JVMTI returned `count` class references at `classes`.
+        let list = unsafe { std::slice::from_raw_parts(classes, count.max(0) as usize) }.to_vec();
+        self.deallocate(classes);
+        Ok(list)
+    }
+
+    /// (name, signature) of a method.
+    pub fn method_name(self, method: jmethodID) -> JvmtiResult<(String, String)> {
+        let mut name: *mut c_char = ptr::null_mut();
+        let mut signature: *mut c_char = ptr::null_mut();
+        call!(self, GetMethodName(method, &mut name, &mut signature, ptr::null_mut()))?;
+        Ok((
+            self.take_string(name).unwrap_or_default(),
+            self.take_string(signature).unwrap_or_default(),
+        ))
+    }
+
+    pub fn method_declaring_class(self, method: jmethodID) -> JvmtiResult<jclass> {
+        let mut class: jclass = ptr::null_mut();
+        call!(self, GetMethodDeclaringClass(method, &mut class))?;
+        Ok(class)
+    }
+
+    /// A class's JVM signature, such as `Ljava/lang/String;` or `[I`.
+    pub fn class_signature(self, class: jclass) -> JvmtiResult<String> {
+        let mut signature: *mut c_char = ptr::null_mut();
+        call!(self, GetClassSignature(class, &mut signature, ptr::null_mut()))?;
+        Ok(self.take_string(signature).unwrap_or_default())
+    }
+
+    /// The class's source file, or `None` when it has none.
+    pub fn source_file_name(self, class: jclass) -> Option<String> {
+        let mut name: *mut c_char = ptr::null_mut();
+        call!(self, GetSourceFileName(class, &mut name)).ok()?;
+        self.take_string(name)
+    }
+
+    /// (first bytecode index, line) pairs, or `None` for native and line-less methods.
+    pub fn line_number_table(self, method: jmethodID) -> Option<Vec<(i64, u32)>> {
+        let mut count: jint = 0;
+        let mut table: *mut jvmtiLineNumberEntry = ptr::null_mut();
+        call!(self, GetLineNumberTable(method, &mut count, &mut table)).ok()?;
+        // SAFETY: JVMTI returned `count` entries at `table`.
+        let entries = unsafe { std::slice::from_raw_parts(table, count.max(0) as usize) };
+        let mut lines: Vec<(i64, u32)> = entries
+            .iter()
+            .map(|entry| (entry.start_location, entry.line_number.max(0) as u32))
+            .collect();
+        self.deallocate(table);
+        lines.sort_unstable();
+        Some(lines)
+    }
+
+    /// (name, thread group name) of a thread.
+    pub fn thread_names(self, thread: jthread) -> JvmtiResult<(String, String)> {
+        // SAFETY: jvmtiThreadInfo is plain C data; zero is a valid initial value.
+        let mut info: jvmtiThreadInfo = unsafe { std::mem::zeroed() };
+        call!(self, GetThreadInfo(thread, &mut info))?;
+        let name = self.take_string(info.name).unwrap_or_default();
+        let mut group_name = String::new();
+        if !info.thread_group.is_null() {
+            // SAFETY: as above.
+            let mut group: jvmtiThreadGroupInfo = unsafe { std::mem::zeroed() };
+            if call!(self, GetThreadGroupInfo(info.thread_group, &mut group)).is_ok() {
+                group_name = self.take_string(group.name).unwrap_or_default();
+            }
+        }
+        Ok((name, group_name))
+    }
+
+    /// Every live thread (local references).
+    pub fn all_threads(self) -> JvmtiResult<Vec<jthread>> {
+        let mut count: jint = 0;
+        let mut threads: *mut jthread = ptr::null_mut();
+        call!(self, GetAllThreads(&mut count, &mut threads))?;
+        // SAFETY: JVMTI returned `count` thread references at `threads`.
+        let list = unsafe { std::slice::from_raw_parts(threads, count.max(0) as usize) }.to_vec();
+        self.deallocate(threads);
+        Ok(list)
+    }
+
+    /// JVMTI's per-thread word: the agent keeps a thread's serial number there.
+    pub fn set_thread_word(self, thread: jthread, word: usize) -> JvmtiResult<()> {
+        call!(self, SetThreadLocalStorage(thread, word as *const c_void))
+    }
+
+    pub fn thread_word(self, thread: jthread) -> JvmtiResult<usize> {
+        let mut word: *mut c_void = ptr::null_mut();
+        call!(self, GetThreadLocalStorage(thread, &mut word))?;
+        Ok(word as usize)
+    }
+
+    /// Runs `visit` over the stacks of all threads (up to `depth` frames each), then frees them.
+    pub fn with_all_stack_traces(
+        self,
+        depth: u32,
+        visit: impl FnOnce(&[jvmtiStackInfo]),
+    ) -> JvmtiResult<()> {
+        let mut infos: *mut jvmtiStackInfo = ptr::null_mut();
+        let mut count: jint = 0;
+        call!(self, GetAllStackTraces(depth as jint, &mut infos, &mut count))?;
+        // SAFETY: JVMTI returned `count` stack infos at `infos`, in one allocation.
+        visit(unsafe { std::slice::from_raw_parts(infos, count.max(0) as usize) });
+        self.deallocate(infos);
+        Ok(())
+    }
+}

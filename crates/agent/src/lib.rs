@@ -1,0 +1,72 @@
+//! openprof's collection agent: the library a JVM loads with `-agentpath:` that turns JVMTI
+//! events and CPU samples into HPROF's profiles.
+//!
+//! The entry points below are the only functions the JVM calls by name; each keeps panics on
+//! this side of the boundary and turns problems into a clear message and `JNI_ERR`.
+
+mod agent;
+pub mod jvmti;
+pub mod methods;
+pub mod output;
+pub mod profile;
+pub mod ring;
+pub mod signals;
+pub mod threads;
+
+use std::ffi::{c_char, c_void, CStr};
+use std::panic::catch_unwind;
+
+use jvmti_bindings::sys::jni::JNI_ERR;
+use jvmti::{jint, JavaVM};
+
+/// The option string the JVM passed (after `=` in `-agentpath:lib=options`).
+///
+/// # Safety
+/// `options` is null or a NUL-terminated string that lives for the call.
+unsafe fn options_text(options: *const c_char) -> String {
+    if options.is_null() {
+        String::new()
+    } else {
+        // SAFETY: guaranteed by the caller (the JVM).
+        unsafe { CStr::from_ptr(options) }
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Called by the JVM for `-agentpath:libopenprof_agent.so[=options]` before it starts.
+///
+/// # Safety
+/// Called by the JVM with a live JavaVM and its option string.
+#[no_mangle]
+pub unsafe extern "system" fn Agent_OnLoad(
+    vm: *mut JavaVM,
+    options: *mut c_char,
+    _reserved: *mut c_void,
+) -> jint {
+    // SAFETY: the JVM passes a valid (or null) option string.
+    let text = unsafe { options_text(options) };
+    catch_unwind(|| agent::on_load(vm, &text)).unwrap_or_else(|_| {
+        eprintln!("openprof ERROR: internal error while starting; the JVM will not start");
+        JNI_ERR
+    })
+}
+
+/// Called by the JVM when the agent is loaded into a running JVM.
+///
+/// # Safety
+/// Called by the JVM with a live JavaVM and its option string.
+#[no_mangle]
+pub unsafe extern "system" fn Agent_OnAttach(
+    _vm: *mut JavaVM,
+    options: *mut c_char,
+    _reserved: *mut c_void,
+) -> jint {
+    // SAFETY: the JVM passes a valid (or null) option string.
+    let text = unsafe { options_text(options) };
+    catch_unwind(|| agent::on_attach(&text)).unwrap_or(JNI_ERR)
+}
+
+/// Called by the JVM as it unloads the agent; everything was written at VMDeath.
+#[no_mangle]
+pub extern "system" fn Agent_OnUnload(_vm: *mut JavaVM) {}

@@ -1,0 +1,138 @@
+//! The CPU sample profile: stacks turned into TRACEs numbered as HPROF numbers them, how often
+//! each was sampled since the last dump, and the samples that could not be walked.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use openprof_format::hprof_text::{
+    CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START,
+};
+
+use crate::jvmti::{jmethodID, Jvmti};
+use crate::methods::{Location, Methods};
+use crate::signals::failure_name;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TraceKey {
+    thread: Option<u32>,
+    frames: Vec<(usize, FrameLine)>,
+}
+
+/// What one dump writes: the TRACEs not printed before, the ranked table, the walk failures.
+pub struct CpuDump {
+    pub new_traces: Vec<Trace>,
+    pub table: CpuTable,
+    pub failed: BTreeMap<String, u64>,
+    pub dropped: u64,
+}
+
+pub struct CpuProfile {
+    /// Line numbers in traces (`lineno=y`); without them frames are told apart by method only.
+    lineno: bool,
+    methods: Methods,
+    serial_by_key: HashMap<TraceKey, u32>,
+    traces: HashMap<u32, Trace>,
+    counts: HashMap<u32, u64>,
+    printed: HashSet<u32>,
+    failed: BTreeMap<String, u64>,
+    dropped: u64,
+    last_serial: u32,
+}
+
+impl CpuProfile {
+    pub fn new(lineno: bool) -> Self {
+        CpuProfile {
+            lineno,
+            methods: Methods::default(),
+            serial_by_key: HashMap::new(),
+            traces: HashMap::new(),
+            counts: HashMap::new(),
+            printed: HashSet::new(),
+            failed: BTreeMap::new(),
+            dropped: 0,
+            // HPROF's first trace, 300000, is the empty trace of the VM's own work.
+            last_serial: TRACE_SERIAL_START,
+        }
+    }
+
+    /// Counts one sample of `frames` (innermost first), taken on `thread` when traces carry
+    /// threads.
+    pub fn add_sample(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = (jmethodID, Location)>,
+    ) {
+        let mut key = TraceKey {
+            thread,
+            frames: Vec::new(),
+        };
+        let mut resolved = Vec::new();
+        for (method, location) in frames {
+            let info = self.methods.get(jvmti, method);
+            let line = if self.lineno {
+                info.line_of(location)
+            } else {
+                FrameLine::Unknown
+            };
+            key.frames.push((method as usize, line.clone()));
+            resolved.push((info, line));
+        }
+        let serial = match self.serial_by_key.get(&key) {
+            Some(serial) => *serial,
+            None => {
+                self.last_serial += 1;
+                let serial = self.last_serial;
+                let frames = resolved
+                    .into_iter()
+                    .map(|(info, line)| info.frame(line))
+                    .collect();
+                self.traces.insert(
+                    serial,
+                    Trace {
+                        serial,
+                        thread,
+                        frames,
+                    },
+                );
+                self.serial_by_key.insert(key, serial);
+                serial
+            }
+        };
+        *self.counts.entry(serial).or_default() += 1;
+    }
+
+    /// Counts a sample whose stack walk failed with AsyncGetCallTrace's `code`.
+    pub fn add_failure(&mut self, code: i32) {
+        *self.failed.entry(failure_name(code).to_string()).or_default() += 1;
+    }
+
+    pub fn add_dropped(&mut self, dropped: u64) {
+        self.dropped += dropped;
+    }
+
+    /// The table of the samples since the last dump, cut at `cutoff`, and the TRACEs it needs
+    /// that no earlier dump printed. Counts start again from zero afterwards, as in HPROF.
+    pub fn take_dump(&mut self, date: String, cutoff: f64) -> CpuDump {
+        let entries = self
+            .counts
+            .drain()
+            .map(|(serial, count)| {
+                let method = self.traces[&serial].frames.first().map(|f| f.qualified_method());
+                (serial, count, method)
+            })
+            .collect();
+        let table = CpuTable::rank(CpuTableKind::Samples, date, entries, cutoff);
+        let new_traces = table
+            .rows
+            .iter()
+            .filter(|row| self.printed.insert(row.trace))
+            .map(|row| self.traces[&row.trace].clone())
+            .collect();
+        CpuDump {
+            new_traces,
+            table,
+            failed: std::mem::take(&mut self.failed),
+            dropped: std::mem::take(&mut self.dropped),
+        }
+    }
+}

@@ -1,0 +1,210 @@
+//! CPU sampling without safepoint bias: a CPU timer per Java thread raises SIGPROF on that thread
+//! after every `interval` of its own CPU time, and the handler walks the thread's Java stack with
+//! HotSpot's AsyncGetCallTrace straight into the [`SampleRing`] (as async-profiler does).
+//!
+//! Everything the handler touches is set up before it is installed and never freed, and the
+//! handler itself only reads atomics, makes raw syscalls and writes into the ring.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+
+use crate::jvmti::{jint, JNIEnv, JavaVM};
+use crate::ring::{CallFrame, SampleRing};
+
+/// HotSpot's `ASGCT_CallTrace`.
+#[repr(C)]
+struct CallTrace {
+    env: *mut JNIEnv,
+    num_frames: jint,
+    frames: *mut CallFrame,
+}
+
+type AsyncGetCallTrace = unsafe extern "C" fn(*mut CallTrace, jint, *mut c_void);
+
+/// AsyncGetCallTrace's failure codes (zero or negative `num_frames`), by the names HotSpot gives
+/// them; index is the negated code.
+pub const FAILURE_NAMES: [&str; 11] = [
+    "ticks_no_Java_frame",
+    "ticks_no_class_load",
+    "ticks_GC_active",
+    "ticks_unknown_not_Java",
+    "ticks_not_walkable_not_Java",
+    "ticks_unknown_Java",
+    "ticks_not_walkable_Java",
+    "ticks_unknown_state",
+    "ticks_thread_exit",
+    "ticks_deopt",
+    "ticks_safepoint",
+];
+
+/// The name of a failed walk's code.
+pub fn failure_name(code: i32) -> &'static str {
+    usize::try_from(-i64::from(code))
+        .ok()
+        .and_then(|index| FAILURE_NAMES.get(index).copied())
+        .unwrap_or("ticks_unknown_code")
+}
+
+struct SignalSampler {
+    vm: *mut JavaVM,
+    walk: AsyncGetCallTrace,
+    ring: SampleRing,
+}
+
+static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
+static ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// HotSpot's AsyncGetCallTrace, if this JVM exports it.
+fn find_async_get_call_trace() -> Option<AsyncGetCallTrace> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"AsyncGetCallTrace".as_ptr()) };
+    // SAFETY: HotSpot's exported AsyncGetCallTrace has exactly this C signature.
+    (!symbol.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AsyncGetCallTrace>(symbol) })
+}
+
+/// Why signal sampling could not be set up.
+#[derive(Debug)]
+pub enum InstallError {
+    NoAsyncGetCallTrace,
+    Sigaction(io::Error),
+}
+
+/// Finds AsyncGetCallTrace, allocates the ring and installs the SIGPROF handler (disabled until
+/// [`set_enabled`]). Called once, in Agent_OnLoad.
+pub fn install(vm: *mut JavaVM, ring: SampleRing) -> Result<(), InstallError> {
+    let walk = find_async_get_call_trace().ok_or(InstallError::NoAsyncGetCallTrace)?;
+    let sampler = Box::into_raw(Box::new(SignalSampler { vm, walk, ring }));
+    // Never freed: a late signal may still read it while the process exits.
+    SAMPLER.store(sampler, Ordering::Release);
+    // SAFETY: sigaction is given a fully initialised struct whose handler has the SA_SIGINFO
+    // signature; SIGPROF is not used by HotSpot itself.
+    let status = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigprof as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGPROF, &action, ptr::null_mut())
+    };
+    if status != 0 {
+        return Err(InstallError::Sigaction(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// The ring the handler writes to, once installed.
+pub fn ring() -> Option<&'static SampleRing> {
+    let sampler = SAMPLER.load(Ordering::Acquire);
+    // SAFETY: once stored, the sampler is never freed or changed.
+    (!sampler.is_null()).then(|| unsafe { &(*sampler).ring })
+}
+
+/// Turns sample taking on or off; while off the handler returns at once.
+pub fn set_enabled(enabled: bool) {
+    ENABLED.store(enabled, Ordering::Release);
+}
+
+/// The calling thread's kernel id.
+pub fn current_thread_id() -> i32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: errno is thread-local; we put it back so the interrupted code never sees our use.
+    let errno = unsafe { *libc::__errno_location() };
+    if ENABLED.load(Ordering::Acquire) {
+        let sampler = SAMPLER.load(Ordering::Acquire);
+        if !sampler.is_null() {
+            // SAFETY: the sampler is never freed once stored.
+            take_sample(unsafe { &*sampler }, context);
+        }
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
+    let mut env: *mut c_void = ptr::null_mut();
+    // SAFETY: GetEnv only reads the VM's thread-local current thread, which HotSpot makes safe in
+    // signal handlers; async-profiler relies on the same.
+    let status = unsafe {
+        ((**sampler.vm).GetEnv)(sampler.vm, &mut env, jvmti_bindings::sys::jni::JNI_VERSION_1_6)
+    };
+    let thread_id = current_thread_id();
+    sampler.ring.record(|frames, depth| {
+        if status != 0 || env.is_null() {
+            return (thread_id, -3); // ticks_unknown_not_Java: not a thread of the VM
+        }
+        let mut trace = CallTrace {
+            env: env.cast(),
+            num_frames: 0,
+            frames,
+        };
+        // SAFETY: `frames` has room for `depth` frames; `context` is the ucontext the kernel gave
+        // this handler; AsyncGetCallTrace is designed to run in a signal handler.
+        unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
+        (thread_id, trace.num_frames)
+    });
+}
+
+/// A CPU timer that raises SIGPROF on one thread after every interval of that thread's CPU time.
+#[derive(Debug)]
+pub struct ThreadTimer(libc::timer_t);
+
+// SAFETY: a timer_t is a process-wide kernel handle; it may be deleted from any thread.
+unsafe impl Send for ThreadTimer {}
+
+impl ThreadTimer {
+    /// Starts a timer on the calling thread's CPU clock.
+    pub fn start_for_current_thread(interval_ms: u32) -> io::Result<ThreadTimer> {
+        let mut timer: libc::timer_t = ptr::null_mut();
+        // SAFETY: sigevent is plain C data and zero is a valid start; the kernel reads it once.
+        let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
+        event.sigev_notify = libc::SIGEV_THREAD_ID;
+        event.sigev_signo = libc::SIGPROF;
+        event.sigev_notify_thread_id = current_thread_id();
+        // SAFETY: valid clock id, event and out-pointer.
+        if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let period = libc::timespec {
+            tv_sec: (interval_ms / 1000) as libc::time_t,
+            tv_nsec: ((interval_ms % 1000) * 1_000_000) as libc::c_long,
+        };
+        let spec = libc::itimerspec {
+            it_interval: period,
+            it_value: period,
+        };
+        // SAFETY: `timer` was just created; `spec` is initialised.
+        if unsafe { libc::timer_settime(timer, 0, &spec, ptr::null_mut()) } != 0 {
+            let error = io::Error::last_os_error();
+            // SAFETY: deleting the timer we created.
+            unsafe { libc::timer_delete(timer) };
+            return Err(error);
+        }
+        Ok(ThreadTimer(timer))
+    }
+}
+
+impl Drop for ThreadTimer {
+    fn drop(&mut self) {
+        // SAFETY: the timer was created by us and is deleted exactly once, here.
+        unsafe { libc::timer_delete(self.0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_codes_have_hotspots_names() {
+        assert_eq!(failure_name(0), "ticks_no_Java_frame");
+        assert_eq!(failure_name(-2), "ticks_GC_active");
+        assert_eq!(failure_name(-10), "ticks_safepoint");
+        assert_eq!(failure_name(-11), "ticks_unknown_code");
+        assert_eq!(failure_name(i32::MIN), "ticks_unknown_code");
+    }
+}

@@ -1,0 +1,141 @@
+//! cpu=samples against ground truth: real JVMs running workloads whose CPU split is built in.
+
+use std::time::Duration;
+
+use openprof_testkit::{java_command, run_java, samples_by_method, send_signal, wait_with_limit};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// heavy() does three times the work of light(): the profile must give heavy 75 % of the
+/// samples of the two, within 5 points, and agree with the split the workload measured itself.
+fn assert_split(interval: u32, cpu_seconds: &str) {
+    let options = format!("cpu=samples,interval={interval},file=split.txt");
+    let run = run_java(Some(&options), "CpuSplit", &[cpu_seconds], LIMIT);
+    assert!(run.success(), "stderr: {}", run.stderr());
+    let measured: f64 = run
+        .stdout()
+        .split("heavy_cpu_share=")
+        .nth(1)
+        .and_then(|share| share.trim().parse().ok())
+        .expect("the workload prints its measured split");
+    let profile = run.profile("split.txt");
+    let by_method = samples_by_method(&profile);
+    let heavy = by_method.get("CpuSplit.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("CpuSplit.light").copied().unwrap_or(0) as f64;
+    assert!(heavy + light >= 200.0, "too few samples: {by_method:?}");
+    let share = heavy / (heavy + light);
+    assert!((share - 0.75).abs() <= 0.05, "interval={interval}: heavy share {share:.3}, built-in 0.75: {by_method:?}");
+    assert!((share - measured).abs() <= 0.05, "interval={interval}: heavy share {share:.3}, measured {measured:.3}");
+    // The two methods are nearly all the program does.
+    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
+    assert!(heavy + light >= 0.9 * total as f64, "{by_method:?} of {total}");
+    let sampler = &profile.samplers[0];
+    assert_eq!(sampler.sampler, "AsyncGetCallTrace");
+    assert!(sampler.failed_total() * 10 < total, "too many failed walks: {sampler:?}");
+}
+
+#[test]
+fn split_is_right_at_interval_1() {
+    assert_split(1, "4");
+}
+
+#[test]
+fn split_is_right_at_interval_10() {
+    assert_split(10, "10");
+}
+
+#[test]
+fn traces_have_hprof_layout_and_line_numbers() {
+    let run = run_java(Some("cpu=samples,depth=3,file=lines.txt"), "CpuSplit", &["1"], LIMIT);
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("lines.txt");
+    assert!(profile.header.starts_with("JAVA PROFILE 1.0.1, created "));
+    let table = profile.last_cpu_samples().expect("a CPU SAMPLES table");
+    let top = &table.rows[0];
+    let trace = &profile.traces[&top.trace];
+    assert!(trace.serial > 300000 && trace.frames.len() <= 3);
+    let frame = &trace.frames[0];
+    assert_eq!(frame.source_file.as_deref(), Some("CpuSplit.java"));
+    // heavy()'s loop is on lines 17-20 of CpuSplit.java.
+    match &frame.line {
+        openprof_format::hprof_text::FrameLine::Line(line) => assert!((17..=20).contains(line) || frame.method_name == "light", "{frame:?}"),
+        other => panic!("no line number: {other:?}"),
+    }
+    assert_eq!(trace.frames[1].qualified_method(), "CpuSplit.main");
+    // Every row's trace is printed, and ranks run 1, 2, 3, ...
+    for (index, row) in table.rows.iter().enumerate() {
+        assert_eq!(row.rank as usize, index + 1);
+        assert!(profile.traces.contains_key(&row.trace), "TRACE {} missing", row.trace);
+    }
+}
+
+#[test]
+fn lineno_n_prints_unknown_line_and_merges_by_method() {
+    let run = run_java(Some("cpu=samples,lineno=n,file=nolines.txt"), "CpuSplit", &["1"], LIMIT);
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("nolines.txt");
+    let heavy_traces = profile
+        .traces
+        .values()
+        .filter(|trace| trace.frames.first().is_some_and(|f| f.qualified_method() == "CpuSplit.heavy"))
+        .count();
+    assert_eq!(heavy_traces, 1, "one trace for heavy() when lines are not told apart");
+    assert!(profile.traces.values().flat_map(|t| &t.frames).all(|f| f.line == openprof_format::hprof_text::FrameLine::Unknown));
+}
+
+#[test]
+fn sigquit_dumps_the_samples_so_far() {
+    let (mut command, dir) = java_command(Some("cpu=samples,file=quit.txt"), "CpuSplit", &["6"]);
+    let child = command.spawn().expect("start java");
+    let pid = child.id();
+    std::thread::sleep(Duration::from_secs(3));
+    send_signal(pid, libc_sigquit());
+    let output = wait_with_limit(child, LIMIT);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = std::fs::read(dir.join("quit.txt")).unwrap();
+    let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
+    assert_eq!(profile.cpu_tables.len(), 2, "one table at SIGQUIT, one at exit");
+    assert!(profile.cpu_tables.iter().all(|table| table.total > 0));
+    // Each dump's TRACEs are printed once in the file.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.matches("Dumping CPU usage by sampling running threads ... done.").count(), 2);
+}
+
+fn libc_sigquit() -> i32 {
+    3
+}
+
+#[test]
+fn doe_n_writes_no_samples_at_exit() {
+    let run = run_java(Some("cpu=samples,doe=n,file=nodump.txt,verbose=n"), "CpuSplit", &["0.5"], LIMIT);
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("nodump.txt");
+    assert!(profile.cpu_tables.is_empty());
+    assert!(!profile.threads_started.is_empty());
+    assert!(!run.stderr().contains("Dumping"));
+}
+
+#[test]
+fn force_n_keeps_an_existing_file() {
+    let (mut command, dir) = java_command(Some("cpu=samples,force=n"), "CpuSplit", &["0.2"]);
+    std::fs::write(dir.join("java.hprof.txt"), "keep me").unwrap();
+    let child = command.spawn().expect("start java");
+    let pid = child.id();
+    let output = wait_with_limit(child, LIMIT);
+    assert!(output.status.success());
+    assert_eq!(std::fs::read_to_string(dir.join("java.hprof.txt")).unwrap(), "keep me");
+    assert!(dir.join(format!("java.hprof.{pid}.txt")).is_file());
+}
+
+#[test]
+fn jvmti_sampler_is_the_named_fallback() {
+    let run = run_java(Some("cpu=samples,sampler=jvmti,file=safepoint.txt"), "CpuSplit", &["3"], LIMIT);
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("safepoint.txt");
+    let sampler = &profile.samplers[0];
+    assert_eq!(sampler.sampler, "GetAllStackTraces");
+    assert!(sampler.note.as_deref().unwrap_or("").contains("biased towards safepoints"));
+    let by_method = samples_by_method(&profile);
+    let work = by_method.get("CpuSplit.heavy").copied().unwrap_or(0) + by_method.get("CpuSplit.light").copied().unwrap_or(0);
+    assert!(work > 50, "{by_method:?}");
+}

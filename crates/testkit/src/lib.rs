@@ -1,0 +1,188 @@
+//! Test support shared by the test suites: the workspace's paths, the Java workloads compiled
+//! once per test process with the JDK's javac, and real JVMs run with the agent, with a time
+//! limit so that a hang fails the test instead of stalling the suite.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use openprof_format::hprof_text::{self, TextProfile};
+use openprof_jdk::Jdk;
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// The cargo profile directory these tests were built in (`target/release` or `target/debug`).
+pub fn target_dir() -> PathBuf {
+    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+        .join(profile)
+}
+
+/// The agent library built alongside the tests.
+pub fn agent_library() -> PathBuf {
+    let path = target_dir().join("libopenprof_agent.so");
+    assert!(
+        path.is_file(),
+        "{} is missing: build the workspace first (cargo build --release)",
+        path.display()
+    );
+    path
+}
+
+pub fn jdk() -> &'static Jdk {
+    static JDK: OnceLock<Jdk> = OnceLock::new();
+    JDK.get_or_init(|| Jdk::find().expect("a JDK 11 or later is a prerequisite of the tests"))
+}
+
+/// The directory holding the compiled workloads of `java/workloads`.
+pub fn workload_classes() -> &'static Path {
+    static CLASSES: OnceLock<PathBuf> = OnceLock::new();
+    CLASSES.get_or_init(|| {
+        let output = tempfile::Builder::new()
+            .prefix("openprof-classes-")
+            .tempdir()
+            .expect("temp dir")
+            .keep();
+        let sources: Vec<PathBuf> = fs::read_dir(workspace_root().join("java/workloads"))
+            .expect("java/workloads")
+            .map(|entry| entry.expect("entry").path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
+            .collect();
+        let status = Command::new(jdk().javac().expect("javac"))
+            .arg("-d")
+            .arg(&output)
+            .args(&sources)
+            .status()
+            .expect("run javac");
+        assert!(status.success(), "javac failed on java/workloads");
+        output
+    })
+}
+
+/// A JVM run's outcome.
+#[derive(Debug)]
+pub struct Run {
+    pub output: Output,
+    /// The directory the JVM ran in (its output files land here).
+    pub dir: PathBuf,
+}
+
+impl Run {
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub fn success(&self) -> bool {
+        self.output.status.success()
+    }
+
+    /// Reads an HPROF text file the run wrote, relative to its directory.
+    pub fn profile(&self, file: &str) -> TextProfile {
+        let path = self.dir.join(file);
+        let text = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        hprof_text::read(text.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The files the run left in its directory.
+    pub fn files(&self) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(&self.dir)
+            .expect("run dir")
+            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+/// A `java` command running a workload in a fresh directory, with the agent when `agent_options`
+/// is given (`Some("")` loads it without options).
+pub fn java_command(agent_options: Option<&str>, main_class: &str, args: &[&str]) -> (Command, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("openprof-run-")
+        .tempdir()
+        .expect("temp dir")
+        .keep();
+    let mut command = Command::new(jdk().java().expect("java"));
+    command.current_dir(&dir);
+    if let Some(options) = agent_options {
+        let library = agent_library();
+        let argument = if options.is_empty() {
+            format!("-agentpath:{}", library.display())
+        } else {
+            format!("-agentpath:{}={options}", library.display())
+        };
+        command.arg(argument);
+    }
+    command
+        .arg("-cp")
+        .arg(workload_classes())
+        .arg(main_class)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    (command, dir)
+}
+
+/// Runs a workload to the end, killing it (and failing) if it outlives `limit`.
+pub fn run_java(agent_options: Option<&str>, main_class: &str, args: &[&str], limit: Duration) -> Run {
+    let (mut command, dir) = java_command(agent_options, main_class, args);
+    let child = command.spawn().expect("start java");
+    Run {
+        output: wait_with_limit(child, limit),
+        dir,
+    }
+}
+
+/// Waits for a child, killing it and failing the test if it runs past `limit`.
+pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Output {
+    let started = Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("output");
+            panic!(
+                "the JVM hung: killed after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends a signal to a process (SIGQUIT asks the JVM for a data dump).
+pub fn send_signal(pid: u32, signal: i32) {
+    // SAFETY: kill only sends a signal to the given process.
+    let status = unsafe { libc::kill(pid as i32, signal) };
+    assert_eq!(status, 0, "kill({pid}, {signal})");
+}
+
+/// Samples per top-frame method (`class.method`) over every CPU SAMPLES table of a profile.
+pub fn samples_by_method(profile: &TextProfile) -> std::collections::BTreeMap<String, u64> {
+    let mut by_method = std::collections::BTreeMap::new();
+    for table in &profile.cpu_tables {
+        for row in &table.rows {
+            let method = row.method.clone().unwrap_or_else(|| "<empty trace>".into());
+            *by_method.entry(method).or_default() += row.count;
+        }
+    }
+    by_method
+}

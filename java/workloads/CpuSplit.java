@@ -1,0 +1,54 @@
+/**
+ * Ground truth for CPU sampling: heavy() does three times the work of light(), so a correct
+ * profile gives heavy 75 % and light 25 % of the samples in these two methods.
+ * The split is also measured with thread CPU time and printed, as a second ground truth.
+ *
+ * Usage: java CpuSplit CPU_SECONDS
+ * Runs until the main thread has used CPU_SECONDS of CPU time, so a loaded machine changes how
+ * long it takes, not how many samples it gets.
+ */
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+
+public class CpuSplit {
+    static volatile long sink;
+
+    // heavy and light have the same loop body; only the trip count differs (3:1).
+    static long heavy(long seed, int rounds) {
+        long x = seed;
+        for (int i = 0; i < rounds * 3; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+
+    static long light(long seed, int rounds) {
+        long x = seed;
+        for (int i = 0; i < rounds; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+
+    public static void main(String[] args) {
+        double seconds = args.length > 0 ? Double.parseDouble(args[0]) : 5;
+        ThreadMXBean cpu = ManagementFactory.getThreadMXBean();
+        int rounds = 200_000;
+        long heavyNanos = 0, lightNanos = 0, calls = 0;
+        long budget = (long) (seconds * 1e9);
+        while (heavyNanos + lightNanos < budget) {
+            long t0 = cpu.getCurrentThreadCpuTime();
+            sink += heavy(sink, rounds);
+            long t1 = cpu.getCurrentThreadCpuTime();
+            sink += light(sink, rounds);
+            long t2 = cpu.getCurrentThreadCpuTime();
+            heavyNanos += t1 - t0;
+            lightNanos += t2 - t1;
+            calls++;
+        }
+        System.out.printf("calls=%d heavy_cpu_share=%.4f%n", calls,
+                (double) heavyNanos / (heavyNanos + lightNanos));
+    }
+}
