@@ -43,6 +43,20 @@ impl Frame {
     }
 }
 
+impl std::fmt::Display for Frame {
+    /// HPROF's frame layout: `class.method(Source.java:line)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = self.source_file.as_deref().unwrap_or("<Unknown Source>");
+        write!(f, "{}.{}({source}:", self.class_name, self.method_name)?;
+        match &self.line {
+            FrameLine::Line(line) => write!(f, "{line})"),
+            FrameLine::Unknown => f.write_str("Unknown line)"),
+            FrameLine::Compiled => f.write_str("Compiled method)"),
+            FrameLine::Native => f.write_str("Native method)"),
+        }
+    }
+}
+
 /// A `TRACE n:` record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Trace {
@@ -200,18 +214,7 @@ impl<W: Write> TextWriter<W> {
             writeln!(self.out, "\t<empty>")?;
         }
         for frame in &trace.frames {
-            let line = match &frame.line {
-                FrameLine::Line(line) => line.to_string(),
-                FrameLine::Unknown => "Unknown line".to_string(),
-                FrameLine::Compiled => "Compiled method".to_string(),
-                FrameLine::Native => "Native method".to_string(),
-            };
-            let source = frame.source_file.as_deref().unwrap_or("<Unknown Source>");
-            writeln!(
-                self.out,
-                "\t{}.{}({}:{})",
-                frame.class_name, frame.method_name, source, line
-            )?;
+            writeln!(self.out, "\t{frame}")?;
         }
         Ok(())
     }

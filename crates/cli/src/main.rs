@@ -1,0 +1,220 @@
+//! `openprof`: run a JVM under the openprof agent and read the profiles it writes.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use openprof_analysis::{summarize_cpu, CpuSummary};
+use openprof_format::hprof_text::{self, TextProfile};
+use openprof_format::options::{Options, OutputFormat};
+use openprof_jdk::Jdk;
+
+const AGENT_FILE: &str = "libopenprof_agent.so";
+
+#[derive(Parser)]
+#[command(
+    name = "openprof",
+    version,
+    about = "An open profiler for the JVM: HPROF's profiles, without safepoint bias",
+    long_about = "An open profiler for the JVM.\n\n\
+        `openprof run` starts a JVM with the openprof agent and prints the top methods when it \
+        exits; `openprof report` reads a profile the agent wrote (HPROF text, format=a)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run a Java program with the agent, then print its top methods.
+    #[command(
+        after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -- java -cp classes Main\n\n\
+            The agent is looked for in --agent, $OPENPROF_AGENT, next to this binary, then in\n\
+            target/release and target/debug. When OPTIONS has no file=, the profile is written\n\
+            to java.hprof.txt in the current directory, as HPROF does."
+    )]
+    Run {
+        /// Agent options in HPROF's syntax (`openprof run -o help -- java` lists them).
+        #[arg(short = 'o', long = "options", default_value = "cpu=samples")]
+        options: String,
+        /// The agent library to load.
+        #[arg(long)]
+        agent: Option<PathBuf>,
+        /// How many methods to print.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// The Java command: `java` (found through JAVA_HOME, then PATH) or a path, and its
+        /// arguments.
+        #[arg(last = true, required = true, value_name = "JAVA ARGS")]
+        java: Vec<String>,
+    },
+    /// Print the top methods of a profile and the traces behind them.
+    Report {
+        /// A profile written by the agent with format=a (HPROF text).
+        file: PathBuf,
+        /// How many methods to print.
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// How many traces to print under each method.
+        #[arg(long, default_value_t = 3)]
+        traces: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    match run_cli(Cli::parse()) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("openprof: {error:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run_cli(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Commands::Run {
+            options,
+            agent,
+            top,
+            java,
+        } => run(&options, agent, top, &java),
+        Commands::Report { file, top, traces } => {
+            let profile = read_profile(&file)?;
+            print!("{}", render(&file, &profile, top, traces));
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The agent library: --agent, $OPENPROF_AGENT, next to this binary, then target/{release,debug}.
+fn find_agent(explicit: Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(path) = explicit.or_else(|| std::env::var_os("OPENPROF_AGENT").map(PathBuf::from)) {
+        if !path.is_file() {
+            bail!("the agent library {} does not exist", path.display());
+        }
+        return Ok(path);
+    }
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+        candidates.push(dir.join(AGENT_FILE));
+    }
+    candidates.push(PathBuf::from("target/release").join(AGENT_FILE));
+    candidates.push(PathBuf::from("target/debug").join(AGENT_FILE));
+    candidates
+        .iter()
+        .find(|path| path.is_file())
+        .map(|path| path.canonicalize().unwrap_or_else(|_| path.clone()))
+        .with_context(|| {
+            format!(
+                "can't find {AGENT_FILE} (looked in {}); build it with `cargo build --release` or pass --agent",
+                candidates.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            )
+        })
+}
+
+fn run(options_text: &str, agent: Option<PathBuf>, top: usize, java: &[String]) -> Result<ExitCode> {
+    let options = Options::parse(options_text).map_err(|error| anyhow::anyhow!("bad -o: {error}"))?;
+    let agent = find_agent(agent)?;
+    let (program, arguments) = java.split_first().context("give the Java command after --")?;
+    let program = if program == "java" {
+        Jdk::find()?.java()?
+    } else {
+        PathBuf::from(program)
+    };
+    let agent_argument = if options_text.is_empty() {
+        format!("-agentpath:{}", agent.display())
+    } else {
+        format!("-agentpath:{}={options_text}", agent.display())
+    };
+    let mut child = Command::new(&program)
+        .arg(agent_argument)
+        .args(arguments)
+        .spawn()
+        .with_context(|| format!("can't run {}", program.display()))?;
+    let pid = child.id();
+    let status = child.wait().with_context(|| format!("waiting for {}", program.display()))?;
+    let code = ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8);
+    if options.help || options.format != OutputFormat::Ascii || !options.doe {
+        return Ok(code);
+    }
+    let mut file = PathBuf::from(options.output_file());
+    let unique = PathBuf::from(options.unique_output_file(pid));
+    if !options.force && unique.is_file() {
+        file = unique;
+    }
+    if !file.is_file() {
+        if status.success() {
+            eprintln!("openprof: the JVM wrote no profile to {}", file.display());
+        }
+        return Ok(code);
+    }
+    let profile = read_profile(&file)?;
+    eprint!("{}", render(&file, &profile, top, 1));
+    Ok(code)
+}
+
+fn read_profile(file: &Path) -> Result<TextProfile> {
+    let bytes = fs::read(file).with_context(|| format!("can't read {}", file.display()))?;
+    hprof_text::read(bytes.as_slice()).with_context(|| format!("{} is not an HPROF text profile", file.display()))
+}
+
+fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> String {
+    use std::fmt::Write;
+    let summary: CpuSummary = summarize_cpu(profile);
+    let mut out = String::new();
+    let _ = writeln!(out, "openprof: {}", file.display());
+    if summary.dumps == 0 {
+        let _ = writeln!(out, "no CPU samples in this profile");
+        return out;
+    }
+    let samplers: Vec<&str> = summary.samplers.iter().map(String::as_str).collect();
+    let _ = writeln!(
+        out,
+        "{} CPU samples in {} dump(s), sampled with {}; {} walks failed, {} samples dropped",
+        summary.total_samples,
+        summary.dumps,
+        if samplers.is_empty() { "an unknown sampler".to_string() } else { samplers.join(", ") },
+        summary.failed_walks,
+        summary.dropped
+    );
+    for note in &summary.notes {
+        let _ = writeln!(out, "note: {note}");
+    }
+    if summary.listed_samples < summary.total_samples {
+        let _ = writeln!(
+            out,
+            "{} samples fell below the profile's cutoff and are not listed",
+            summary.total_samples - summary.listed_samples
+        );
+    }
+    let percent = |count: u64| 100.0 * count as f64 / summary.total_samples.max(1) as f64;
+    let _ = writeln!(out, "\n rank   self  total   samples  method");
+    for (rank, stat) in summary.methods.iter().filter(|s| s.self_samples > 0).take(top).enumerate() {
+        let _ = writeln!(
+            out,
+            "{:5} {:5.1}% {:5.1}% {:9}  {}",
+            rank + 1,
+            percent(stat.self_samples),
+            percent(stat.total_samples),
+            stat.self_samples,
+            stat.method
+        );
+    }
+    if traces > 0 {
+        let _ = writeln!(out, "\nTraces behind the top methods:");
+        for stat in summary.methods.iter().filter(|s| s.self_samples > 0).take(top) {
+            let _ = writeln!(out, "{}", stat.method);
+            for (serial, count) in stat.traces.iter().take(traces) {
+                let _ = writeln!(out, "  {count:7} samples  TRACE {serial}");
+                for frame in profile.traces.get(serial).map(|t| t.frames.as_slice()).unwrap_or_default() {
+                    let _ = writeln!(out, "                    {frame}");
+                }
+            }
+        }
+    }
+    out
+}

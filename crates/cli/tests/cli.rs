@@ -1,0 +1,112 @@
+//! The `openprof` command on real JVM runs and on bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use openprof_testkit::{jdk, run_java, wait_with_limit, workload_classes};
+
+fn openprof(dir: &Path, args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
+        .current_dir(dir)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start openprof");
+    wait_with_limit(child, Duration::from_secs(120))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn run_profiles_a_java_program_and_prints_its_top_methods() {
+    let dir = tempfile::tempdir().unwrap();
+    let classes = workload_classes().to_str().unwrap().to_string();
+    let output = openprof(dir.path(), &["run", "--", "java", "-cp", &classes, "CpuSplit", "2"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("heavy_cpu_share="), "the program's own output passes through");
+    let stderr = text(&output.stderr);
+    let first_row = stderr
+        .lines()
+        .skip_while(|line| !line.contains("rank   self  total"))
+        .nth(1)
+        .expect("a method table");
+    assert!(first_row.ends_with("CpuSplit.heavy"), "{stderr}");
+    assert!(stderr.contains("CpuSplit.light"));
+    assert!(dir.path().join("java.hprof.txt").is_file(), "HPROF's default file name");
+}
+
+#[test]
+fn run_passes_the_programs_exit_code_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let classes = workload_classes().to_str().unwrap().to_string();
+    let output = openprof(dir.path(), &["run", "--", "java", "-cp", &classes, "NoSuchClass"]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+}
+
+#[test]
+fn run_refuses_bad_options_before_starting_java() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = openprof(dir.path(), &["run", "-o", "cpu=samples,depth=x", "--", "java", "-version"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("bad -o: option depth: 'x' is not a number"), "{stderr}");
+    assert!(!stderr.contains("openjdk version"), "java must not have run: {stderr}");
+}
+
+#[test]
+fn run_says_when_java_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = openprof(dir.path(), &["run", "--", "/nonexistent/bin/java", "-version"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("can't run /nonexistent/bin/java"), "{}", text(&output.stderr));
+    let output = openprof(dir.path(), &["run", "--agent", "/nonexistent/agent.so", "--", "java"]);
+    assert!(text(&output.stderr).contains("the agent library /nonexistent/agent.so does not exist"));
+}
+
+#[test]
+fn report_reads_a_real_profile() {
+    let run = run_java(Some("cpu=samples,thread=y,file=p.txt"), "CpuSplit", &["2"], Duration::from_secs(120));
+    assert!(run.success(), "{}", run.stderr());
+    let output = openprof(&run.dir, &["report", "p.txt", "--top", "2", "--traces", "1"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let rows: Vec<&str> = stdout
+        .lines()
+        .skip_while(|line| !line.contains("rank   self  total"))
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert_eq!(rows.len(), 2, "{stdout}");
+    assert!(rows[0].ends_with("CpuSplit.heavy") && rows[1].ends_with("CpuSplit.light"), "{stdout}");
+    assert!(stdout.contains("CpuSplit.heavy(CpuSplit.java:"), "the trace behind it: {stdout}");
+    assert!(stdout.contains("sampled with AsyncGetCallTrace"));
+}
+
+#[test]
+fn report_errors_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = openprof(dir.path(), &["report", "missing.txt"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(text(&output.stderr).contains("can't read missing.txt"));
+    std::fs::write(dir.path().join("bad.txt"), "JAVA PROFILE 1.0.1\n--------\nTRACE x:\n").unwrap();
+    let output = openprof(dir.path(), &["report", "bad.txt"]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("bad.txt is not an HPROF text profile: line 3: TRACE serial: 'x' is not a number"), "{stderr}");
+}
+
+#[test]
+fn every_command_has_help() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [vec!["--help"], vec!["run", "--help"], vec!["report", "--help"]] {
+        let output = openprof(dir.path(), &args);
+        assert!(output.status.success(), "{args:?}");
+        assert!(text(&output.stdout).contains("Usage: openprof"), "{args:?}");
+    }
+    // The JDK is found the way the README says.
+    assert!(jdk().java().is_ok());
+}
