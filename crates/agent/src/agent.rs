@@ -18,8 +18,10 @@ use jvmti_bindings::sys::jvmti::{
 use openprof_format::hprof_text::SamplerReport;
 use openprof_format::options::{Options, Sampler, MAX_DEPTH};
 
-use crate::jvmti::{jclass, jint, jmethodID, jthread, jvmtiCapabilities, jvmtiEnv,
-    jvmtiEventCallbacks, JNIEnv, JavaVM, Jvmti};
+use crate::jvmti::{
+    jclass, jint, jmethodID, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, JNIEnv,
+    JavaVM, Jvmti,
+};
 use crate::methods::Location;
 use crate::output::{hprof_date, TextOutput};
 use crate::profile::CpuProfile;
@@ -30,12 +32,17 @@ use crate::threads::Threads;
 /// How the agent's thread drains the ring when sampling with signals.
 const DRAIN_PERIOD: Duration = Duration::from_millis(20);
 
+/// A sample as it left the ring: kernel thread id, frame count or error code, frames.
+type RawSample = (i32, i32, Vec<(jmethodID, Location)>);
+
 /// How samples are taken in this run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum SamplerKind {
     Signals,
     /// JVMTI GetAllStackTraces from the agent's thread, with why.
-    Jvmti { note: String },
+    Jvmti {
+        note: String,
+    },
 }
 
 struct State {
@@ -73,7 +80,9 @@ thread_local! {
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic elsewhere must not make the agent panic again on a poisoned lock.
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Runs a callback body, keeping any panic on this side of the FFI boundary: the first one is
@@ -84,7 +93,9 @@ fn guarded(what: &str, body: impl FnOnce()) {
     }
     if catch_unwind(AssertUnwindSafe(body)).is_err() && !DISABLED.swap(true, Ordering::AcqRel) {
         signals::set_enabled(false);
-        eprintln!("openprof ERROR: internal error in {what}; profiling is off for the rest of this run");
+        eprintln!(
+            "openprof ERROR: internal error in {what}; profiling is off for the rest of this run"
+        );
     }
 }
 
@@ -107,7 +118,8 @@ pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
 pub fn on_attach(options_text: &str) -> jint {
     let message = match checked_options(options_text) {
         Err(message) => message,
-        Ok(_) => "attaching to a running JVM is not implemented yet; start the JVM with -agentpath".into(),
+        Ok(_) => "attaching to a running JVM is not implemented yet; start the JVM with -agentpath"
+            .into(),
     };
     eprintln!("openprof ERROR: {message}");
     JNI_ERR
@@ -120,7 +132,9 @@ fn checked_options(options_text: &str) -> Result<Options, String> {
         print!("{}", Options::help_text());
         std::process::exit(0);
     }
-    options.refuse_unbuilt().map_err(|error| error.to_string())?;
+    options
+        .refuse_unbuilt()
+        .map_err(|error| error.to_string())?;
     Ok(options)
 }
 
@@ -182,7 +196,9 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         JVMTI_EVENT_DATA_DUMP_REQUEST,
         JVMTI_EVENT_COMPILED_METHOD_LOAD,
     ] {
-        jvmti.set_event(event, true).map_err(|error| error.to_string())?;
+        jvmti
+            .set_event(event, true)
+            .map_err(|error| error.to_string())?;
     }
     Ok(())
 }
@@ -302,34 +318,36 @@ impl Agent {
     /// a safepoint.
     fn sample_all_threads(&self) {
         let mut samples: Vec<(u32, Vec<(jmethodID, Location)>)> = Vec::new();
-        let _ = self.jvmti.with_all_stack_traces(self.options.depth, |infos| {
-            for info in infos {
-                let runnable = info.state & JVMTI_THREAD_STATE_RUNNABLE != 0;
-                let held = info.state
-                    & (JVMTI_THREAD_STATE_SUSPENDED | JVMTI_THREAD_STATE_INTERRUPTED)
-                    != 0;
-                let serial = self.jvmti.thread_word(info.thread).unwrap_or(0) as u32;
-                if !runnable || held || info.frame_count <= 0 || serial == 0 {
-                    continue;
+        let _ = self
+            .jvmti
+            .with_all_stack_traces(self.options.depth, |infos| {
+                for info in infos {
+                    let runnable = info.state & JVMTI_THREAD_STATE_RUNNABLE != 0;
+                    let held = info.state
+                        & (JVMTI_THREAD_STATE_SUSPENDED | JVMTI_THREAD_STATE_INTERRUPTED)
+                        != 0;
+                    let serial = self.jvmti.thread_word(info.thread).unwrap_or(0) as u32;
+                    if !runnable || held || info.frame_count <= 0 || serial == 0 {
+                        continue;
+                    }
+                    // SAFETY: JVMTI filled `frame_count` frames at `frame_buffer`.
+                    let frames = unsafe {
+                        std::slice::from_raw_parts(info.frame_buffer, info.frame_count as usize)
+                    };
+                    let frames = frames
+                        .iter()
+                        .map(|frame| {
+                            let location = if frame.location >= 0 {
+                                Location::Bytecode(frame.location)
+                            } else {
+                                Location::Native
+                            };
+                            (frame.method, location)
+                        })
+                        .collect();
+                    samples.push((serial, frames));
                 }
-                // SAFETY: JVMTI filled `frame_count` frames at `frame_buffer`.
-                let frames = unsafe {
-                    std::slice::from_raw_parts(info.frame_buffer, info.frame_count as usize)
-                };
-                let frames = frames
-                    .iter()
-                    .map(|frame| {
-                        let location = if frame.location >= 0 {
-                            Location::Bytecode(frame.location)
-                        } else {
-                            Location::Native
-                        };
-                        (frame.method, location)
-                    })
-                    .collect();
-                samples.push((serial, frames));
-            }
-        });
+            });
         let mut state = lock(&self.state);
         for (serial, frames) in samples {
             let thread = self.options.thread.then_some(serial);
@@ -341,7 +359,7 @@ impl Agent {
 
     /// Moves samples from the ring into the profile and writes pending thread records.
     fn collect(&self, state: &mut State) {
-        let mut raw: Vec<(i32, i32, Vec<(jmethodID, Location)>)> = Vec::new();
+        let mut raw: Vec<RawSample> = Vec::new();
         if let Some(ring) = signals::ring() {
             ring.drain(|kernel_id, num_frames, frames| {
                 let frames = frames
@@ -372,11 +390,16 @@ impl Agent {
                 state.profile.add_failure(num_frames);
             } else {
                 let thread = serial.filter(|_| self.options.thread);
-                state.profile.add_sample(self.jvmti, thread, frames.into_iter());
+                state
+                    .profile
+                    .add_sample(self.jvmti, thread, frames.into_iter());
             }
         }
         if let Err(error) = state.output.thread_events(&events) {
-            eprintln!("openprof: can't write {}: {error}", state.output.path().display());
+            eprintln!(
+                "openprof: can't write {}: {error}",
+                state.output.path().display()
+            );
         }
     }
 
@@ -404,7 +427,10 @@ impl Agent {
         let dump = state.profile.take_dump(hprof_date(), self.options.cutoff);
         let report = self.sampler_report(&dump);
         if let Err(error) = state.output.cpu_dump(&dump, &report) {
-            eprintln!("openprof: can't write {}: {error}", state.output.path().display());
+            eprintln!(
+                "openprof: can't write {}: {error}",
+                state.output.path().display()
+            );
         }
         if self.options.verbose {
             eprintln!(" done.");
@@ -458,7 +484,11 @@ fn attach_current_thread(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
     };
     // SAFETY: `vm` is the live JavaVM; the args struct and name outlive the call.
     let status = unsafe {
-        ((**vm).AttachCurrentThreadAsDaemon)(vm, &mut env, (&mut args as *mut JavaVMAttachArgs).cast())
+        ((**vm).AttachCurrentThreadAsDaemon)(
+            vm,
+            &mut env,
+            (&mut args as *mut JavaVMAttachArgs).cast(),
+        )
     };
     (status == 0 && !env.is_null()).then_some(env.cast())
 }
@@ -479,7 +509,11 @@ unsafe extern "system" fn on_vm_death(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv) 
     });
 }
 
-unsafe extern "system" fn on_thread_start(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv, thread: jthread) {
+unsafe extern "system" fn on_thread_start(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    thread: jthread,
+) {
     guarded("ThreadStart", || {
         if IS_AGENT_THREAD.with(|flag| flag.get()) {
             return;

@@ -71,18 +71,9 @@ impl Jvmti {
         let mut env: *mut c_void = ptr::null_mut();
         // SAFETY: the JVM hands us a valid JavaVM in Agent_OnLoad/OnAttach; GetEnv is the first
         // entry of its invoke interface and writes one pointer.
-        let status = unsafe {
-            ((**vm).GetEnv)(
-                vm,
-                &mut env,
-                jvmti_bindings::sys::jvmti::JVMTI_VERSION_1_2,
-            )
-        };
+        let status =
+            unsafe { ((**vm).GetEnv)(vm, &mut env, jvmti_bindings::sys::jvmti::JVMTI_VERSION_1_2) };
         (status == 0 && !env.is_null()).then_some(Jvmti(env.cast()))
-    }
-
-    pub fn raw(self) -> *mut jvmtiEnv {
-        self.0
     }
 
     pub fn add_capabilities(self, capabilities: &jvmtiCapabilities) -> JvmtiResult<()> {
@@ -150,7 +141,10 @@ impl Jvmti {
     pub fn method_name(self, method: jmethodID) -> JvmtiResult<(String, String)> {
         let mut name: *mut c_char = ptr::null_mut();
         let mut signature: *mut c_char = ptr::null_mut();
-        call!(self, GetMethodName(method, &mut name, &mut signature, ptr::null_mut()))?;
+        call!(
+            self,
+            GetMethodName(method, &mut name, &mut signature, ptr::null_mut())
+        )?;
         Ok((
             self.take_string(name).unwrap_or_default(),
             self.take_string(signature).unwrap_or_default(),
@@ -166,7 +160,10 @@ impl Jvmti {
     /// A class's JVM signature, such as `Ljava/lang/String;` or `[I`.
     pub fn class_signature(self, class: jclass) -> JvmtiResult<String> {
         let mut signature: *mut c_char = ptr::null_mut();
-        call!(self, GetClassSignature(class, &mut signature, ptr::null_mut()))?;
+        call!(
+            self,
+            GetClassSignature(class, &mut signature, ptr::null_mut())
+        )?;
         Ok(self.take_string(signature).unwrap_or_default())
     }
 
@@ -240,7 +237,10 @@ impl Jvmti {
     ) -> JvmtiResult<()> {
         let mut infos: *mut jvmtiStackInfo = ptr::null_mut();
         let mut count: jint = 0;
-        call!(self, GetAllStackTraces(depth as jint, &mut infos, &mut count))?;
+        call!(
+            self,
+            GetAllStackTraces(depth as jint, &mut infos, &mut count)
+        )?;
         // SAFETY: JVMTI returned `count` stack infos at `infos`, in one allocation.
         visit(unsafe { std::slice::from_raw_parts(infos, count.max(0) as usize) });
         self.deallocate(infos);

@@ -5,19 +5,19 @@
 //! this side of the boundary and turns problems into a clear message and `JNI_ERR`.
 
 mod agent;
-pub mod jvmti;
-pub mod methods;
-pub mod output;
-pub mod profile;
-pub mod ring;
-pub mod signals;
-pub mod threads;
+mod jvmti;
+mod methods;
+mod output;
+mod profile;
+mod ring;
+mod signals;
+mod threads;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;
 
-use jvmti_bindings::sys::jni::JNI_ERR;
 use jvmti::{jint, JavaVM};
+use jvmti_bindings::sys::jni::JNI_ERR;
 
 /// The option string the JVM passed (after `=` in `-agentpath:lib=options`).
 ///

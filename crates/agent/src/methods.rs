@@ -113,6 +113,9 @@ mod tests {
         assert_eq!(info.line_of(Location::Bytecode(99)), FrameLine::Line(14));
         assert_eq!(info.line_of(Location::Native), FrameLine::Native);
         assert_eq!(info.line_of(Location::Unknown), FrameLine::Unknown);
-        assert_eq!(MethodInfo::unknown().line_of(Location::Bytecode(3)), FrameLine::Unknown);
+        assert_eq!(
+            MethodInfo::unknown().line_of(Location::Bytecode(3)),
+            FrameLine::Unknown
+        );
     }
 }

@@ -3,9 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use openprof_format::hprof_text::{
-    CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START,
-};
+use openprof_format::hprof_text::{CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START};
 
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::methods::{Location, Methods};
@@ -103,7 +101,10 @@ impl CpuProfile {
 
     /// Counts a sample whose stack walk failed with AsyncGetCallTrace's `code`.
     pub fn add_failure(&mut self, code: i32) {
-        *self.failed.entry(failure_name(code).to_string()).or_default() += 1;
+        *self
+            .failed
+            .entry(failure_name(code).to_string())
+            .or_default() += 1;
     }
 
     pub fn add_dropped(&mut self, dropped: u64) {
@@ -117,7 +118,10 @@ impl CpuProfile {
             .counts
             .drain()
             .map(|(serial, count)| {
-                let method = self.traces[&serial].frames.first().map(|f| f.qualified_method());
+                let method = self.traces[&serial]
+                    .frames
+                    .first()
+                    .map(|f| f.qualified_method());
                 (serial, count, method)
             })
             .collect();

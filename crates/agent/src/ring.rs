@@ -69,10 +69,6 @@ impl SampleRing {
         }
     }
 
-    pub fn depth(&self) -> usize {
-        self.depth
-    }
-
     /// Samples lost to a full ring since the last call.
     pub fn take_dropped(&self) -> u64 {
         self.dropped.swap(0, Ordering::Relaxed)
@@ -132,11 +128,15 @@ impl SampleRing {
             }
             // SAFETY: the Acquire load above saw the producer's Release publish of this slot, and
             // no producer touches it again until we hand it back below.
-            let (thread_id, num_frames) = unsafe { (*slot.thread_id.get(), *slot.num_frames.get()) };
+            let (thread_id, num_frames) =
+                unsafe { (*slot.thread_id.get(), *slot.num_frames.get()) };
             let count = (num_frames.max(0) as usize).min(self.depth);
             // SAFETY: as above; the slot's frames are the `depth` cells starting at index*depth.
             let frames = unsafe {
-                std::slice::from_raw_parts(self.frames[index * self.depth].get().cast_const(), count)
+                std::slice::from_raw_parts(
+                    self.frames[index * self.depth].get().cast_const(),
+                    count,
+                )
             };
             visit(thread_id, num_frames, frames);
             slot.sequence
@@ -206,7 +206,9 @@ mod tests {
         while producers.iter().any(|p| !p.is_finished()) {
             consumed += ring.drain(|thread, frames, slice| {
                 assert_eq!(frames, 3);
-                assert!(slice.iter().all(|f| f.method_id as usize == thread as usize + 1));
+                assert!(slice
+                    .iter()
+                    .all(|f| f.method_id as usize == thread as usize + 1));
                 per_thread[thread as usize] += 1;
             });
         }

@@ -61,7 +61,8 @@ fn find_async_get_call_trace() -> Option<AsyncGetCallTrace> {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.
     let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"AsyncGetCallTrace".as_ptr()) };
     // SAFETY: HotSpot's exported AsyncGetCallTrace has exactly this C signature.
-    (!symbol.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, AsyncGetCallTrace>(symbol) })
+    (!symbol.is_null())
+        .then(|| unsafe { std::mem::transmute::<*mut c_void, AsyncGetCallTrace>(symbol) })
 }
 
 /// Why signal sampling could not be set up.
@@ -130,7 +131,11 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
     // SAFETY: GetEnv only reads the VM's thread-local current thread, which HotSpot makes safe in
     // signal handlers; async-profiler relies on the same.
     let status = unsafe {
-        ((**sampler.vm).GetEnv)(sampler.vm, &mut env, jvmti_bindings::sys::jni::JNI_VERSION_1_6)
+        ((**sampler.vm).GetEnv)(
+            sampler.vm,
+            &mut env,
+            jvmti_bindings::sys::jni::JNI_VERSION_1_6,
+        )
     };
     let thread_id = current_thread_id();
     sampler.ring.record(|frames, depth| {
@@ -166,7 +171,8 @@ impl ThreadTimer {
         event.sigev_signo = libc::SIGPROF;
         event.sigev_notify_thread_id = current_thread_id();
         // SAFETY: valid clock id, event and out-pointer.
-        if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+        if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0
+        {
             return Err(io::Error::last_os_error());
         }
         let period = libc::timespec {

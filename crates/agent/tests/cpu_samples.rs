@@ -24,14 +24,26 @@ fn assert_split(interval: u32, cpu_seconds: &str) {
     let light = by_method.get("CpuSplit.light").copied().unwrap_or(0) as f64;
     assert!(heavy + light >= 200.0, "too few samples: {by_method:?}");
     let share = heavy / (heavy + light);
-    assert!((share - 0.75).abs() <= 0.05, "interval={interval}: heavy share {share:.3}, built-in 0.75: {by_method:?}");
-    assert!((share - measured).abs() <= 0.05, "interval={interval}: heavy share {share:.3}, measured {measured:.3}");
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "interval={interval}: heavy share {share:.3}, built-in 0.75: {by_method:?}"
+    );
+    assert!(
+        (share - measured).abs() <= 0.05,
+        "interval={interval}: heavy share {share:.3}, measured {measured:.3}"
+    );
     // The two methods are nearly all the program does.
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
-    assert!(heavy + light >= 0.9 * total as f64, "{by_method:?} of {total}");
+    assert!(
+        heavy + light >= 0.9 * total as f64,
+        "{by_method:?} of {total}"
+    );
     let sampler = &profile.samplers[0];
     assert_eq!(sampler.sampler, "AsyncGetCallTrace");
-    assert!(sampler.failed_total() * 10 < total, "too many failed walks: {sampler:?}");
+    assert!(
+        sampler.failed_total() * 10 < total,
+        "too many failed walks: {sampler:?}"
+    );
 }
 
 #[test]
@@ -46,7 +58,12 @@ fn split_is_right_at_interval_10() {
 
 #[test]
 fn traces_have_hprof_layout_and_line_numbers() {
-    let run = run_java(Some("cpu=samples,depth=3,file=lines.txt"), "CpuSplit", &["1"], LIMIT);
+    let run = run_java(
+        Some("cpu=samples,depth=3,file=lines.txt"),
+        "CpuSplit",
+        &["1"],
+        LIMIT,
+    );
     assert!(run.success(), "{}", run.stderr());
     let profile = run.profile("lines.txt");
     assert!(profile.header.starts_with("JAVA PROFILE 1.0.1, created "));
@@ -58,29 +75,53 @@ fn traces_have_hprof_layout_and_line_numbers() {
     assert_eq!(frame.source_file.as_deref(), Some("CpuSplit.java"));
     // heavy()'s loop is on lines 17-20 of CpuSplit.java.
     match &frame.line {
-        openprof_format::hprof_text::FrameLine::Line(line) => assert!((17..=20).contains(line) || frame.method_name == "light", "{frame:?}"),
+        openprof_format::hprof_text::FrameLine::Line(line) => assert!(
+            (17..=20).contains(line) || frame.method_name == "light",
+            "{frame:?}"
+        ),
         other => panic!("no line number: {other:?}"),
     }
     assert_eq!(trace.frames[1].qualified_method(), "CpuSplit.main");
     // Every row's trace is printed, and ranks run 1, 2, 3, ...
     for (index, row) in table.rows.iter().enumerate() {
         assert_eq!(row.rank as usize, index + 1);
-        assert!(profile.traces.contains_key(&row.trace), "TRACE {} missing", row.trace);
+        assert!(
+            profile.traces.contains_key(&row.trace),
+            "TRACE {} missing",
+            row.trace
+        );
     }
 }
 
 #[test]
 fn lineno_n_prints_unknown_line_and_merges_by_method() {
-    let run = run_java(Some("cpu=samples,lineno=n,file=nolines.txt"), "CpuSplit", &["1"], LIMIT);
+    let run = run_java(
+        Some("cpu=samples,lineno=n,file=nolines.txt"),
+        "CpuSplit",
+        &["1"],
+        LIMIT,
+    );
     assert!(run.success(), "{}", run.stderr());
     let profile = run.profile("nolines.txt");
     let heavy_traces = profile
         .traces
         .values()
-        .filter(|trace| trace.frames.first().is_some_and(|f| f.qualified_method() == "CpuSplit.heavy"))
+        .filter(|trace| {
+            trace
+                .frames
+                .first()
+                .is_some_and(|f| f.qualified_method() == "CpuSplit.heavy")
+        })
         .count();
-    assert_eq!(heavy_traces, 1, "one trace for heavy() when lines are not told apart");
-    assert!(profile.traces.values().flat_map(|t| &t.frames).all(|f| f.line == openprof_format::hprof_text::FrameLine::Unknown));
+    assert_eq!(
+        heavy_traces, 1,
+        "one trace for heavy() when lines are not told apart"
+    );
+    assert!(profile
+        .traces
+        .values()
+        .flat_map(|t| &t.frames)
+        .all(|f| f.line == openprof_format::hprof_text::FrameLine::Unknown));
 }
 
 #[test]
@@ -91,14 +132,27 @@ fn sigquit_dumps_the_samples_so_far() {
     std::thread::sleep(Duration::from_secs(3));
     send_signal(pid, libc_sigquit());
     let output = wait_with_limit(child, LIMIT);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = std::fs::read(dir.join("quit.txt")).unwrap();
     let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
-    assert_eq!(profile.cpu_tables.len(), 2, "one table at SIGQUIT, one at exit");
+    assert_eq!(
+        profile.cpu_tables.len(),
+        2,
+        "one table at SIGQUIT, one at exit"
+    );
     assert!(profile.cpu_tables.iter().all(|table| table.total > 0));
     // Each dump's TRACEs are printed once in the file.
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(stderr.matches("Dumping CPU usage by sampling running threads ... done.").count(), 2);
+    assert_eq!(
+        stderr
+            .matches("Dumping CPU usage by sampling running threads ... done.")
+            .count(),
+        2
+    );
 }
 
 fn libc_sigquit() -> i32 {
@@ -107,7 +161,12 @@ fn libc_sigquit() -> i32 {
 
 #[test]
 fn doe_n_writes_no_samples_at_exit() {
-    let run = run_java(Some("cpu=samples,doe=n,file=nodump.txt,verbose=n"), "CpuSplit", &["0.5"], LIMIT);
+    let run = run_java(
+        Some("cpu=samples,doe=n,file=nodump.txt,verbose=n"),
+        "CpuSplit",
+        &["0.5"],
+        LIMIT,
+    );
     assert!(run.success(), "{}", run.stderr());
     let profile = run.profile("nodump.txt");
     assert!(profile.cpu_tables.is_empty());
@@ -123,19 +182,32 @@ fn force_n_keeps_an_existing_file() {
     let pid = child.id();
     let output = wait_with_limit(child, LIMIT);
     assert!(output.status.success());
-    assert_eq!(std::fs::read_to_string(dir.join("java.hprof.txt")).unwrap(), "keep me");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("java.hprof.txt")).unwrap(),
+        "keep me"
+    );
     assert!(dir.join(format!("java.hprof.{pid}.txt")).is_file());
 }
 
 #[test]
 fn jvmti_sampler_is_the_named_fallback() {
-    let run = run_java(Some("cpu=samples,sampler=jvmti,file=safepoint.txt"), "CpuSplit", &["3"], LIMIT);
+    let run = run_java(
+        Some("cpu=samples,sampler=jvmti,file=safepoint.txt"),
+        "CpuSplit",
+        &["3"],
+        LIMIT,
+    );
     assert!(run.success(), "{}", run.stderr());
     let profile = run.profile("safepoint.txt");
     let sampler = &profile.samplers[0];
     assert_eq!(sampler.sampler, "GetAllStackTraces");
-    assert!(sampler.note.as_deref().unwrap_or("").contains("biased towards safepoints"));
+    assert!(sampler
+        .note
+        .as_deref()
+        .unwrap_or("")
+        .contains("biased towards safepoints"));
     let by_method = samples_by_method(&profile);
-    let work = by_method.get("CpuSplit.heavy").copied().unwrap_or(0) + by_method.get("CpuSplit.light").copied().unwrap_or(0);
+    let work = by_method.get("CpuSplit.heavy").copied().unwrap_or(0)
+        + by_method.get("CpuSplit.light").copied().unwrap_or(0);
     assert!(work > 50, "{by_method:?}");
 }

@@ -15,26 +15,57 @@ fn run_with(options: &str) -> Run {
 fn assert_refused(options: &str, expected: &str) {
     let run = run_with(options);
     assert!(!run.success(), "{options}: the JVM started");
-    assert!(!run.stdout().contains("calls="), "{options}: the program ran");
+    assert!(
+        !run.stdout().contains("calls="),
+        "{options}: the program ran"
+    );
     let stderr = run.stderr();
-    let agent_lines: Vec<&str> = stderr.lines().filter(|line| line.starts_with("openprof")).collect();
+    let agent_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("openprof"))
+        .collect();
     assert_eq!(agent_lines.len(), 1, "{options}: {stderr}");
-    assert!(agent_lines[0].starts_with("openprof ERROR: "), "{options}: {stderr}");
-    assert!(agent_lines[0].contains(expected), "{options}: expected '{expected}' in {stderr}");
-    assert!(!stderr.contains("hs_err") && !stderr.contains("SIGSEGV"), "{options}: {stderr}");
-    assert!(run.files().is_empty(), "{options}: left files {:?}", run.files());
+    assert!(
+        agent_lines[0].starts_with("openprof ERROR: "),
+        "{options}: {stderr}"
+    );
+    assert!(
+        agent_lines[0].contains(expected),
+        "{options}: expected '{expected}' in {stderr}"
+    );
+    assert!(
+        !stderr.contains("hs_err") && !stderr.contains("SIGSEGV"),
+        "{options}: {stderr}"
+    );
+    assert!(
+        run.files().is_empty(),
+        "{options}: left files {:?}",
+        run.files()
+    );
 }
 
 #[test]
 fn unknown_option_is_refused() {
-    assert_refused("cpu=samples,speed=fast", "option speed: is not an option; the options are help, heap, cpu");
+    assert_refused(
+        "cpu=samples,speed=fast",
+        "option speed: is not an option; the options are help, heap, cpu",
+    );
 }
 
 #[test]
 fn bad_values_are_refused() {
-    assert_refused("cpu=fast", "option cpu: 'fast' is not allowed; use samples, times or old");
-    assert_refused("cpu=samples,lineno=maybe", "option lineno: 'maybe' is not allowed; use y or n");
-    assert_refused("cpu=samples,format=x", "option format: 'x' is not allowed; use a (text) or b (binary)");
+    assert_refused(
+        "cpu=fast",
+        "option cpu: 'fast' is not allowed; use samples, times or old",
+    );
+    assert_refused(
+        "cpu=samples,lineno=maybe",
+        "option lineno: 'maybe' is not allowed; use y or n",
+    );
+    assert_refused(
+        "cpu=samples,format=x",
+        "option format: 'x' is not allowed; use a (text) or b (binary)",
+    );
     assert_refused("cpu=samples,depth", "option depth: has no value");
     assert_refused("cpu=samples,file=", "option file: is empty");
     assert_refused("cpu=samples,net=nohost", "option net: 'nohost' has no port");
@@ -42,36 +73,87 @@ fn bad_values_are_refused() {
 
 #[test]
 fn bad_numbers_are_refused() {
-    assert_refused("cpu=samples,depth=deep", "option depth: 'deep' is not a number; use a whole number from 0 to 2048");
-    assert_refused("cpu=samples,interval=1.5", "option interval: '1.5' is not a number");
-    assert_refused("cpu=samples,cutoff=lots", "option cutoff: 'lots' is not a number; use a number from 0.0 to 1.0");
+    assert_refused(
+        "cpu=samples,depth=deep",
+        "option depth: 'deep' is not a number; use a whole number from 0 to 2048",
+    );
+    assert_refused(
+        "cpu=samples,interval=1.5",
+        "option interval: '1.5' is not a number",
+    );
+    assert_refused(
+        "cpu=samples,cutoff=lots",
+        "option cutoff: 'lots' is not a number; use a number from 0.0 to 1.0",
+    );
 }
 
 #[test]
 fn out_of_range_numbers_are_refused() {
-    assert_refused("cpu=samples,depth=5000", "option depth: 5000 is out of range; use a whole number from 0 to 2048");
-    assert_refused("cpu=samples,interval=0", "option interval: 0 is out of range; use a whole number from 1 to 60000");
-    assert_refused("cpu=samples,cutoff=1.5", "option cutoff: 1.5 is out of range");
+    assert_refused(
+        "cpu=samples,depth=5000",
+        "option depth: 5000 is out of range; use a whole number from 0 to 2048",
+    );
+    assert_refused(
+        "cpu=samples,interval=0",
+        "option interval: 0 is out of range; use a whole number from 1 to 60000",
+    );
+    assert_refused(
+        "cpu=samples,cutoff=1.5",
+        "option cutoff: 1.5 is out of range",
+    );
 }
 
 #[test]
 fn incompatible_pairs_are_refused() {
-    assert_refused("format=b,monitor=y", "option format: format=b cannot be used with monitor=y");
-    assert_refused("format=b,cpu=times", "option format: format=b cannot be used with cpu=old|times");
-    assert_refused("cpu=old,format=b", "option format: format=b cannot be used with cpu=old|times");
-    assert_refused("cpu=samples,file=a.txt,net=localhost:9000", "option net: net= and file= cannot be used together");
+    assert_refused(
+        "format=b,monitor=y",
+        "option format: format=b cannot be used with monitor=y",
+    );
+    assert_refused(
+        "format=b,cpu=times",
+        "option format: format=b cannot be used with cpu=old|times",
+    );
+    assert_refused(
+        "cpu=old,format=b",
+        "option format: format=b cannot be used with cpu=old|times",
+    );
+    assert_refused(
+        "cpu=samples,file=a.txt,net=localhost:9000",
+        "option net: net= and file= cannot be used together",
+    );
 }
 
 #[test]
 fn unbuilt_features_are_refused_not_ignored() {
-    assert_refused("", "option heap: heap=all (HPROF's default when no profile is chosen) is not implemented yet");
-    assert_refused("heap=sites", "option heap: heap=sites is not implemented yet");
-    assert_refused("heap=dump,cpu=samples", "option heap: heap=dump is not implemented yet");
+    assert_refused(
+        "",
+        "option heap: heap=all (HPROF's default when no profile is chosen) is not implemented yet",
+    );
+    assert_refused(
+        "heap=sites",
+        "option heap: heap=sites is not implemented yet",
+    );
+    assert_refused(
+        "heap=dump,cpu=samples",
+        "option heap: heap=dump is not implemented yet",
+    );
     assert_refused("cpu=times", "option cpu: cpu=times is not implemented yet");
-    assert_refused("cpu=samples,monitor=y", "option monitor: monitor=y is not implemented yet");
-    assert_refused("cpu=samples,format=b", "option format: format=b is not implemented yet");
-    assert_refused("cpu=samples,net=localhost:9000", "option net: net= is not implemented yet");
-    assert_refused("cpu=samples,msa=y", "option msa: msa=y is Solaris micro state accounting");
+    assert_refused(
+        "cpu=samples,monitor=y",
+        "option monitor: monitor=y is not implemented yet",
+    );
+    assert_refused(
+        "cpu=samples,format=b",
+        "option format: format=b is not implemented yet",
+    );
+    assert_refused(
+        "cpu=samples,net=localhost:9000",
+        "option net: net= is not implemented yet",
+    );
+    assert_refused(
+        "cpu=samples,msa=y",
+        "option msa: msa=y is Solaris micro state accounting",
+    );
 }
 
 #[test]
@@ -79,7 +161,12 @@ fn an_unwritable_file_stops_the_jvm() {
     let run = run_with("cpu=samples,file=/nonexistent-dir/out.txt");
     assert!(!run.success());
     assert!(!run.stdout().contains("calls="));
-    assert!(run.stderr().contains("openprof ERROR: can't write file=/nonexistent-dir/out.txt"), "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("openprof ERROR: can't write file=/nonexistent-dir/out.txt"),
+        "{}",
+        run.stderr()
+    );
 }
 
 #[test]
@@ -101,7 +188,11 @@ fn attaching_is_refused_until_it_is_built() {
     // SAFETY: Agent_OnAttach only reads the option string before refusing; the VM pointer is
     // never used on this path.
     let status = unsafe {
-        openprof_agent::Agent_OnAttach(std::ptr::null_mut(), options.as_ptr().cast_mut(), std::ptr::null_mut())
+        openprof_agent::Agent_OnAttach(
+            std::ptr::null_mut(),
+            options.as_ptr().cast_mut(),
+            std::ptr::null_mut(),
+        )
     };
     assert_eq!(status, -1);
 }

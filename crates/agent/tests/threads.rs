@@ -14,7 +14,11 @@ fn busy_and_short_lived_threads_are_all_recorded_and_sampled() {
         Duration::from_secs(180),
     );
     assert!(run.success(), "the JVM failed: {}", run.stderr());
-    assert!(!run.files().iter().any(|file| file.starts_with("hs_err")), "a crash log: {:?}", run.files());
+    assert!(
+        !run.files().iter().any(|file| file.starts_with("hs_err")),
+        "a crash log: {:?}",
+        run.files()
+    );
     let started_by_workload: BTreeSet<String> = run
         .stdout()
         .lines()
@@ -26,13 +30,27 @@ fn busy_and_short_lived_threads_are_all_recorded_and_sampled() {
     let profile = run.profile("threads.txt");
     let mut serial_by_name = BTreeMap::new();
     for start in &profile.threads_started {
-        assert!(serial_by_name.insert(start.name.clone(), start.serial).is_none() || start.name == "DestroyJavaVM",
-            "thread name recorded twice: {}", start.name);
+        assert!(
+            serial_by_name
+                .insert(start.name.clone(), start.serial)
+                .is_none()
+                || start.name == "DestroyJavaVM",
+            "thread name recorded twice: {}",
+            start.name
+        );
     }
     let serials: BTreeSet<u32> = profile.threads_started.iter().map(|t| t.serial).collect();
-    assert_eq!(serials.len(), profile.threads_started.len(), "serials are unique");
+    assert_eq!(
+        serials.len(),
+        profile.threads_started.len(),
+        "serials are unique"
+    );
     let ended: BTreeSet<u32> = profile.threads_ended.iter().copied().collect();
-    assert_eq!(ended.len(), profile.threads_ended.len(), "a thread ends once");
+    assert_eq!(
+        ended.len(),
+        profile.threads_ended.len(),
+        "a thread ends once"
+    );
     assert!(ended.is_subset(&serials), "THREAD END without THREAD START");
 
     let sampled_threads: BTreeSet<u32> = profile
@@ -42,7 +60,9 @@ fn busy_and_short_lived_threads_are_all_recorded_and_sampled() {
         .filter_map(|row| profile.traces[&row.trace].thread)
         .collect();
     for name in &started_by_workload {
-        let serial = serial_by_name.get(name).unwrap_or_else(|| panic!("no THREAD START for {name}"));
+        let serial = serial_by_name
+            .get(name)
+            .unwrap_or_else(|| panic!("no THREAD START for {name}"));
         assert!(ended.contains(serial), "no THREAD END for {name}");
         assert!(sampled_threads.contains(serial), "no samples from {name}");
     }

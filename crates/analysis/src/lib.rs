@@ -75,7 +75,8 @@ pub fn summarize_cpu(profile: &TextProfile) -> CpuSummary {
         });
         stat.self_samples += count;
         stat.traces.push((serial, count));
-        let on_stack: BTreeSet<String> = trace.frames.iter().map(|f| f.qualified_method()).collect();
+        let on_stack: BTreeSet<String> =
+            trace.frames.iter().map(|f| f.qualified_method()).collect();
         for method in on_stack {
             stats
                 .entry(method.clone())
@@ -90,7 +91,8 @@ pub fn summarize_cpu(profile: &TextProfile) -> CpuSummary {
     }
     summary.methods = stats.into_values().collect();
     for stat in &mut summary.methods {
-        stat.traces.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        stat.traces
+            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     }
     summary.methods.sort_by(|a, b| {
         b.self_samples
@@ -122,26 +124,52 @@ mod tests {
         writer.header("d").unwrap();
         let traces = [
             (300001, vec![frame("A.hot"), frame("A.main")]),
-            (300002, vec![frame("A.hot"), frame("A.hot"), frame("A.main")]),
+            (
+                300002,
+                vec![frame("A.hot"), frame("A.hot"), frame("A.main")],
+            ),
             (300003, vec![frame("A.cold"), frame("A.main")]),
         ];
         for (serial, frames) in &traces {
             writer
-                .trace(&Trace { serial: *serial, thread: None, frames: frames.clone() })
+                .trace(&Trace {
+                    serial: *serial,
+                    thread: None,
+                    frames: frames.clone(),
+                })
                 .unwrap();
         }
-        let method = |serial: u32| Some(traces.iter().find(|t| t.0 == serial).unwrap().1[0].qualified_method());
-        let first = CpuTable::rank(CpuTableKind::Samples, "d".into(), vec![(300001, 6, method(300001)), (300003, 2, method(300003))], 0.0);
-        let second = CpuTable::rank(CpuTableKind::Samples, "d".into(), vec![(300002, 4, method(300002)), (300001, 2, method(300001))], 0.0);
+        let method = |serial: u32| {
+            Some(traces.iter().find(|t| t.0 == serial).unwrap().1[0].qualified_method())
+        };
+        let first = CpuTable::rank(
+            CpuTableKind::Samples,
+            "d".into(),
+            vec![(300001, 6, method(300001)), (300003, 2, method(300003))],
+            0.0,
+        );
+        let second = CpuTable::rank(
+            CpuTableKind::Samples,
+            "d".into(),
+            vec![(300002, 4, method(300002)), (300001, 2, method(300001))],
+            0.0,
+        );
         writer.cpu_table(&first).unwrap();
         writer.cpu_table(&second).unwrap();
         let profile = read(writer.into_inner().as_slice()).unwrap();
         let summary = summarize_cpu(&profile);
         assert_eq!((summary.total_samples, summary.dumps), (14, 2));
         let hot = &summary.methods[0];
-        assert_eq!((hot.method.as_str(), hot.self_samples, hot.total_samples), ("A.hot", 12, 12));
+        assert_eq!(
+            (hot.method.as_str(), hot.self_samples, hot.total_samples),
+            ("A.hot", 12, 12)
+        );
         assert_eq!(hot.traces, vec![(300001, 8), (300002, 4)]);
-        let main = summary.methods.iter().find(|m| m.method == "A.main").unwrap();
+        let main = summary
+            .methods
+            .iter()
+            .find(|m| m.method == "A.main")
+            .unwrap();
         assert_eq!((main.self_samples, main.total_samples), (0, 14));
     }
 }

@@ -99,7 +99,10 @@ fn find_agent(explicit: Option<PathBuf>) -> Result<PathBuf> {
         return Ok(path);
     }
     let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|exe| exe.parent().map(Path::to_path_buf)) {
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf))
+    {
         candidates.push(dir.join(AGENT_FILE));
     }
     candidates.push(PathBuf::from("target/release").join(AGENT_FILE));
@@ -116,10 +119,18 @@ fn find_agent(explicit: Option<PathBuf>) -> Result<PathBuf> {
         })
 }
 
-fn run(options_text: &str, agent: Option<PathBuf>, top: usize, java: &[String]) -> Result<ExitCode> {
-    let options = Options::parse(options_text).map_err(|error| anyhow::anyhow!("bad -o: {error}"))?;
+fn run(
+    options_text: &str,
+    agent: Option<PathBuf>,
+    top: usize,
+    java: &[String],
+) -> Result<ExitCode> {
+    let options =
+        Options::parse(options_text).map_err(|error| anyhow::anyhow!("bad -o: {error}"))?;
     let agent = find_agent(agent)?;
-    let (program, arguments) = java.split_first().context("give the Java command after --")?;
+    let (program, arguments) = java
+        .split_first()
+        .context("give the Java command after --")?;
     let program = if program == "java" {
         Jdk::find()?.java()?
     } else {
@@ -136,7 +147,9 @@ fn run(options_text: &str, agent: Option<PathBuf>, top: usize, java: &[String]) 
         .spawn()
         .with_context(|| format!("can't run {}", program.display()))?;
     let pid = child.id();
-    let status = child.wait().with_context(|| format!("waiting for {}", program.display()))?;
+    let status = child
+        .wait()
+        .with_context(|| format!("waiting for {}", program.display()))?;
     let code = ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8);
     if options.help || options.format != OutputFormat::Ascii || !options.doe {
         return Ok(code);
@@ -159,7 +172,8 @@ fn run(options_text: &str, agent: Option<PathBuf>, top: usize, java: &[String]) 
 
 fn read_profile(file: &Path) -> Result<TextProfile> {
     let bytes = fs::read(file).with_context(|| format!("can't read {}", file.display()))?;
-    hprof_text::read(bytes.as_slice()).with_context(|| format!("{} is not an HPROF text profile", file.display()))
+    hprof_text::read(bytes.as_slice())
+        .with_context(|| format!("{} is not an HPROF text profile", file.display()))
 }
 
 fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> String {
@@ -177,7 +191,11 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
         "{} CPU samples in {} dump(s), sampled with {}; {} walks failed, {} samples dropped",
         summary.total_samples,
         summary.dumps,
-        if samplers.is_empty() { "an unknown sampler".to_string() } else { samplers.join(", ") },
+        if samplers.is_empty() {
+            "an unknown sampler".to_string()
+        } else {
+            samplers.join(", ")
+        },
         summary.failed_walks,
         summary.dropped
     );
@@ -193,7 +211,13 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
     }
     let percent = |count: u64| 100.0 * count as f64 / summary.total_samples.max(1) as f64;
     let _ = writeln!(out, "\n rank   self  total   samples  method");
-    for (rank, stat) in summary.methods.iter().filter(|s| s.self_samples > 0).take(top).enumerate() {
+    for (rank, stat) in summary
+        .methods
+        .iter()
+        .filter(|s| s.self_samples > 0)
+        .take(top)
+        .enumerate()
+    {
         let _ = writeln!(
             out,
             "{:5} {:5.1}% {:5.1}% {:9}  {}",
@@ -206,11 +230,21 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
     }
     if traces > 0 {
         let _ = writeln!(out, "\nTraces behind the top methods:");
-        for stat in summary.methods.iter().filter(|s| s.self_samples > 0).take(top) {
+        for stat in summary
+            .methods
+            .iter()
+            .filter(|s| s.self_samples > 0)
+            .take(top)
+        {
             let _ = writeln!(out, "{}", stat.method);
             for (serial, count) in stat.traces.iter().take(traces) {
                 let _ = writeln!(out, "  {count:7} samples  TRACE {serial}");
-                for frame in profile.traces.get(serial).map(|t| t.frames.as_slice()).unwrap_or_default() {
+                for frame in profile
+                    .traces
+                    .get(serial)
+                    .map(|t| t.frames.as_slice())
+                    .unwrap_or_default()
+                {
                     let _ = writeln!(out, "                    {frame}");
                 }
             }

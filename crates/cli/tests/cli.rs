@@ -25,9 +25,15 @@ fn text(bytes: &[u8]) -> String {
 fn run_profiles_a_java_program_and_prints_its_top_methods() {
     let dir = tempfile::tempdir().unwrap();
     let classes = workload_classes().to_str().unwrap().to_string();
-    let output = openprof(dir.path(), &["run", "--", "java", "-cp", &classes, "CpuSplit", "2"]);
+    let output = openprof(
+        dir.path(),
+        &["run", "--", "java", "-cp", &classes, "CpuSplit", "2"],
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(text(&output.stdout).contains("heavy_cpu_share="), "the program's own output passes through");
+    assert!(
+        text(&output.stdout).contains("heavy_cpu_share="),
+        "the program's own output passes through"
+    );
     let stderr = text(&output.stderr);
     let first_row = stderr
         .lines()
@@ -36,42 +42,75 @@ fn run_profiles_a_java_program_and_prints_its_top_methods() {
         .expect("a method table");
     assert!(first_row.ends_with("CpuSplit.heavy"), "{stderr}");
     assert!(stderr.contains("CpuSplit.light"));
-    assert!(dir.path().join("java.hprof.txt").is_file(), "HPROF's default file name");
+    assert!(
+        dir.path().join("java.hprof.txt").is_file(),
+        "HPROF's default file name"
+    );
 }
 
 #[test]
 fn run_passes_the_programs_exit_code_through() {
     let dir = tempfile::tempdir().unwrap();
     let classes = workload_classes().to_str().unwrap().to_string();
-    let output = openprof(dir.path(), &["run", "--", "java", "-cp", &classes, "NoSuchClass"]);
+    let output = openprof(
+        dir.path(),
+        &["run", "--", "java", "-cp", &classes, "NoSuchClass"],
+    );
     assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
 }
 
 #[test]
 fn run_refuses_bad_options_before_starting_java() {
     let dir = tempfile::tempdir().unwrap();
-    let output = openprof(dir.path(), &["run", "-o", "cpu=samples,depth=x", "--", "java", "-version"]);
+    let output = openprof(
+        dir.path(),
+        &["run", "-o", "cpu=samples,depth=x", "--", "java", "-version"],
+    );
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("bad -o: option depth: 'x' is not a number"), "{stderr}");
-    assert!(!stderr.contains("openjdk version"), "java must not have run: {stderr}");
+    assert!(
+        stderr.contains("bad -o: option depth: 'x' is not a number"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("openjdk version"),
+        "java must not have run: {stderr}"
+    );
 }
 
 #[test]
 fn run_says_when_java_is_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let output = openprof(dir.path(), &["run", "--", "/nonexistent/bin/java", "-version"]);
+    let output = openprof(
+        dir.path(),
+        &["run", "--", "/nonexistent/bin/java", "-version"],
+    );
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("can't run /nonexistent/bin/java"), "{}", text(&output.stderr));
-    let output = openprof(dir.path(), &["run", "--agent", "/nonexistent/agent.so", "--", "java"]);
+    assert!(
+        text(&output.stderr).contains("can't run /nonexistent/bin/java"),
+        "{}",
+        text(&output.stderr)
+    );
+    let output = openprof(
+        dir.path(),
+        &["run", "--agent", "/nonexistent/agent.so", "--", "java"],
+    );
     assert!(text(&output.stderr).contains("the agent library /nonexistent/agent.so does not exist"));
 }
 
 #[test]
 fn report_reads_a_real_profile() {
-    let run = run_java(Some("cpu=samples,thread=y,file=p.txt"), "CpuSplit", &["2"], Duration::from_secs(120));
+    let run = run_java(
+        Some("cpu=samples,thread=y,file=p.txt"),
+        "CpuSplit",
+        &["2"],
+        Duration::from_secs(120),
+    );
     assert!(run.success(), "{}", run.stderr());
-    let output = openprof(&run.dir, &["report", "p.txt", "--top", "2", "--traces", "1"]);
+    let output = openprof(
+        &run.dir,
+        &["report", "p.txt", "--top", "2", "--traces", "1"],
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     let rows: Vec<&str> = stdout
@@ -81,8 +120,14 @@ fn report_reads_a_real_profile() {
         .take_while(|line| !line.is_empty())
         .collect();
     assert_eq!(rows.len(), 2, "{stdout}");
-    assert!(rows[0].ends_with("CpuSplit.heavy") && rows[1].ends_with("CpuSplit.light"), "{stdout}");
-    assert!(stdout.contains("CpuSplit.heavy(CpuSplit.java:"), "the trace behind it: {stdout}");
+    assert!(
+        rows[0].ends_with("CpuSplit.heavy") && rows[1].ends_with("CpuSplit.light"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("CpuSplit.heavy(CpuSplit.java:"),
+        "the trace behind it: {stdout}"
+    );
     assert!(stdout.contains("sampled with AsyncGetCallTrace"));
 }
 
@@ -92,17 +137,30 @@ fn report_errors_are_clear() {
     let output = openprof(dir.path(), &["report", "missing.txt"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("can't read missing.txt"));
-    std::fs::write(dir.path().join("bad.txt"), "JAVA PROFILE 1.0.1\n--------\nTRACE x:\n").unwrap();
+    std::fs::write(
+        dir.path().join("bad.txt"),
+        "JAVA PROFILE 1.0.1\n--------\nTRACE x:\n",
+    )
+    .unwrap();
     let output = openprof(dir.path(), &["report", "bad.txt"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("bad.txt is not an HPROF text profile: line 3: TRACE serial: 'x' is not a number"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "bad.txt is not an HPROF text profile: line 3: TRACE serial: 'x' is not a number"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn every_command_has_help() {
     let dir = tempfile::tempdir().unwrap();
-    for args in [vec!["--help"], vec!["run", "--help"], vec!["report", "--help"]] {
+    for args in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["report", "--help"],
+    ] {
         let output = openprof(dir.path(), &args);
         assert!(output.status.success(), "{args:?}");
         assert!(text(&output.stdout).contains("Usage: openprof"), "{args:?}");

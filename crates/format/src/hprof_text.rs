@@ -359,7 +359,11 @@ fn expect_prefix<'a>(
         .ok_or_else(|| malformed(number, format!("{record}: expected '{prefix}' in '{text}'")))
 }
 
-fn parse_number<T: std::str::FromStr>(text: &str, number: usize, what: &str) -> Result<T, ReadError> {
+fn parse_number<T: std::str::FromStr>(
+    text: &str,
+    number: usize,
+    what: &str,
+) -> Result<T, ReadError> {
     text.trim()
         .parse()
         .map_err(|_| malformed(number, format!("{what}: '{text}' is not a number")))
@@ -441,12 +445,19 @@ fn parse_cpu_header(text: &str, number: usize) -> Result<(CpuTableKind, u64, Str
     } else if let Some(rest) = text.strip_prefix("CPU TIME (ms) BEGIN (total = ") {
         (CpuTableKind::Time, rest)
     } else {
-        return Err(malformed(number, format!("not a CPU table header: '{text}'")));
+        return Err(malformed(
+            number,
+            format!("not a CPU table header: '{text}'"),
+        ));
     };
     let (total, date) = rest
         .split_once(')')
         .ok_or_else(|| malformed(number, "CPU table: no ')' after the total"))?;
-    Ok((kind, parse_number(total, number, "CPU total")?, date.trim().to_string()))
+    Ok((
+        kind,
+        parse_number(total, number, "CPU total")?,
+        date.trim().to_string(),
+    ))
 }
 
 fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, ReadError> {
@@ -481,9 +492,9 @@ fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, ReadError> {
 fn parse_sampler(lines: &[(usize, &str)]) -> Result<SamplerReport, ReadError> {
     let mut report = SamplerReport::default();
     for &(number, line) in lines {
-        let (key, value) = line
-            .split_once(' ')
-            .ok_or_else(|| malformed(number, format!("CPU SAMPLER: '{line}' is not 'key value'")))?;
+        let (key, value) = line.split_once(' ').ok_or_else(|| {
+            malformed(number, format!("CPU SAMPLER: '{line}' is not 'key value'"))
+        })?;
         match key {
             "sampler" => report.sampler = value.to_string(),
             "note" => report.note = Some(value.to_string()),
@@ -498,7 +509,12 @@ fn parse_sampler(lines: &[(usize, &str)]) -> Result<SamplerReport, ReadError> {
                     let count = parse_number(value, number, "CPU SAMPLER failed")?;
                     report.failed.insert(reason.to_string(), count);
                 }
-                None => return Err(malformed(number, format!("CPU SAMPLER: unknown key '{key}'"))),
+                None => {
+                    return Err(malformed(
+                        number,
+                        format!("CPU SAMPLER: unknown key '{key}'"),
+                    ))
+                }
             },
         }
     }
@@ -511,7 +527,10 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
         .first()
         .ok_or_else(|| malformed(1, "empty file: no 'JAVA PROFILE' header"))?;
     if !first.starts_with("JAVA PROFILE ") {
-        return Err(malformed(1, format!("no 'JAVA PROFILE' header, found '{first}'")));
+        return Err(malformed(
+            1,
+            format!("no 'JAVA PROFILE' header, found '{first}'"),
+        ));
     }
     profile.header = first.clone();
     // The prelude is free text, up to the separator line.
@@ -528,7 +547,9 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
             continue;
         }
         if line.starts_with("THREAD START ") {
-            profile.threads_started.push(parse_thread_start(line, number)?);
+            profile
+                .threads_started
+                .push(parse_thread_start(line, number)?);
         } else if let Some(rest) = line.strip_prefix("THREAD END (id = ") {
             let serial = rest
                 .strip_suffix(')')
@@ -552,7 +573,10 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
                 frames,
             };
             if profile.traces.insert(serial, trace).is_some() {
-                return Err(malformed(number, format!("TRACE {serial} is defined twice")));
+                return Err(malformed(
+                    number,
+                    format!("TRACE {serial} is defined twice"),
+                ));
             }
         } else if line == "CPU SAMPLER BEGIN" {
             let body = take_section(lines, &mut index, "CPU SAMPLER END", number)?;
@@ -586,8 +610,11 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
 /// The name of a `NAME BEGIN …` section line that this reader does not model.
 fn section_name(line: &str) -> Option<&str> {
     let (name, _) = line.split_once(" BEGIN")?;
-    (!name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c == ' ' || c == '(' || c == ')'))
-        .then_some(name)
+    (!name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c == ' ' || c == '(' || c == ')'))
+    .then_some(name)
 }
 
 /// The lines of a section up to its end line, which must come.
@@ -606,7 +633,10 @@ fn take_section<'a>(
         }
         body.push((*index, line));
     }
-    Err(malformed(begin_number, format!("section not closed by '{end}'")))
+    Err(malformed(
+        begin_number,
+        format!("section not closed by '{end}'"),
+    ))
 }
 
 #[cfg(test)]
@@ -629,7 +659,11 @@ mod tests {
             CpuTableKind::Samples,
             "Fri Feb  6 13:33:07 2004".into(),
             vec![
-                (300187, 229, Some("java.util.zip.ZipFile.getNextEntry".into())),
+                (
+                    300187,
+                    229,
+                    Some("java.util.zip.ZipFile.getNextEntry".into()),
+                ),
                 (300190, 32, Some("java.util.zip.ZipEntry.initFields".into())),
                 (300122, 201, None),
             ],
@@ -697,7 +731,8 @@ mod tests {
 
     #[test]
     fn unknown_sections_are_skipped_by_name() {
-        let text = "JAVA PROFILE 1.0.1\n--------\nHEAP DUMP BEGIN (39 objects) x\nROOT 1\nHEAP DUMP END\n";
+        let text =
+            "JAVA PROFILE 1.0.1\n--------\nHEAP DUMP BEGIN (39 objects) x\nROOT 1\nHEAP DUMP END\n";
         let profile = read(text.as_bytes()).unwrap();
         assert_eq!(profile.skipped_sections, vec!["HEAP DUMP".to_string()]);
     }

@@ -128,7 +128,12 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
     ("msa", "y|n", "Solaris micro state accounting", "n"),
     ("force", "y|n", "force output to <file>", "y"),
     ("verbose", "y|n", "print messages about dumps", "y"),
-    ("sampler", "asgct|jvmti", "how cpu=samples walks stacks", "asgct"),
+    (
+        "sampler",
+        "asgct|jvmti",
+        "how cpu=samples walks stacks",
+        "asgct",
+    ),
 ];
 
 fn known_names() -> String {
@@ -197,7 +202,10 @@ impl Options {
             }
             let (name, value) = item.split_once('=').ok_or_else(|| {
                 if item.is_empty() {
-                    bad("(empty)", "an empty option between commas; use name=value,...")
+                    bad(
+                        "(empty)",
+                        "an empty option between commas; use name=value,...",
+                    )
                 } else {
                     bad(item, "has no value; use name=value")
                 }
@@ -206,7 +214,8 @@ impl Options {
                 return Err(bad(name, "is given twice; give it once"));
             }
             seen.push(name);
-            let one_of = |allowed: &str| bad(name, format!("'{value}' is not allowed; use {allowed}"));
+            let one_of =
+                |allowed: &str| bad(name, format!("'{value}' is not allowed; use {allowed}"));
             match name {
                 "heap" => {
                     options.heap = Some(match value {
@@ -266,7 +275,10 @@ impl Options {
                 "force" => options.force = parse_yes_no(name, value)?,
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "gc_okay" => {
-                    return Err(bad(name, "is obsolete (HPROF no longer supports it); leave it out"))
+                    return Err(bad(
+                        name,
+                        "is obsolete (HPROF no longer supports it); leave it out",
+                    ))
                 }
                 _ => {
                     return Err(bad(
@@ -291,7 +303,10 @@ impl Options {
             return Err(bad("format", "format=b cannot be used with cpu=old|times"));
         }
         if self.file.is_some() && self.net.is_some() {
-            return Err(bad("net", "net= and file= cannot be used together; choose one"));
+            return Err(bad(
+                "net",
+                "net= and file= cannot be used together; choose one",
+            ));
         }
         Ok(())
     }
@@ -363,10 +378,7 @@ impl Options {
             ));
         }
         if self.net.is_some() {
-            return Err(bad(
-                "net",
-                "net= is not implemented yet; use file=<file>",
-            ));
+            return Err(bad("net", "net= is not implemented yet; use file=<file>"));
         }
         if self.msa {
             return Err(bad(
@@ -515,7 +527,11 @@ mod tests {
     fn bad_options_name_the_option() {
         let cases = [
             ("bogus=1", "bogus", "is not an option"),
-            ("cpu=fast", "cpu", "'fast' is not allowed; use samples, times or old"),
+            (
+                "cpu=fast",
+                "cpu",
+                "'fast' is not allowed; use samples, times or old",
+            ),
             ("depth=abc", "depth", "'abc' is not a number"),
             ("depth=-1", "depth", "'-1' is not a number"),
             ("depth=99999", "depth", "out of range"),
@@ -530,9 +546,21 @@ mod tests {
             (",", "(empty)", "empty option"),
             ("depth=2,depth=3", "depth", "given twice"),
             ("gc_okay=y", "gc_okay", "obsolete"),
-            ("format=b,monitor=y", "format", "format=b cannot be used with monitor=y"),
-            ("format=b,cpu=times", "format", "format=b cannot be used with cpu=old|times"),
-            ("cpu=old,format=b", "format", "format=b cannot be used with cpu=old|times"),
+            (
+                "format=b,monitor=y",
+                "format",
+                "format=b cannot be used with monitor=y",
+            ),
+            (
+                "format=b,cpu=times",
+                "format",
+                "format=b cannot be used with cpu=old|times",
+            ),
+            (
+                "cpu=old,format=b",
+                "format",
+                "format=b cannot be used with cpu=old|times",
+            ),
         ];
         for (text, option, problem) in cases {
             let error = error_of(text);
@@ -553,7 +581,10 @@ mod tests {
             ("cpu=samples,net=localhost:9000", "net"),
             ("cpu=samples,msa=y", "msa"),
         ] {
-            let error = Options::parse(text).unwrap().refuse_unbuilt().expect_err(text);
+            let error = Options::parse(text)
+                .unwrap()
+                .refuse_unbuilt()
+                .expect_err(text);
             assert_eq!(error.option, option, "{text}");
         }
     }

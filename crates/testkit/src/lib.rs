@@ -21,7 +21,11 @@ pub fn workspace_root() -> PathBuf {
 
 /// The cargo profile directory these tests were built in (`target/release` or `target/debug`).
 pub fn target_dir() -> PathBuf {
-    let profile = if cfg!(debug_assertions) { "debug" } else { "release" };
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"))
@@ -101,7 +105,13 @@ impl Run {
     pub fn files(&self) -> Vec<String> {
         let mut names: Vec<String> = fs::read_dir(&self.dir)
             .expect("run dir")
-            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         names.sort();
         names
@@ -110,7 +120,11 @@ impl Run {
 
 /// A `java` command running a workload in a fresh directory, with the agent when `agent_options`
 /// is given (`Some("")` loads it without options).
-pub fn java_command(agent_options: Option<&str>, main_class: &str, args: &[&str]) -> (Command, PathBuf) {
+pub fn java_command(
+    agent_options: Option<&str>,
+    main_class: &str,
+    args: &[&str],
+) -> (Command, PathBuf) {
     let dir = tempfile::Builder::new()
         .prefix("openprof-run-")
         .tempdir()
@@ -139,7 +153,12 @@ pub fn java_command(agent_options: Option<&str>, main_class: &str, args: &[&str]
 }
 
 /// Runs a workload to the end, killing it (and failing) if it outlives `limit`.
-pub fn run_java(agent_options: Option<&str>, main_class: &str, args: &[&str], limit: Duration) -> Run {
+pub fn run_java(
+    agent_options: Option<&str>,
+    main_class: &str,
+    args: &[&str],
+    limit: Duration,
+) -> Run {
     let (mut command, dir) = java_command(agent_options, main_class, args);
     let child = command.spawn().expect("start java");
     Run {
@@ -148,24 +167,52 @@ pub fn run_java(agent_options: Option<&str>, main_class: &str, args: &[&str], li
     }
 }
 
-/// Waits for a child, killing it and failing the test if it runs past `limit`.
+/// Waits for a child, killing it and failing the test if it runs past `limit`. Its output is
+/// read while it runs: a JVM writing a thread dump into a full pipe would otherwise block.
 pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Output {
+    fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let started = Instant::now();
-    loop {
-        if child.try_wait().expect("wait").is_some() {
-            return child.wait_with_output().expect("output");
+    let mut killed = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
         }
-        if started.elapsed() > limit {
+        if started.elapsed() > limit && !killed {
             let _ = child.kill();
-            let output = child.wait_with_output().expect("output");
-            panic!(
-                "the JVM hung: killed after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
+            killed = true;
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    };
+    if killed {
+        panic!(
+            "the JVM hung: killed after {limit:?}\nstdout (end):\n{}\nstderr:\n{}",
+            tail(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
+    output
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let start = text.len().saturating_sub(4000);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    text[start..].to_string()
 }
 
 /// Sends a signal to a process (SIGQUIT asks the JVM for a data dump).

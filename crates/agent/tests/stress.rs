@@ -1,0 +1,42 @@
+//! The profiled JVM must never crash or hang because of the agent: this test tries hard.
+
+use std::time::Duration;
+
+use openprof_testkit::{java_command, send_signal, wait_with_limit};
+
+#[test]
+fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
+    let (mut command, dir) = java_command(
+        Some("cpu=samples,interval=1,depth=2048,thread=y,cutoff=0,file=stress.txt"),
+        "Stress",
+        &["8"],
+    );
+    let child = command.spawn().expect("start java");
+    let pid = child.id();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(1200));
+        send_signal(pid, 3); // SIGQUIT: a data dump while sampling runs
+    }
+    let output = wait_with_limit(child, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "the JVM failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("stress done"), "{stdout}");
+    let crash_logs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with("hs_err"))
+        .collect();
+    assert!(crash_logs.is_empty(), "crash logs: {crash_logs:?}");
+
+    let text = std::fs::read(dir.join("stress.txt")).unwrap();
+    let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
+    assert_eq!(profile.cpu_tables.len(), 6, "five dumps on SIGQUIT and one at exit");
+    let deepest = profile.traces.values().map(|trace| trace.frames.len()).max().unwrap();
+    assert!(deepest > 1000, "deep stacks are walked (deepest {deepest} frames)");
+    let recurse_on_top = profile
+        .traces
+        .values()
+        .any(|trace| trace.frames.first().is_some_and(|f| f.qualified_method() == "Stress.recurse"));
+    assert!(recurse_on_top);
+}
