@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""CPU-sampling overhead, measured side by side in one run.
+
+Runs java/workloads/Throughput.java (a CPU-bound workload on every core) without a profiler,
+with openprof's agent at interval=10 and interval=1, and with the JDK's own sampler (Java Flight
+Recorder, `profile` settings: execution samples every 10 ms), interleaved over several rounds in
+a shuffled order. Prints each configuration's median throughput and its loss against no profiler.
+
+Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T]
+Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def jdk_tool(name):
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        return os.path.join(home, "bin", name)
+    found = shutil.which(name)
+    if not found:
+        sys.exit(f"cpu_overhead: no {name}: set JAVA_HOME or put a JDK on PATH")
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=6)
+    parser.add_argument("--warmup", type=float, default=3)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    args = parser.parse_args()
+
+    agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
+    if not os.path.isfile(agent):
+        sys.exit("cpu_overhead: build first: cargo build --release")
+    work = tempfile.mkdtemp(prefix="openprof-bench-")
+    subprocess.run([jdk_tool("javac"), "-d", work, os.path.join(ROOT, "java", "workloads", "Throughput.java")], check=True)
+
+    configs = {
+        "none": [],
+        "openprof interval=10": [f"-agentpath:{agent}=cpu=samples,interval=10,verbose=n,file={work}/p10.txt"],
+        "openprof interval=1": [f"-agentpath:{agent}=cpu=samples,interval=1,verbose=n,file={work}/p1.txt"],
+        "JFR settings=profile (10 ms)": [f"-XX:StartFlightRecording=settings=profile,filename={work}/rec.jfr"],
+    }
+    results = {name: [] for name in configs}
+    samples = {name: [] for name in configs}
+    for round_number in range(args.rounds):
+        order = list(configs)
+        random.shuffle(order)
+        for name in order:
+            command = [jdk_tool("java"), *configs[name], "-cp", work, "Throughput",
+                       str(args.threads), str(args.warmup), str(args.seconds)]
+            out = subprocess.run(command, capture_output=True, text=True, check=True)
+            ops = int(re.search(r"ops=(\d+)", out.stdout).group(1))
+            results[name].append(ops)
+            profile = os.path.join(work, "p10.txt" if "10" in name else "p1.txt")
+            if name.startswith("openprof"):
+                with open(profile) as text:
+                    totals = re.findall(r"CPU SAMPLES BEGIN \(total = (\d+)\)", text.read())
+                samples[name].append(sum(map(int, totals)))
+            print(f"round {round_number + 1} {name:30} ops={ops}", file=sys.stderr)
+
+    base = statistics.median(results["none"])
+    cpu_seconds = args.threads * (args.warmup + args.seconds)
+    print(f"{'configuration':30} {'median ops':>12} {'ratio':>7} {'loss':>7}  samples/CPU-s")
+    for name, values in results.items():
+        median = statistics.median(values)
+        rate = ""
+        if samples[name]:
+            rate = f"{statistics.median(samples[name]) / cpu_seconds:.0f}"
+        print(f"{name:30} {median:12.0f} {median / base:7.4f} {100 * (1 - median / base):6.2f}%  {rate}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
