@@ -4,7 +4,9 @@
 Runs java/workloads/Throughput.java (a CPU-bound workload on every core) without a profiler,
 with openprof's agent at interval=10 and interval=1, and with the JDK's own sampler (Java Flight
 Recorder, `profile` settings: execution samples every 10 ms), interleaved over several rounds in
-a shuffled order. Prints each configuration's median throughput and its loss against no profiler.
+a shuffled order. Each configuration is compared with the run without a profiler of the same
+round (a paired ratio, which cancels the machine's drift between rounds); the report gives the
+median of those ratios, their spread, and the sampling rate openprof reached.
 
 Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
@@ -70,15 +72,17 @@ def main():
                 samples[name].append(sum(map(int, totals)))
             print(f"round {round_number + 1} {name:30} ops={ops}", file=sys.stderr)
 
-    base = statistics.median(results["none"])
     cpu_seconds = args.threads * (args.warmup + args.seconds)
-    print(f"{'configuration':30} {'median ops':>12} {'ratio':>7} {'loss':>7}  samples/CPU-s")
+    print(f"rounds={args.rounds} seconds={args.seconds} warmup={args.warmup} threads={args.threads}")
+    print(f"{'configuration':30} {'median ops':>12} {'ratio':>7} {'loss':>7} {'ratio range':>15}  samples/CPU-s")
     for name, values in results.items():
-        median = statistics.median(values)
+        ratios = [value / base for value, base in zip(values, results["none"])]
+        ratio = statistics.median(ratios)
         rate = ""
         if samples[name]:
             rate = f"{statistics.median(samples[name]) / cpu_seconds:.0f}"
-        print(f"{name:30} {median:12.0f} {median / base:7.4f} {100 * (1 - median / base):6.2f}%  {rate}")
+        spread = f"{min(ratios):.3f}-{max(ratios):.3f}"
+        print(f"{name:30} {statistics.median(values):12.0f} {ratio:7.4f} {100 * (1 - ratio):6.2f}% {spread:>15}  {rate}")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -116,6 +116,17 @@ impl Jvmti {
         Some(owned)
     }
 
+    /// Copies an array JVMTI allocated for us and frees it.
+    fn take_array<T: Copy>(self, items: *mut T, count: jint) -> Vec<T> {
+        if items.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: JVMTI returned `count` initialised items at `items`, ours until deallocated.
+        let copy = unsafe { std::slice::from_raw_parts(items, count.max(0) as usize) }.to_vec();
+        self.deallocate(items);
+        copy
+    }
+
     /// Asks for the methods of a class, which makes the JVM create their jmethodIDs: this is what
     /// lets AsyncGetCallTrace name the frames of the class.
     pub fn preload_method_ids(self, class: jclass) -> JvmtiResult<usize> {
@@ -131,10 +142,7 @@ impl Jvmti {
         let mut count: jint = 0;
         let mut classes: *mut jclass = ptr::null_mut();
         call!(self, GetLoadedClasses(&mut count, &mut classes))?;
-        // SAFETY: JVMTI returned `count` class references at `classes`.
-        let list = unsafe { std::slice::from_raw_parts(classes, count.max(0) as usize) }.to_vec();
-        self.deallocate(classes);
-        Ok(list)
+        Ok(self.take_array(classes, count))
     }
 
     /// (name, signature) of a method.
@@ -179,13 +187,11 @@ impl Jvmti {
         let mut count: jint = 0;
         let mut table: *mut jvmtiLineNumberEntry = ptr::null_mut();
         call!(self, GetLineNumberTable(method, &mut count, &mut table)).ok()?;
-        // SAFETY: JVMTI returned `count` entries at `table`.
-        let entries = unsafe { std::slice::from_raw_parts(table, count.max(0) as usize) };
-        let mut lines: Vec<(i64, u32)> = entries
+        let mut lines: Vec<(i64, u32)> = self
+            .take_array(table, count)
             .iter()
             .map(|entry| (entry.start_location, entry.line_number.max(0) as u32))
             .collect();
-        self.deallocate(table);
         lines.sort_unstable();
         Some(lines)
     }
@@ -212,10 +218,7 @@ impl Jvmti {
         let mut count: jint = 0;
         let mut threads: *mut jthread = ptr::null_mut();
         call!(self, GetAllThreads(&mut count, &mut threads))?;
-        // SAFETY: JVMTI returned `count` thread references at `threads`.
-        let list = unsafe { std::slice::from_raw_parts(threads, count.max(0) as usize) }.to_vec();
-        self.deallocate(threads);
-        Ok(list)
+        Ok(self.take_array(threads, count))
     }
 
     /// JVMTI's per-thread word: the agent keeps a thread's serial number there.

@@ -2,9 +2,22 @@
 
 use std::time::Duration;
 
+use openprof_format::hprof_text::TextProfile;
 use openprof_testkit::{java_command, run_java, samples_by_method, send_signal, wait_with_limit};
 
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs CpuSplit for `cpu_seconds` with the agent writing to `file`, and reads the profile.
+fn profile_of(options: &str, file: &str, cpu_seconds: &str) -> TextProfile {
+    let run = run_java(
+        Some(&format!("{options},file={file}")),
+        "CpuSplit",
+        &[cpu_seconds],
+        LIMIT,
+    );
+    assert!(run.success(), "{options}: {}", run.stderr());
+    run.profile(file)
+}
 
 /// heavy() does three times the work of light(): the profile must give heavy 75 % of the
 /// samples of the two, within 5 points, and agree with the split the workload measured itself.
@@ -58,14 +71,7 @@ fn split_is_right_at_interval_10() {
 
 #[test]
 fn traces_have_hprof_layout_and_line_numbers() {
-    let run = run_java(
-        Some("cpu=samples,depth=3,file=lines.txt"),
-        "CpuSplit",
-        &["1"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let profile = run.profile("lines.txt");
+    let profile = profile_of("cpu=samples,depth=3", "lines.txt", "1");
     assert!(profile.header.starts_with("JAVA PROFILE 1.0.1, created "));
     let table = profile.last_cpu_samples().expect("a CPU SAMPLES table");
     let top = &table.rows[0];
@@ -95,14 +101,7 @@ fn traces_have_hprof_layout_and_line_numbers() {
 
 #[test]
 fn lineno_n_prints_unknown_line_and_merges_by_method() {
-    let run = run_java(
-        Some("cpu=samples,lineno=n,file=nolines.txt"),
-        "CpuSplit",
-        &["1"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let profile = run.profile("nolines.txt");
+    let profile = profile_of("cpu=samples,lineno=n", "nolines.txt", "1");
     let heavy_traces = profile
         .traces
         .values()
@@ -155,6 +154,7 @@ fn sigquit_dumps_the_samples_so_far() {
     );
 }
 
+/// SIGQUIT, which HotSpot turns into a JVMTI DataDumpRequest.
 fn libc_sigquit() -> i32 {
     3
 }
@@ -191,14 +191,7 @@ fn force_n_keeps_an_existing_file() {
 
 #[test]
 fn jvmti_sampler_is_the_named_fallback() {
-    let run = run_java(
-        Some("cpu=samples,sampler=jvmti,file=safepoint.txt"),
-        "CpuSplit",
-        &["3"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let profile = run.profile("safepoint.txt");
+    let profile = profile_of("cpu=samples,sampler=jvmti", "safepoint.txt", "3");
     let sampler = &profile.samplers[0];
     assert_eq!(sampler.sampler, "GetAllStackTraces");
     assert!(sampler

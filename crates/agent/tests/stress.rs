@@ -20,7 +20,10 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
     let output = wait_with_limit(child, Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "the JVM failed:\n{stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "the JVM failed:\n{stdout}\n{stderr}"
+    );
     assert!(stdout.contains("stress done"), "{stdout}");
     let crash_logs: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
@@ -31,12 +34,26 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
 
     let text = std::fs::read(dir.join("stress.txt")).unwrap();
     let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
-    assert_eq!(profile.cpu_tables.len(), 6, "five dumps on SIGQUIT and one at exit");
-    let deepest = profile.traces.values().map(|trace| trace.frames.len()).max().unwrap();
-    assert!(deepest > 1000, "deep stacks are walked (deepest {deepest} frames)");
-    let recurse_on_top = profile
+    assert_eq!(
+        profile.cpu_tables.len(),
+        6,
+        "five dumps on SIGQUIT and one at exit"
+    );
+    let deepest = profile
         .traces
         .values()
-        .any(|trace| trace.frames.first().is_some_and(|f| f.qualified_method() == "Stress.recurse"));
+        .map(|trace| trace.frames.len())
+        .max()
+        .unwrap();
+    assert!(
+        deepest > 1000,
+        "deep stacks are walked (deepest {deepest} frames)"
+    );
+    let recurse_on_top = profile.traces.values().any(|trace| {
+        trace
+            .frames
+            .first()
+            .is_some_and(|f| f.qualified_method() == "Stress.recurse")
+    });
     assert!(recurse_on_top);
 }

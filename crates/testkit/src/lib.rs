@@ -170,7 +170,9 @@ pub fn run_java(
 /// Waits for a child, killing it and failing the test if it runs past `limit`. Its output is
 /// read while it runs: a JVM writing a thread dump into a full pipe would otherwise block.
 pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Output {
-    fn drain(pipe: Option<impl std::io::Read + Send + 'static>) -> std::thread::JoinHandle<Vec<u8>> {
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
             if let Some(mut pipe) = pipe {
@@ -211,7 +213,9 @@ pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Outpu
 fn tail(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let start = text.len().saturating_sub(4000);
-    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
     text[start..].to_string()
 }
 
