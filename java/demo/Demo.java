@@ -1,7 +1,8 @@
 /**
  * The bundled demo: a small "report generator" with three visible costs, so a first profile has
- * something to say. Primes are the hot spot (about 60 % of the CPU), formatting next (about 30 %),
- * sorting last.
+ * something to say: counting primes (one method, the single hottest), sorting boxed longs
+ * (spread over the JDK's TimSort and Long.compareTo) and formatting rows (spread over
+ * java.util.Formatter and its regular expressions).
  *
  * Usage: java Demo [SECONDS]
  */
