@@ -16,7 +16,7 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
 use openprof_format::hprof_text::SamplerReport;
-use openprof_format::options::{Options, Sampler, MAX_DEPTH};
+use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
 
 use crate::jvmti::{
     jclass, jint, jmethodID, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, JNIEnv,
@@ -26,7 +26,7 @@ use crate::methods::Location;
 use crate::output::{hprof_date, TextOutput};
 use crate::profile::CpuProfile;
 use crate::ring::SampleRing;
-use crate::signals::{self, InstallError, ThreadTimer};
+use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::threads::Threads;
 
 /// How the agent's thread drains the ring when sampling with signals.
@@ -61,6 +61,8 @@ pub struct Agent {
     wake: Condvar,
     worker: Mutex<Option<JoinHandle<()>>>,
     dying: AtomicBool,
+    /// The clock new threads get, and why it is not the one asked for, if it is not.
+    clock: Mutex<(CpuClock, Option<String>)>,
 }
 
 // SAFETY: the JavaVM pointer is valid for the life of the process and its invoke interface is
@@ -154,6 +156,10 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         .map_err(|error| format!("the JVM refused the capabilities openprof needs: {error}"))?;
 
     let sampler = choose_sampler(vm, &options)?;
+    let clock = match options.cputimer {
+        CpuTimer::Perf => CpuClock::PerfTaskClock,
+        CpuTimer::Posix => CpuClock::PosixCpuTimer,
+    };
     let output = TextOutput::create(&options)?;
     let agent = Agent {
         jvmti,
@@ -169,6 +175,7 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         wake: Condvar::new(),
         worker: Mutex::new(None),
         dying: AtomicBool::new(false),
+        clock: Mutex::new((clock, None)),
     };
     if AGENT.set(agent).is_err() {
         return Err("the agent is loaded twice; load it once".into());
@@ -240,12 +247,31 @@ impl Agent {
         let serial = lock(&self.threads).start(name, group, kernel_id);
         let _ = self.jvmti.set_thread_word(thread, serial as usize);
         if on_this_thread && self.samples_with_signals() && !self.dying.load(Ordering::Acquire) {
-            match ThreadTimer::start_for_current_thread(self.options.interval_ms) {
+            match self.start_timer() {
                 Ok(timer) => {
                     lock(&self.threads).attach_timer(serial, timer);
                 }
                 Err(error) => eprintln!("openprof: can't sample thread {serial}: {error}"),
             }
+        }
+    }
+
+    /// A CPU timer for the calling thread. When the kernel refuses perf events, every thread
+    /// from then on gets a POSIX CPU timer, and the output says why.
+    fn start_timer(&self) -> std::io::Result<ThreadTimer> {
+        let interval = self.options.interval_ms;
+        let clock = lock(&self.clock).0;
+        match ThreadTimer::start_for_current_thread(clock, interval) {
+            Err(error) if clock == CpuClock::PerfTaskClock => {
+                *lock(&self.clock) = (
+                    CpuClock::PosixCpuTimer,
+                    Some(format!(
+                        "perf_event_open failed ({error}); POSIX CPU timers sample at most once per scheduler tick"
+                    )),
+                );
+                ThreadTimer::start_for_current_thread(CpuClock::PosixCpuTimer, interval)
+            }
+            result => result,
         }
     }
 
@@ -404,13 +430,21 @@ impl Agent {
     }
 
     fn sampler_report(&self, dump: &crate::profile::CpuDump) -> SamplerReport {
-        let (sampler, note) = match &self.sampler {
-            SamplerKind::Signals => ("AsyncGetCallTrace", None),
-            SamplerKind::Jvmti { note } => ("GetAllStackTraces", Some(note.clone())),
+        let (sampler, note, clock) = match &self.sampler {
+            SamplerKind::Signals => {
+                let (clock, fallback) = lock(&self.clock).clone();
+                (
+                    "AsyncGetCallTrace",
+                    fallback,
+                    Some(clock.describe().to_string()),
+                )
+            }
+            SamplerKind::Jvmti { note } => ("GetAllStackTraces", Some(note.clone()), None),
         };
         SamplerReport {
             sampler: sampler.into(),
             note,
+            clock,
             interval_ms: self.options.interval_ms,
             failed: dump.failed.clone(),
             dropped: dump.dropped,

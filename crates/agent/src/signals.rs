@@ -1,5 +1,5 @@
-//! CPU sampling without safepoint bias: a CPU timer per Java thread raises SIGPROF on that thread
-//! after every `interval` of its own CPU time, and the handler walks the thread's Java stack with
+//! CPU sampling without safepoint bias: a CPU timer per Java thread (a perf_events task-clock,
+//! else a POSIX CPU timer) raises SIGPROF on that thread after every `interval` of its own CPU time, and the handler walks the thread's Java stack with
 //! HotSpot's AsyncGetCallTrace straight into the [`SampleRing`] (as async-profiler does).
 //!
 //! Everything the handler touches is set up before it is installed and never freed, and the
@@ -154,51 +154,158 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
     });
 }
 
-/// A CPU timer that raises SIGPROF on one thread after every interval of that thread's CPU time.
-#[derive(Debug)]
-pub struct ThreadTimer(libc::timer_t);
+/// Which clock drives a thread's samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuClock {
+    /// A perf_events `task-clock` counter: an hrtimer, so intervals down to 1 ms are honoured.
+    PerfTaskClock,
+    /// A POSIX timer on the thread's CPU clock: checked at each scheduler tick, so intervals
+    /// shorter than a tick give one sample per tick.
+    PosixCpuTimer,
+}
 
-// SAFETY: a timer_t is a process-wide kernel handle; it may be deleted from any thread.
+impl CpuClock {
+    pub fn describe(self) -> &'static str {
+        match self {
+            CpuClock::PerfTaskClock => "perf_events task-clock",
+            CpuClock::PosixCpuTimer => "POSIX thread CPU timer",
+        }
+    }
+}
+
+/// A timer that raises SIGPROF on one thread after every interval of that thread's CPU time.
+#[derive(Debug)]
+pub enum ThreadTimer {
+    /// Counting stops when the descriptor closes.
+    Perf {
+        _events: std::os::fd::OwnedFd,
+    },
+    Posix(libc::timer_t),
+}
+
+// SAFETY: a timer_t is a process-wide kernel handle and may be deleted from any thread; an fd
+// likewise.
 unsafe impl Send for ThreadTimer {}
 
 impl ThreadTimer {
-    /// Starts a timer on the calling thread's CPU clock.
-    pub fn start_for_current_thread(interval_ms: u32) -> io::Result<ThreadTimer> {
-        let mut timer: libc::timer_t = ptr::null_mut();
-        // SAFETY: sigevent is plain C data and zero is a valid start; the kernel reads it once.
-        let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
-        event.sigev_notify = libc::SIGEV_THREAD_ID;
-        event.sigev_signo = libc::SIGPROF;
-        event.sigev_notify_thread_id = current_thread_id();
-        // SAFETY: valid clock id, event and out-pointer.
-        if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0
-        {
-            return Err(io::Error::last_os_error());
+    /// Starts a timer for the calling thread on `clock`.
+    pub fn start_for_current_thread(clock: CpuClock, interval_ms: u32) -> io::Result<ThreadTimer> {
+        match clock {
+            CpuClock::PerfTaskClock => start_perf_timer(interval_ms),
+            CpuClock::PosixCpuTimer => start_posix_timer(interval_ms),
         }
-        let period = libc::timespec {
-            tv_sec: (interval_ms / 1000) as libc::time_t,
-            tv_nsec: ((interval_ms % 1000) * 1_000_000) as libc::c_long,
-        };
-        let spec = libc::itimerspec {
-            it_interval: period,
-            it_value: period,
-        };
-        // SAFETY: `timer` was just created; `spec` is initialised.
-        if unsafe { libc::timer_settime(timer, 0, &spec, ptr::null_mut()) } != 0 {
-            let error = io::Error::last_os_error();
-            // SAFETY: deleting the timer we created.
-            unsafe { libc::timer_delete(timer) };
-            return Err(error);
-        }
-        Ok(ThreadTimer(timer))
     }
 }
 
 impl Drop for ThreadTimer {
     fn drop(&mut self) {
-        // SAFETY: the timer was created by us and is deleted exactly once, here.
-        unsafe { libc::timer_delete(self.0) };
+        if let ThreadTimer::Posix(timer) = self {
+            // SAFETY: the timer was created by us and is deleted exactly once, here.
+            unsafe { libc::timer_delete(*timer) };
+        }
+        // A perf event stops when its OwnedFd closes.
     }
+}
+
+/// fcntl's thread-directed signal delivery, from the kernel's asm-generic/fcntl.h (the same on
+/// x86_64 and aarch64); the libc crate exports them only for some targets.
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+#[repr(C)]
+struct FOwnerEx {
+    owner_type: libc::c_int,
+    pid: libc::pid_t,
+}
+
+fn start_perf_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
+    use perf_event_open_sys::bindings::{
+        perf_event_attr, PERF_COUNT_SW_TASK_CLOCK, PERF_FLAG_FD_CLOEXEC, PERF_TYPE_SOFTWARE,
+    };
+    use std::os::fd::FromRawFd;
+
+    let thread_id = current_thread_id();
+    let open = |exclude_kernel: bool| {
+        let mut attr = perf_event_attr {
+            type_: PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<perf_event_attr>() as u32,
+            config: u64::from(PERF_COUNT_SW_TASK_CLOCK),
+            ..Default::default()
+        };
+        attr.__bindgen_anon_1.sample_period = u64::from(interval_ms) * 1_000_000;
+        attr.__bindgen_anon_2.wakeup_events = 1;
+        attr.set_disabled(1);
+        attr.set_exclude_kernel(u64::from(exclude_kernel));
+        attr.set_exclude_hv(1);
+        // SAFETY: `attr` is fully initialised; the event measures only the calling thread.
+        unsafe {
+            perf_event_open_sys::perf_event_open(
+                &mut attr,
+                thread_id,
+                -1,
+                -1,
+                PERF_FLAG_FD_CLOEXEC.into(),
+            )
+        }
+    };
+    // Counting kernel time too needs privilege where perf_event_paranoid > 1; without it, the
+    // event still samples the thread's user time, which is where Java frames are.
+    let mut fd = open(false);
+    if fd < 0 {
+        fd = open(true);
+    }
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: perf_event_open returned a new descriptor that nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let owner = FOwnerEx {
+        owner_type: F_OWNER_TID,
+        pid: thread_id,
+    };
+    // SAFETY: fcntl and ioctl on the descriptor we own, with arguments of the types they expect:
+    // deliver SIGPROF to this thread on every counter overflow, then start counting.
+    let failed = unsafe {
+        libc::fcntl(fd, libc::F_SETFL, libc::O_ASYNC) != 0
+            || libc::fcntl(fd, F_SETSIG, libc::SIGPROF) != 0
+            || libc::fcntl(fd, F_SETOWN_EX, &owner as *const FOwnerEx) != 0
+            || perf_event_open_sys::ioctls::RESET(fd, 0) != 0
+            || perf_event_open_sys::ioctls::ENABLE(fd, 0) != 0
+    };
+    if failed {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ThreadTimer::Perf { _events: owned })
+}
+
+fn start_posix_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
+    let mut timer: libc::timer_t = ptr::null_mut();
+    // SAFETY: sigevent is plain C data and zero is a valid start; the kernel reads it once.
+    let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
+    event.sigev_notify = libc::SIGEV_THREAD_ID;
+    event.sigev_signo = libc::SIGPROF;
+    event.sigev_notify_thread_id = current_thread_id();
+    // SAFETY: valid clock id, event and out-pointer.
+    if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let period = libc::timespec {
+        tv_sec: (interval_ms / 1000) as libc::time_t,
+        tv_nsec: ((interval_ms % 1000) * 1_000_000) as libc::c_long,
+    };
+    let spec = libc::itimerspec {
+        it_interval: period,
+        it_value: period,
+    };
+    // SAFETY: `timer` was just created; `spec` is initialised.
+    if unsafe { libc::timer_settime(timer, 0, &spec, ptr::null_mut()) } != 0 {
+        let error = io::Error::last_os_error();
+        // SAFETY: deleting the timer we created.
+        unsafe { libc::timer_delete(timer) };
+        return Err(error);
+    }
+    Ok(ThreadTimer::Posix(timer))
 }
 
 #[cfg(test)]

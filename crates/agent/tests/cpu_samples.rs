@@ -21,8 +21,9 @@ fn profile_of(options: &str, file: &str, cpu_seconds: &str) -> TextProfile {
 
 /// heavy() does three times the work of light(): the profile must give heavy 75 % of the
 /// samples of the two, within 5 points, and agree with the split the workload measured itself.
-fn assert_split(interval: u32, cpu_seconds: &str) {
-    let options = format!("cpu=samples,interval={interval},file=split.txt");
+/// The number of samples must match the CPU time the workload used, divided by the interval.
+fn assert_split(interval: u32, cpu_seconds: &str, cputimer: &str) {
+    let options = format!("cpu=samples,interval={interval},cputimer={cputimer},file=split.txt");
     let run = run_java(Some(&options), "CpuSplit", &[cpu_seconds], LIMIT);
     assert!(run.success(), "stderr: {}", run.stderr());
     let measured: f64 = run
@@ -57,16 +58,42 @@ fn assert_split(interval: u32, cpu_seconds: &str) {
         sampler.failed_total() * 10 < total,
         "too many failed walks: {sampler:?}"
     );
+
+    // heavy+light used `cpu_seconds` of CPU: one sample per interval of it.
+    let expected = cpu_seconds.parse::<f64>().unwrap() * 1000.0 / f64::from(interval);
+    let clock = sampler.clock.as_deref().unwrap_or("");
+    let tick_limited = clock == "POSIX thread CPU timer" && interval < 10;
+    if cputimer == "posix" {
+        assert_eq!(clock, "POSIX thread CPU timer");
+    }
+    if tick_limited {
+        // CPU timers are checked at scheduler ticks (at least 100 Hz).
+        assert!(
+            heavy + light >= 0.8 * 100.0 * expected * f64::from(interval) / 1000.0,
+            "{heavy}+{light} samples"
+        );
+    } else {
+        let got = heavy + light;
+        assert!(
+            (0.8 * expected..=1.2 * expected).contains(&got),
+            "{clock} at interval={interval}: {got} samples for {expected} intervals of CPU time"
+        );
+    }
 }
 
 #[test]
-fn split_is_right_at_interval_1() {
-    assert_split(1, "4");
+fn split_and_rate_are_right_at_interval_1() {
+    assert_split(1, "4", "perf");
 }
 
 #[test]
-fn split_is_right_at_interval_10() {
-    assert_split(10, "10");
+fn posix_timers_give_the_same_split() {
+    assert_split(1, "4", "posix");
+}
+
+#[test]
+fn split_and_rate_are_right_at_interval_10() {
+    assert_split(10, "10", "perf");
 }
 
 #[test]

@@ -158,6 +158,8 @@ pub struct SamplerReport {
     pub sampler: String,
     /// Why that sampler, when it is not the one asked for (e.g. AsyncGetCallTrace missing).
     pub note: Option<String>,
+    /// What timed the samples (e.g. `perf_events task-clock`), when a clock did.
+    pub clock: Option<String>,
     pub interval_ms: u32,
     /// Samples taken whose stack walk failed, by reason (AsyncGetCallTrace's names).
     pub failed: BTreeMap<String, u64>,
@@ -224,6 +226,9 @@ impl<W: Write> TextWriter<W> {
         writeln!(self.out, "sampler {}", report.sampler)?;
         if let Some(note) = &report.note {
             writeln!(self.out, "note {note}")?;
+        }
+        if let Some(clock) = &report.clock {
+            writeln!(self.out, "clock {clock}")?;
         }
         writeln!(self.out, "interval {} ms", report.interval_ms)?;
         writeln!(self.out, "failed {}", report.failed_total())?;
@@ -498,6 +503,7 @@ fn parse_sampler(lines: &[(usize, &str)]) -> Result<SamplerReport, ReadError> {
         match key {
             "sampler" => report.sampler = value.to_string(),
             "note" => report.note = Some(value.to_string()),
+            "clock" => report.clock = Some(value.to_string()),
             "interval" => {
                 let ms = value.strip_suffix(" ms").unwrap_or(value);
                 report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
@@ -789,6 +795,7 @@ mod tests {
             let report = SamplerReport {
                 sampler: "AsyncGetCallTrace".into(),
                 note: None,
+                clock: Some("perf_events task-clock".into()),
                 interval_ms: 10,
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
                 dropped: 1,

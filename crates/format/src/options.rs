@@ -35,6 +35,16 @@ pub enum Sampler {
     GetAllStackTraces,
 }
 
+/// Which per-thread CPU clock drives `sampler=asgct` (an openprof extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuTimer {
+    /// perf_events `task-clock` counters (hrtimers): any interval is honoured. Falls back to
+    /// `Posix` when the kernel refuses perf events.
+    Perf,
+    /// POSIX thread CPU timers: checked at scheduler ticks.
+    Posix,
+}
+
 /// A `net=host:port` destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetAddress {
@@ -64,6 +74,7 @@ pub struct Options {
     pub force: bool,
     pub verbose: bool,
     pub sampler: Sampler,
+    pub cputimer: CpuTimer,
 }
 
 impl Default for Options {
@@ -86,6 +97,7 @@ impl Default for Options {
             force: true,
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
+            cputimer: CpuTimer::Perf,
         }
     }
 }
@@ -246,6 +258,13 @@ impl Options {
                         "asgct" => Sampler::AsyncGetCallTrace,
                         "jvmti" => Sampler::GetAllStackTraces,
                         _ => return Err(one_of("asgct or jvmti")),
+                    }
+                }
+                "cputimer" => {
+                    options.cputimer = match value {
+                        "perf" => CpuTimer::Perf,
+                        "posix" => CpuTimer::Posix,
+                        _ => return Err(one_of("perf or posix")),
                     }
                 }
                 "file" => {
@@ -419,6 +438,9 @@ impl Options {
             "  - sampler= is an openprof extension: asgct samples with AsyncGetCallTrace on\n",
             "    per-thread CPU timers (no safepoint bias); jvmti samples runnable threads with\n",
             "    GetAllStackTraces, as HPROF did (biased towards safepoints).\n",
+            "  - cputimer= is an openprof extension: perf times samples with perf_events\n",
+            "    task-clock counters (any interval; falls back to posix when the kernel refuses\n",
+            "    them); posix uses POSIX thread CPU timers, checked at each scheduler tick.\n",
             "  - Not implemented yet, and refused: heap=dump|sites|all (so a profile must be\n",
             "    chosen, e.g. cpu=samples), cpu=times|old, monitor=y, format=b, net=.\n",
             "    msa=y is refused on Linux.\n",
@@ -474,6 +496,11 @@ impl fmt::Display for Options {
             Sampler::GetAllStackTraces => "jvmti",
         };
         parts.push(format!("sampler={sampler}"));
+        let cputimer = match self.cputimer {
+            CpuTimer::Perf => "perf",
+            CpuTimer::Posix => "posix",
+        };
+        parts.push(format!("cputimer={cputimer}"));
         f.write_str(&parts.join(","))
     }
 }
@@ -510,7 +537,7 @@ mod tests {
     #[test]
     fn parses_every_option() {
         let options = Options::parse(
-            "cpu=samples,interval=20,depth=3,cutoff=0.5,lineno=n,thread=y,doe=n,force=n,verbose=n,file=x.txt,sampler=jvmti",
+            "cpu=samples,interval=20,depth=3,cutoff=0.5,lineno=n,thread=y,doe=n,force=n,verbose=n,file=x.txt,sampler=jvmti,cputimer=posix",
         )
         .unwrap();
         assert_eq!(options.interval_ms, 20);
@@ -520,6 +547,7 @@ mod tests {
         assert!(!options.verbose);
         assert_eq!(options.output_file(), "x.txt");
         assert_eq!(options.sampler, Sampler::GetAllStackTraces);
+        assert_eq!(options.cputimer, CpuTimer::Posix);
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
     }
 
@@ -539,6 +567,7 @@ mod tests {
             ("cutoff=2", "cutoff", "out of range"),
             ("cutoff=x", "cutoff", "not a number"),
             ("lineno=yes", "lineno", "use y or n"),
+            ("cputimer=hpet", "cputimer", "use perf or posix"),
             ("net=host", "net", "has no port"),
             ("net=host:0", "net", "is not a port"),
             ("depth", "depth", "has no value"),
