@@ -6,7 +6,10 @@ with openprof's agent at interval=10 and interval=1, and with the JDK's own samp
 Recorder, `profile` settings: execution samples every 10 ms), interleaved over several rounds in
 a shuffled order. Each configuration is compared with the run without a profiler of the same
 round (a paired ratio, which cancels the machine's drift between rounds); the report gives the
-median of those ratios, their spread, and the sampling rate openprof reached.
+median of those ratios, their spread, and the sampling rate openprof reached. A second ratio,
+operations per CPU-second of the whole JVM during the measured window, is steadier on a shared
+machine: it counts the profiler's own CPU (signal handlers, agent thread) but not time the
+machine took away from the JVM.
 
 Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
@@ -55,6 +58,7 @@ def main():
         "JFR settings=profile (10 ms)": [f"-XX:StartFlightRecording=settings=profile,filename={work}/rec.jfr"],
     }
     results = {name: [] for name in configs}
+    efficiency = {name: [] for name in configs}
     samples = {name: [] for name in configs}
     for round_number in range(args.rounds):
         order = list(configs)
@@ -63,8 +67,10 @@ def main():
             command = [jdk_tool("java"), *configs[name], "-cp", work, "Throughput",
                        str(args.threads), str(args.warmup), str(args.seconds)]
             out = subprocess.run(command, capture_output=True, text=True, check=True)
-            ops = int(re.search(r"ops=(\d+)", out.stdout).group(1))
+            found = re.search(r"ops=(\d+) cpu_ns=(\d+)", out.stdout)
+            ops, cpu_ns = int(found.group(1)), int(found.group(2))
             results[name].append(ops)
+            efficiency[name].append(ops / cpu_ns)
             profile = os.path.join(work, "p10.txt" if "10" in name else "p1.txt")
             if name.startswith("openprof"):
                 with open(profile) as text:
@@ -74,15 +80,18 @@ def main():
 
     cpu_seconds = args.threads * (args.warmup + args.seconds)
     print(f"rounds={args.rounds} seconds={args.seconds} warmup={args.warmup} threads={args.threads}")
-    print(f"{'configuration':30} {'median ops':>12} {'ratio':>7} {'loss':>7} {'ratio range':>15}  samples/CPU-s")
+    print(f"{'configuration':30} {'median ops':>11} {'ratio':>7} {'loss':>7} {'range':>12}"
+          f" {'ops/CPU ratio':>14} {'loss':>7} {'range':>12}  samples/CPU-s")
     for name, values in results.items():
         ratios = [value / base for value, base in zip(values, results["none"])]
-        ratio = statistics.median(ratios)
+        cpu_ratios = [value / base for value, base in zip(efficiency[name], efficiency["none"])]
+        ratio, cpu_ratio = statistics.median(ratios), statistics.median(cpu_ratios)
         rate = ""
         if samples[name]:
             rate = f"{statistics.median(samples[name]) / cpu_seconds:.0f}"
-        spread = f"{min(ratios):.3f}-{max(ratios):.3f}"
-        print(f"{name:30} {statistics.median(values):12.0f} {ratio:7.4f} {100 * (1 - ratio):6.2f}% {spread:>15}  {rate}")
+        print(f"{name:30} {statistics.median(values):11.0f} {ratio:7.4f} {100 * (1 - ratio):6.2f}%"
+              f" {min(ratios):5.3f}-{max(ratios):5.3f} {cpu_ratio:14.4f} {100 * (1 - cpu_ratio):6.2f}%"
+              f" {min(cpu_ratios):5.3f}-{max(cpu_ratios):5.3f}  {rate}")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,9 +1,11 @@
 /**
  * A CPU-bound benchmark workload: THREADS threads hash, sort and look up data for SECONDS
- * after WARMUP seconds, then print the operations done while measuring ("ops=N").
+ * after WARMUP seconds, then print the operations done while measuring ("ops=N") and the CPU
+ * time the whole JVM used meanwhile ("cpu_ns=N": every thread, the profiler's own included).
  *
  * Usage: java Throughput THREADS WARMUP SECONDS
  */
+import java.lang.management.ManagementFactory;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.Map;
@@ -53,9 +55,14 @@ public class Throughput {
             }, "worker-" + t);
             workers[t].start();
         }
+        com.sun.management.OperatingSystemMXBean os =
+                (com.sun.management.OperatingSystemMXBean) ManagementFactory.getOperatingSystemMXBean();
+        Thread.sleep(Math.max(0, (measureFrom - System.nanoTime()) / 1_000_000));
+        long cpuFrom = os.getProcessCpuTime();
         for (Thread worker : workers) {
             worker.join();
         }
-        System.out.println("ops=" + measured.get());
+        long cpuTo = os.getProcessCpuTime();
+        System.out.println("ops=" + measured.get() + " cpu_ns=" + (cpuTo - cpuFrom));
     }
 }
