@@ -9,7 +9,9 @@ round (a paired ratio, which cancels the machine's drift between rounds); the re
 median of those ratios, their spread, and the sampling rate openprof reached. A second ratio,
 operations per CPU-second of the whole JVM during the measured window, is steadier on a shared
 machine: it counts the profiler's own CPU (signal handlers, agent thread) but not time the
-machine took away from the JVM.
+machine took away from the JVM. Third, the direct cost the agent reports in its CPU SAMPLER
+records (time in the signal handler, on its own thread, dumping) over the JVM's whole CPU time
+(from wait4): steady, but blind to indirect costs such as the kernel's signal delivery and caches.
 
 Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
@@ -60,38 +62,51 @@ def main():
     results = {name: [] for name in configs}
     efficiency = {name: [] for name in configs}
     samples = {name: [] for name in configs}
+    direct = {name: [] for name in configs}
     for round_number in range(args.rounds):
         order = list(configs)
         random.shuffle(order)
         for name in order:
             command = [jdk_tool("java"), *configs[name], "-cp", work, "Throughput",
                        str(args.threads), str(args.warmup), str(args.seconds)]
-            out = subprocess.run(command, capture_output=True, text=True, check=True)
-            found = re.search(r"ops=(\d+) cpu_ns=(\d+)", out.stdout)
+            with tempfile.TemporaryFile() as stdout:
+                child = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL)
+                _, status, usage = os.wait4(child.pid, 0)
+                child.returncode = os.waitstatus_to_exitcode(status)
+                if child.returncode != 0:
+                    sys.exit(f"cpu_overhead: {' '.join(command)} failed with {child.returncode}")
+                stdout.seek(0)
+                output = stdout.read().decode()
+            jvm_cpu_us = (usage.ru_utime + usage.ru_stime) * 1e6
+            found = re.search(r"ops=(\d+) cpu_ns=(\d+)", output)
             ops, cpu_ns = int(found.group(1)), int(found.group(2))
             results[name].append(ops)
             efficiency[name].append(ops / cpu_ns)
             profile = os.path.join(work, "p10.txt" if "10" in name else "p1.txt")
             if name.startswith("openprof"):
                 with open(profile) as text:
-                    totals = re.findall(r"CPU SAMPLES BEGIN \(total = (\d+)\)", text.read())
+                    content = text.read()
+                totals = re.findall(r"CPU SAMPLES BEGIN \(total = (\d+)\)", content)
                 samples[name].append(sum(map(int, totals)))
+                costs = re.findall(r"^cost\.\w+_us (\d+)$", content, re.MULTILINE)
+                direct[name].append(sum(map(int, costs)) / jvm_cpu_us)
             print(f"round {round_number + 1} {name:30} ops={ops}", file=sys.stderr)
 
     cpu_seconds = args.threads * (args.warmup + args.seconds)
     print(f"rounds={args.rounds} seconds={args.seconds} warmup={args.warmup} threads={args.threads}")
     print(f"{'configuration':30} {'median ops':>11} {'ratio':>7} {'loss':>7} {'range':>12}"
-          f" {'ops/CPU ratio':>14} {'loss':>7} {'range':>12}  samples/CPU-s")
+          f" {'ops/CPU ratio':>14} {'loss':>7} {'range':>12}  samples/CPU-s  direct cost")
     for name, values in results.items():
         ratios = [value / base for value, base in zip(values, results["none"])]
         cpu_ratios = [value / base for value, base in zip(efficiency[name], efficiency["none"])]
         ratio, cpu_ratio = statistics.median(ratios), statistics.median(cpu_ratios)
-        rate = ""
+        rate, cost = "", ""
         if samples[name]:
             rate = f"{statistics.median(samples[name]) / cpu_seconds:.0f}"
+            cost = f"{100 * statistics.median(direct[name]):.3f}%"
         print(f"{name:30} {statistics.median(values):11.0f} {ratio:7.4f} {100 * (1 - ratio):6.2f}%"
               f" {min(ratios):5.3f}-{max(ratios):5.3f} {cpu_ratio:14.4f} {100 * (1 - cpu_ratio):6.2f}%"
-              f" {min(cpu_ratios):5.3f}-{max(cpu_ratios):5.3f}  {rate}")
+              f" {min(cpu_ratios):5.3f}-{max(cpu_ratios):5.3f}  {rate:>13}  {cost:>11}")
     shutil.rmtree(work, ignore_errors=True)
 
 

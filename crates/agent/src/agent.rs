@@ -1,9 +1,10 @@
 //! The agent inside the JVM: start-up from the option string, the JVMTI event callbacks, the
 //! agent's own thread that drains samples and writes records, and the dumps.
 
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -63,6 +64,9 @@ pub struct Agent {
     dying: AtomicBool,
     /// The clock new threads get, and why it is not the one asked for, if it is not.
     clock: Mutex<(CpuClock, Option<String>)>,
+    /// The agent thread's CPU time so far, and the part of it already reported in a dump.
+    worker_cpu_nanos: AtomicU64,
+    worker_cpu_reported: AtomicU64,
 }
 
 // SAFETY: the JavaVM pointer is valid for the life of the process and its invoke interface is
@@ -176,6 +180,8 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         worker: Mutex::new(None),
         dying: AtomicBool::new(false),
         clock: Mutex::new((clock, None)),
+        worker_cpu_nanos: AtomicU64::new(0),
+        worker_cpu_reported: AtomicU64::new(0),
     };
     if AGENT.set(agent).is_err() {
         return Err("the agent is loaded twice; load it once".into());
@@ -335,6 +341,8 @@ impl Agent {
                 }
                 self.collect(&mut lock(&self.state));
             });
+            self.worker_cpu_nanos
+                .store(signals::thread_cpu_nanos(), Ordering::Relaxed);
         }
         // SAFETY: this thread attached itself above and holds no JNI references across this.
         unsafe { ((**self.vm).DetachCurrentThread)(self.vm) };
@@ -429,7 +437,11 @@ impl Agent {
         }
     }
 
-    fn sampler_report(&self, dump: &crate::profile::CpuDump) -> SamplerReport {
+    fn sampler_report(
+        &self,
+        dump: &crate::profile::CpuDump,
+        cost_us: BTreeMap<String, u64>,
+    ) -> SamplerReport {
         let (sampler, note, clock) = match &self.sampler {
             SamplerKind::Signals => {
                 let (clock, fallback) = lock(&self.clock).clone();
@@ -448,6 +460,7 @@ impl Agent {
             interval_ms: self.options.interval_ms,
             failed: dump.failed.clone(),
             dropped: dump.dropped,
+            cost_us,
         }
     }
 
@@ -456,10 +469,24 @@ impl Agent {
         if self.options.verbose {
             eprint!("Dumping CPU usage by sampling running threads ...");
         }
+        let started = signals::thread_cpu_nanos();
         let mut state = lock(&self.state);
         self.collect(&mut state);
         let dump = state.profile.take_dump(hprof_date(), self.options.cutoff);
-        let report = self.sampler_report(&dump);
+        // What profiling cost since the last dump, so users (and BENCHMARKS.md) can see it.
+        let mut cost_us = BTreeMap::new();
+        if self.sampler == SamplerKind::Signals {
+            cost_us.insert("handler".into(), signals::take_handler_nanos() / 1000);
+        }
+        let worker = self.worker_cpu_nanos.load(Ordering::Relaxed);
+        let reported = self.worker_cpu_reported.swap(worker, Ordering::Relaxed);
+        cost_us.insert(
+            "agent_thread".into(),
+            worker.saturating_sub(reported) / 1000,
+        );
+        let dumping = signals::thread_cpu_nanos().saturating_sub(started);
+        cost_us.insert("dump".into(), dumping / 1000);
+        let report = self.sampler_report(&dump, cost_us);
         if let Err(error) = state.output.cpu_dump(&dump, &report) {
             eprintln!(
                 "openprof: can't write {}: {error}",

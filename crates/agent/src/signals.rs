@@ -8,7 +8,7 @@
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use crate::jvmti::{jint, JNIEnv, JavaVM};
 use crate::ring::{CallFrame, SampleRing};
@@ -55,6 +55,29 @@ struct SignalSampler {
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Time spent inside the handler taking samples, so the profile can say what it cost.
+static HANDLER_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// A clock read that is async-signal-safe (POSIX lists clock_gettime as such).
+fn clock_nanos(clock: libc::clockid_t) -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(clock, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// The calling thread's CPU time, in nanoseconds.
+pub fn thread_cpu_nanos() -> u64 {
+    clock_nanos(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// Nanoseconds spent in the signal handler since the last call.
+pub fn take_handler_nanos() -> u64 {
+    HANDLER_NANOS.swap(0, Ordering::Relaxed)
+}
 
 /// HotSpot's AsyncGetCallTrace, if this JVM exports it.
 fn find_async_get_call_trace() -> Option<AsyncGetCallTrace> {
@@ -118,8 +141,11 @@ extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *
     if ENABLED.load(Ordering::Acquire) {
         let sampler = SAMPLER.load(Ordering::Acquire);
         if !sampler.is_null() {
+            let started = clock_nanos(libc::CLOCK_MONOTONIC);
             // SAFETY: the sampler is never freed once stored.
             take_sample(unsafe { &*sampler }, context);
+            let spent = clock_nanos(libc::CLOCK_MONOTONIC).saturating_sub(started);
+            HANDLER_NANOS.fetch_add(spent, Ordering::Relaxed);
         }
     }
     // SAFETY: as above.

@@ -27,6 +27,8 @@ pub struct CpuSummary {
     pub failed_walks: u64,
     pub dropped: u64,
     pub samplers: BTreeSet<String>,
+    /// What profiling cost, microseconds of CPU by part, summed over the dumps.
+    pub cost_us: BTreeMap<String, u64>,
     pub notes: BTreeSet<String>,
     /// Most self samples first.
     pub methods: Vec<MethodStat>,
@@ -53,6 +55,9 @@ pub fn summarize_cpu(profile: &TextProfile) -> CpuSummary {
         summary.dropped += sampler.dropped;
         summary.samplers.insert(sampler.sampler.clone());
         summary.notes.extend(sampler.note.clone());
+        for (part, micros) in &sampler.cost_us {
+            *summary.cost_us.entry(part.clone()).or_default() += micros;
+        }
     }
     let mut stats: BTreeMap<String, MethodStat> = BTreeMap::new();
     let empty = Trace {

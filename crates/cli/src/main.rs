@@ -202,6 +202,20 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
     for note in &summary.notes {
         let _ = writeln!(out, "note: {note}");
     }
+    if !summary.cost_us.is_empty() {
+        let total: u64 = summary.cost_us.values().sum();
+        let parts: Vec<String> = summary
+            .cost_us
+            .iter()
+            .map(|(part, micros)| format!("{part} {:.1}", *micros as f64 / 1000.0))
+            .collect();
+        let _ = writeln!(
+            out,
+            "profiling cost {:.1} ms of CPU ({} ms)",
+            total as f64 / 1000.0,
+            parts.join(", ")
+        );
+    }
     if summary.listed_samples < summary.total_samples {
         let _ = writeln!(
             out,

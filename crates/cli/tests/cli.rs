@@ -129,6 +129,7 @@ fn report_reads_a_real_profile() {
         "the trace behind it: {stdout}"
     );
     assert!(stdout.contains("sampled with AsyncGetCallTrace"));
+    assert!(stdout.contains("profiling cost "), "{stdout}");
 }
 
 #[test]

@@ -165,6 +165,9 @@ pub struct SamplerReport {
     pub failed: BTreeMap<String, u64>,
     /// Samples lost because the sample buffer was full.
     pub dropped: u64,
+    /// What taking the samples cost, in microseconds of CPU, by part (`handler`: inside the
+    /// signal handler; `agent_thread`: the agent's own thread; `dump`: writing this dump).
+    pub cost_us: BTreeMap<String, u64>,
 }
 
 impl SamplerReport {
@@ -236,6 +239,9 @@ impl<W: Write> TextWriter<W> {
             writeln!(self.out, "failed.{reason} {count}")?;
         }
         writeln!(self.out, "dropped {}", report.dropped)?;
+        for (part, micros) in &report.cost_us {
+            writeln!(self.out, "cost.{part}_us {micros}")?;
+        }
         writeln!(self.out, "CPU SAMPLER END")
     }
 
@@ -799,6 +805,7 @@ mod tests {
                 interval_ms: 10,
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
                 dropped: 1,
+                cost_us: [("handler".to_string(), 120u64), ("agent_thread".to_string(), 40)].into_iter().collect(),
             };
             writer.sampler(&report).unwrap();
             let table = CpuTable::rank(CpuTableKind::Samples, "Sun Nov 22 02:18:41 2026".into(), entries, 0.0);
