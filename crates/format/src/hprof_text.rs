@@ -516,18 +516,19 @@ fn parse_sampler(lines: &[(usize, &str)]) -> Result<SamplerReport, ReadError> {
             }
             "failed" => {}
             "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
-            _ => match key.strip_prefix("failed.") {
-                Some(reason) => {
+            _ => {
+                if let Some(reason) = key.strip_prefix("failed.") {
                     let count = parse_number(value, number, "CPU SAMPLER failed")?;
                     report.failed.insert(reason.to_string(), count);
+                } else if let Some(part) = key
+                    .strip_prefix("cost.")
+                    .and_then(|part| part.strip_suffix("_us"))
+                {
+                    let micros = parse_number(value, number, "CPU SAMPLER cost")?;
+                    report.cost_us.insert(part.to_string(), micros);
                 }
-                None => {
-                    return Err(malformed(
-                        number,
-                        format!("CPU SAMPLER: unknown key '{key}'"),
-                    ))
-                }
-            },
+                // Other keys are skipped: a newer agent may add some, older readers go on.
+            }
         }
     }
     Ok(report)
