@@ -222,7 +222,8 @@ fn choose_sampler(vm: *mut JavaVM, options: &Options) -> Result<SamplerKind, Str
             note: "sampler=jvmti asked for; samples are biased towards safepoints".into(),
         });
     }
-    // Room for about a second of samples from every core between drains, bounded to 16 MiB.
+    // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
+    // worth), fewer for deep stacks so that the ring stays within 16 MiB.
     let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
     let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
     let slots = (16 << 20) / (depth * frame_bytes);
