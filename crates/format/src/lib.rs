@@ -3,7 +3,9 @@
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
 //! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader.
 //! - [`java_names`]: class names from JVM signatures to Java source form.
+//! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 
 pub mod hprof_text;
 pub mod java_names;
 pub mod options;
+pub mod trace;

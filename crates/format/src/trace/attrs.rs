@@ -1,0 +1,326 @@
+//! The attribute value formats of the trace elements (seeds 000 and 001), each with its exact
+//! text form: times as seconds.fraction, multi-part counters low-order first, UUIDs, isArray
+//! codes, "-Unavailable-" object references, and the enumerated values.
+
+use std::fmt::Write;
+
+/// An attribute's value: how it is written and read back.
+pub trait AttrValue: Sized {
+    /// Appends the value's text (unescaped; the writer escapes it).
+    fn write_value(&self, out: &mut String);
+    /// Reads the value's text, or says what is wrong with it.
+    fn parse_value(text: &str) -> Result<Self, String>;
+}
+
+impl AttrValue for String {
+    fn write_value(&self, out: &mut String) {
+        out.push_str(self);
+    }
+    fn parse_value(text: &str) -> Result<Self, String> {
+        Ok(text.to_string())
+    }
+}
+
+macro_rules! numeric_attr {
+    ($($ty:ty),*) => {$(
+        impl AttrValue for $ty {
+            fn write_value(&self, out: &mut String) {
+                let _ = write!(out, "{self}");
+            }
+            fn parse_value(text: &str) -> Result<Self, String> {
+                text.parse().map_err(|_| format!("'{text}' is not a {}", stringify!($ty)))
+            }
+        }
+    )*};
+}
+numeric_attr!(u32, u64, i32, i64);
+
+impl AttrValue for uuid::Uuid {
+    fn write_value(&self, out: &mut String) {
+        let _ = write!(out, "{}", self.hyphenated());
+    }
+    fn parse_value(text: &str) -> Result<Self, String> {
+        uuid::Uuid::parse_str(text).map_err(|_| format!("'{text}' is not a UUID"))
+    }
+}
+
+/// A point or span of time as seconds and a fraction: `time` (seconds since the epoch, UTC) and
+/// `threadCpuTime` (CPU seconds of the thread). Written with nanosecond precision.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seconds {
+    pub secs: u64,
+    pub nanos: u32,
+}
+
+impl Seconds {
+    pub fn from_nanos(nanos: u128) -> Seconds {
+        Seconds {
+            secs: (nanos / 1_000_000_000) as u64,
+            nanos: (nanos % 1_000_000_000) as u32,
+        }
+    }
+
+    pub fn as_nanos(self) -> u128 {
+        u128::from(self.secs) * 1_000_000_000 + u128::from(self.nanos)
+    }
+
+    /// Now, as seconds since the epoch.
+    pub fn now() -> Seconds {
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Seconds {
+            secs: since.as_secs(),
+            nanos: since.subsec_nanos(),
+        }
+    }
+}
+
+impl AttrValue for Seconds {
+    fn write_value(&self, out: &mut String) {
+        let _ = write!(out, "{}.{:09}", self.secs, self.nanos);
+    }
+    fn parse_value(text: &str) -> Result<Self, String> {
+        let bad = || format!("'{text}' is not seconds.fraction");
+        let (secs, fraction) = text.split_once('.').unwrap_or((text, ""));
+        if secs.is_empty() || fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let secs = secs.parse().map_err(|_| bad())?;
+        let nanos = if fraction.is_empty() {
+            0
+        } else {
+            fraction.parse::<u32>().map_err(|_| bad())? * 10u32.pow(9 - fraction.len() as u32)
+        };
+        Ok(Seconds { secs, nanos })
+    }
+}
+
+/// A counter that may exceed 32 bits, written as 32-bit parts `n[,n]*`, low-order first:
+/// `ticket` and `collationValue`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MultiPart(pub u128);
+
+impl AttrValue for MultiPart {
+    fn write_value(&self, out: &mut String) {
+        let mut rest = self.0;
+        loop {
+            let _ = write!(out, "{}", rest as u32);
+            rest >>= 32;
+            if rest == 0 {
+                break;
+            }
+            out.push(',');
+        }
+    }
+    fn parse_value(text: &str) -> Result<Self, String> {
+        let mut value: u128 = 0;
+        for (index, part) in text.split(',').enumerate() {
+            if index >= 4 {
+                return Err(format!("'{text}' has more than four 32-bit parts"));
+            }
+            let part: u32 = part
+                .parse()
+                .map_err(|_| format!("'{text}' is not n[,n]* of 32-bit numbers"))?;
+            value |= u128::from(part) << (32 * index);
+        }
+        Ok(MultiPart(value))
+    }
+}
+
+/// A reference to an object that may be unavailable (`throw`, `catch`: "-Unavailable-" when the
+/// exception's class is filtered out or the VM cannot say).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjRef {
+    Id(u32),
+    Unavailable,
+}
+
+impl AttrValue for ObjRef {
+    fn write_value(&self, out: &mut String) {
+        match self {
+            ObjRef::Id(id) => id.write_value(out),
+            ObjRef::Unavailable => out.push_str("-Unavailable-"),
+        }
+    }
+    fn parse_value(text: &str) -> Result<Self, String> {
+        if text == "-Unavailable-" {
+            Ok(ObjRef::Unavailable)
+        } else {
+            u32::parse_value(text)
+                .map(ObjRef::Id)
+                .map_err(|_| format!("'{text}' is neither an object id nor -Unavailable-"))
+        }
+    }
+}
+
+/// Declares an attribute enumeration with its exact spellings.
+macro_rules! enum_attr {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $text:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),*];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),* }
+            }
+        }
+
+        impl AttrValue for $name {
+            fn write_value(&self, out: &mut String) {
+                out.push_str(self.as_str());
+            }
+            fn parse_value(text: &str) -> Result<Self, String> {
+                match text {
+                    $($text => Ok($name::$variant),)*
+                    _ => Err(format!(
+                        "'{text}' is not one of {}",
+                        [$($text),*].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+enum_attr!(
+    /// The `isArray` codes (seed 000 Table 2, seed 001).
+    IsArray {
+        NotArray = "0",
+        Objects = "2",
+        Booleans = "4",
+        Chars = "5",
+        Floats = "6",
+        Doubles = "7",
+        Bytes = "8",
+        Shorts = "9",
+        Ints = "10",
+        Longs = "11",
+    }
+);
+
+enum_attr!(
+    /// A filter pattern's wildcard: `none` (exact), `prefix` ("*print": ends with), `suffix`
+    /// ("java*": starts with).
+    GenericPattern {
+        None = "none",
+        Prefix = "prefix",
+        Suffix = "suffix",
+    }
+);
+
+enum_attr!(
+    /// A filter's mode.
+    FilterMode {
+        Include = "include",
+        Exclude = "exclude",
+    }
+);
+
+enum_attr!(
+    /// The `type` of a `value` element: seed 000's Table 4, plus the values of method parameter
+    /// tracing (seed 003): `byte`, `short` for the remaining primitives, `class` for a Class
+    /// (its name), `objectId` for an object's identity, and `error` for a value that could not be
+    /// had (its text is the error value, e.g. `NullValue`).
+    ValueType {
+        SerializedObjValueRef = "serializedObjValueRef",
+        SerializedObjValue = "serializedObjValue",
+        SerializedObjValueInline = "serializedObjValueInline",
+        Boolean = "boolean",
+        Char = "char",
+        Int = "int",
+        Long = "long",
+        Float = "float",
+        Double = "double",
+        String = "string",
+        Opaque = "opaque",
+        Byte = "byte",
+        Short = "short",
+        Class = "class",
+        ObjectId = "objectId",
+        Error = "error",
+    }
+);
+
+enum_attr!(
+    /// methodDef's `sigNotation` (seed 000 Table 3).
+    SigNotation {
+        Jni = "JNI",
+        Xml = "XML",
+    }
+);
+
+enum_attr!(
+    /// lineTable's `sourceCoordinateType`.
+    SourceCoordinateType {
+        LineNumber = "lineNumber",
+        ByteOffset = "byteOffset",
+    }
+);
+
+enum_attr!(
+    /// The `type` of a `code` element.
+    CodeType {
+        Reference = "Reference",
+        Java = "Java",
+        CPlusPlus = "C++",
+        C = "C",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_of(value: &impl AttrValue) -> String {
+        let mut out = String::new();
+        value.write_value(&mut out);
+        out
+    }
+
+    #[test]
+    fn multi_part_counters_are_low_order_first() {
+        assert_eq!(text_of(&MultiPart(1)), "1");
+        assert_eq!(text_of(&MultiPart(1 << 32)), "0,1");
+        assert_eq!(text_of(&MultiPart((7u128 << 32) | 5)), "5,7");
+        assert_eq!(MultiPart::parse_value("5,7"), Ok(MultiPart((7 << 32) | 5)));
+        assert!(MultiPart::parse_value("5,").is_err());
+        assert!(MultiPart::parse_value("4294967296").is_err());
+    }
+
+    #[test]
+    fn times_are_seconds_dot_fraction() {
+        let time = Seconds::parse_value("987446612.236409").unwrap();
+        assert_eq!(
+            time,
+            Seconds {
+                secs: 987446612,
+                nanos: 236_409_000
+            }
+        );
+        assert_eq!(text_of(&time), "987446612.236409000");
+        assert_eq!(
+            Seconds::parse_value("0.2303312").unwrap().nanos,
+            230_331_200
+        );
+        assert!(Seconds::parse_value("1.2.3").is_err());
+        assert!(Seconds::parse_value(".5").is_err());
+        assert!(Seconds::parse_value("1.1234567890").is_err());
+    }
+
+    #[test]
+    fn enumerations_keep_their_spellings() {
+        assert_eq!(IsArray::parse_value("10"), Ok(IsArray::Ints));
+        assert_eq!(text_of(&IsArray::Longs), "11");
+        assert!(IsArray::parse_value("3")
+            .unwrap_err()
+            .contains("not one of 0, 2, 4"));
+        assert_eq!(
+            ObjRef::parse_value("-Unavailable-"),
+            Ok(ObjRef::Unavailable)
+        );
+        assert_eq!(text_of(&CodeType::CPlusPlus), "C++");
+    }
+}
