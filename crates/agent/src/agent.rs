@@ -12,7 +12,11 @@ use std::time::Duration;
 use jvmti_bindings::sys::jni::{JavaVMAttachArgs, JNI_ERR, JNI_OK, JNI_VERSION_1_6};
 use jvmti_bindings::sys::jvmti::{
     event_callbacks_size_for_feature, JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
-    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_THREAD_END,
+    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_EXCEPTION,
+    JVMTI_EVENT_EXCEPTION_CATCH, JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+    JVMTI_EVENT_GARBAGE_COLLECTION_START, JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT,
+    JVMTI_EVENT_MONITOR_CONTENDED_ENTER, JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
+    JVMTI_EVENT_MONITOR_WAIT, JVMTI_EVENT_MONITOR_WAITED, JVMTI_EVENT_THREAD_END,
     JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
@@ -20,8 +24,8 @@ use openprof_format::hprof_text::SamplerReport;
 use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
 
 use crate::jvmti::{
-    jclass, jint, jmethodID, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, JNIEnv,
-    JavaVM, Jvmti,
+    jclass, jint, jmethodID, jobject, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks,
+    JNIEnv, JavaVM, Jvmti,
 };
 use crate::methods::Location;
 use crate::output::{hprof_date, TextOutput};
@@ -29,6 +33,8 @@ use crate::profile::CpuProfile;
 use crate::ring::SampleRing;
 use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::threads::Threads;
+use crate::tracer::{MonitorEvent, Tracer};
+use openprof_format::options::OutputFormat;
 
 /// How the agent's thread drains the ring when sampling with signals.
 const DRAIN_PERIOD: Duration = Duration::from_millis(20);
@@ -39,6 +45,8 @@ type RawSample = (i32, i32, Vec<(jmethodID, Location)>);
 /// How samples are taken in this run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum SamplerKind {
+    /// No CPU samples (format=x traces instead).
+    None,
     Signals,
     /// JVMTI GetAllStackTraces from the agent's thread, with why.
     Jvmti {
@@ -56,7 +64,9 @@ pub struct Agent {
     vm: *mut JavaVM,
     options: Options,
     sampler: SamplerKind,
-    state: Mutex<State>,
+    /// HPROF text output (format=a); `None` when tracing (format=x).
+    state: Option<Mutex<State>>,
+    tracer: Option<Tracer>,
     threads: Mutex<Threads>,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -155,26 +165,45 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     // agent can receive CompiledMethodLoad events: without it sampled frames in compiled code
     // would be attributed to the nearest safepoint.
     capabilities.set_can_generate_compiled_method_load_events(true);
+    let tracing = options.format == OutputFormat::Xml;
+    if tracing {
+        capabilities.set_can_tag_objects(true);
+        capabilities.set_can_generate_exception_events(true);
+        capabilities.set_can_generate_garbage_collection_events(true);
+        capabilities.set_can_generate_monitor_events(options.monitor);
+        let methods = options.cpu == Some(openprof_format::options::CpuMode::Times);
+        capabilities.set_can_generate_method_entry_events(methods);
+        capabilities.set_can_generate_method_exit_events(methods);
+        capabilities.set_can_access_local_variables(methods);
+    }
     jvmti
         .add_capabilities(&capabilities)
         .map_err(|error| format!("the JVM refused the capabilities openprof needs: {error}"))?;
 
-    let sampler = choose_sampler(vm, &options)?;
+    let sampler = if options.cpu == Some(openprof_format::options::CpuMode::Samples) {
+        choose_sampler(vm, &options)?
+    } else {
+        SamplerKind::None
+    };
     let clock = match options.cputimer {
         CpuTimer::Perf => CpuClock::PerfTaskClock,
         CpuTimer::Posix => CpuClock::PosixCpuTimer,
     };
-    let output = TextOutput::create(&options)?;
+    let (state, tracer) = if tracing {
+        (None, Some(Tracer::start(jvmti, &options, options_text)?))
+    } else {
+        let output = TextOutput::create(&options)?;
+        let profile = CpuProfile::new(options.lineno);
+        (Some(Mutex::new(State { profile, output })), None)
+    };
     let agent = Agent {
         jvmti,
         vm,
         sampler,
-        state: Mutex::new(State {
-            profile: CpuProfile::new(options.lineno),
-            output,
-        }),
+        state,
+        tracer,
+        threads: Mutex::new(Threads::new(!tracing)),
         options,
-        threads: Mutex::new(Threads::new()),
         stop: Mutex::new(false),
         wake: Condvar::new(),
         worker: Mutex::new(None),
@@ -196,9 +225,44 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     callbacks.ClassLoad = Some(on_class_load);
     callbacks.DataDumpRequest = Some(on_data_dump_request);
     callbacks.CompiledMethodLoad = Some(on_compiled_method_load);
+    callbacks.MethodEntry = Some(on_method_entry);
+    callbacks.MethodExit = Some(on_method_exit);
+    callbacks.Exception = Some(on_exception);
+    callbacks.ExceptionCatch = Some(on_exception_catch);
+    callbacks.MonitorContendedEnter = Some(on_monitor_contended_enter);
+    callbacks.MonitorContendedEntered = Some(on_monitor_contended_entered);
+    callbacks.MonitorWait = Some(on_monitor_wait);
+    callbacks.MonitorWaited = Some(on_monitor_waited);
+    callbacks.GarbageCollectionStart = Some(on_gc_start);
+    callbacks.GarbageCollectionFinish = Some(on_gc_finish);
     jvmti
         .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
         .map_err(|error| error.to_string())?;
+    if tracing {
+        let methods = options_methods(jvmti);
+        let mut events = vec![
+            JVMTI_EVENT_EXCEPTION,
+            JVMTI_EVENT_EXCEPTION_CATCH,
+            JVMTI_EVENT_GARBAGE_COLLECTION_START,
+            JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+        ];
+        if methods.0 {
+            events.extend([JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT]);
+        }
+        if methods.1 {
+            events.extend([
+                JVMTI_EVENT_MONITOR_CONTENDED_ENTER,
+                JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
+                JVMTI_EVENT_MONITOR_WAIT,
+                JVMTI_EVENT_MONITOR_WAITED,
+            ]);
+        }
+        for event in events {
+            jvmti
+                .set_event(event, true)
+                .map_err(|error| error.to_string())?;
+        }
+    }
     for event in [
         JVMTI_EVENT_VM_INIT,
         JVMTI_EVENT_VM_DEATH,
@@ -214,6 +278,16 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
             .map_err(|error| error.to_string())?;
     }
     Ok(())
+}
+
+/// (method events, monitor events) of the agent being started.
+fn options_methods(_jvmti: Jvmti) -> (bool, bool) {
+    agent().map_or((false, false), |agent| {
+        (
+            agent.tracer.as_ref().is_some_and(Tracer::traces_methods),
+            agent.options.monitor,
+        )
+    })
 }
 
 fn choose_sampler(vm: *mut JavaVM, options: &Options) -> Result<SamplerKind, String> {
@@ -251,8 +325,11 @@ impl Agent {
         }
         let (name, group) = self.jvmti.thread_names(thread).unwrap_or_default();
         let kernel_id = on_this_thread.then(signals::current_thread_id);
-        let serial = lock(&self.threads).start(name, group, kernel_id);
+        let serial = lock(&self.threads).start(name.clone(), group.clone(), kernel_id);
         let _ = self.jvmti.set_thread_word(thread, serial as usize);
+        if let Some(tracer) = &self.tracer {
+            tracer.thread_start(serial, &name, &group);
+        }
         if on_this_thread && self.samples_with_signals() && !self.dying.load(Ordering::Acquire) {
             match self.start_timer() {
                 Ok(timer) => {
@@ -301,6 +378,9 @@ impl Agent {
         if self.samples_with_signals() {
             signals::set_enabled(true);
         }
+        if let Some(tracer) = &self.tracer {
+            tracer.runtime_init(self.jvmti.thread_word(thread).unwrap_or(0) as u32);
+        }
         let spawned = std::thread::Builder::new()
             .name("openprof".into())
             .spawn(|| {
@@ -322,7 +402,7 @@ impl Agent {
             return;
         };
         let period = match self.sampler {
-            SamplerKind::Signals => DRAIN_PERIOD,
+            SamplerKind::Signals | SamplerKind::None => DRAIN_PERIOD,
             SamplerKind::Jvmti { .. } => Duration::from_millis(self.options.interval_ms.into()),
         };
         loop {
@@ -340,7 +420,13 @@ impl Agent {
                 if matches!(self.sampler, SamplerKind::Jvmti { .. }) && self.options.depth > 0 {
                     self.sample_all_threads();
                 }
-                self.collect(&mut lock(&self.state));
+                if let Some(state) = &self.state {
+                    self.collect(&mut lock(state));
+                }
+                if let Some(tracer) = &self.tracer {
+                    tracer.emit_gcs(|| heap_figures(jni));
+                    tracer.flush();
+                }
             });
             self.worker_cpu_nanos
                 .store(signals::thread_cpu_nanos(), Ordering::Relaxed);
@@ -383,7 +469,8 @@ impl Agent {
                     samples.push((serial, frames));
                 }
             });
-        let mut state = lock(&self.state);
+        let Some(state) = &self.state else { return };
+        let mut state = lock(state);
         for (serial, frames) in samples {
             let thread = self.options.thread.then_some(serial);
             state
@@ -453,6 +540,7 @@ impl Agent {
                 )
             }
             SamplerKind::Jvmti { note } => ("GetAllStackTraces", Some(note.clone()), None),
+            SamplerKind::None => ("none", None, None),
         };
         SamplerReport {
             sampler: sampler.into(),
@@ -467,11 +555,15 @@ impl Agent {
 
     /// Writes the CPU samples since the last dump (HPROF's dump on SIGQUIT and at exit).
     fn dump(&self) {
+        if let Some(tracer) = &self.tracer {
+            tracer.flush();
+        }
+        let Some(state) = &self.state else { return };
         if self.options.verbose {
             eprint!("Dumping CPU usage by sampling running threads ...");
         }
         let started = signals::thread_cpu_nanos();
-        let mut state = lock(&self.state);
+        let mut state = lock(state);
         self.collect(&mut state);
         let dump = state.profile.take_dump(hprof_date(), self.options.cutoff);
         // What profiling cost since the last dump, so users (and BENCHMARKS.md) can see it.
@@ -499,7 +591,7 @@ impl Agent {
         }
     }
 
-    fn vm_death(&self) {
+    fn vm_death(&self, jni: *mut JNIEnv) {
         self.dying.store(true, Ordering::Release);
         signals::set_enabled(false);
         lock(&self.threads).close();
@@ -508,17 +600,65 @@ impl Agent {
         if let Some(worker) = lock(&self.worker).take() {
             let _ = worker.join();
         }
+        if let Some(tracer) = &self.tracer {
+            tracer.emit_gcs(|| heap_figures(jni));
+            let current = signals::current_thread_id();
+            // HotSpot ends the DestroyJavaVM thread before VMDeath on the same OS thread.
+            let thread = lock(&self.threads).live_serial_of_kernel_id(current);
+            tracer.finish(jni, thread);
+        }
+        let Some(state) = &self.state else { return };
         if self.options.doe {
             self.dump();
         } else {
-            let mut state = lock(&self.state);
+            let mut state = lock(state);
             self.collect(&mut state);
             let _ = state.output.flush();
         }
     }
 }
 
-fn delete_local_ref(jni: *mut JNIEnv, object: *mut c_void) {
+/// The heap's (total, used) bytes, from java.lang.Runtime on this thread.
+fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
+    // SAFETY: `jni` is this thread's JNIEnv; every reference and id is checked before use and
+    // any Java exception is cleared.
+    unsafe {
+        let functions = &**jni;
+        let class = (functions.FindClass)(jni, c"java/lang/Runtime".as_ptr());
+        if class.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let get = (functions.GetStaticMethodID)(
+            jni,
+            class,
+            c"getRuntime".as_ptr(),
+            c"()Ljava/lang/Runtime;".as_ptr(),
+        );
+        let total = (functions.GetMethodID)(jni, class, c"totalMemory".as_ptr(), c"()J".as_ptr());
+        let free = (functions.GetMethodID)(jni, class, c"freeMemory".as_ptr(), c"()J".as_ptr());
+        if get.is_null() || total.is_null() || free.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let runtime = (functions.CallStaticObjectMethodA)(jni, class, get, std::ptr::null());
+        if runtime.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let total = (functions.CallLongMethodA)(jni, runtime, total, std::ptr::null());
+        let free = (functions.CallLongMethodA)(jni, runtime, free, std::ptr::null());
+        if (functions.ExceptionCheck)(jni) != 0 {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        delete_local_ref(jni, runtime);
+        delete_local_ref(jni, class);
+        Some((total.max(0) as u64, (total - free).max(0) as u64))
+    }
+}
+
+pub(crate) fn delete_local_ref(jni: *mut JNIEnv, object: *mut c_void) {
     if !jni.is_null() && !object.is_null() {
         // SAFETY: `object` is a local reference of this thread's current JNI frame.
         unsafe { ((**jni).DeleteLocalRef)(jni, object) };
@@ -563,12 +703,155 @@ unsafe extern "system" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, th
     });
 }
 
-unsafe extern "system" fn on_vm_death(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv) {
+unsafe extern "system" fn on_vm_death(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv) {
     guarded("VMDeath", || {
         if let Some(agent) = agent() {
-            agent.vm_death();
+            agent.vm_death(jni);
         }
     });
+}
+
+/// The tracer, when tracing and the callback is not on the agent's own thread.
+fn tracer() -> Option<&'static Tracer> {
+    if IS_AGENT_THREAD.with(|flag| flag.get()) {
+        return None;
+    }
+    agent()
+        .filter(|agent| !agent.dying.load(Ordering::Acquire))
+        .and_then(|agent| agent.tracer.as_ref())
+}
+
+unsafe extern "system" fn on_method_entry(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+) {
+    guarded("MethodEntry", || {
+        if let Some(tracer) = tracer() {
+            tracer.method_entry(jni, thread, method);
+        }
+    });
+}
+
+unsafe extern "system" fn on_method_exit(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+    _was_popped_by_exception: jvmti_bindings::sys::jni::jboolean,
+    _return_value: jvmti_bindings::sys::jni::jvalue,
+) {
+    guarded("MethodExit", || {
+        if let Some(tracer) = tracer() {
+            tracer.method_exit(thread, method);
+        }
+    });
+}
+
+unsafe extern "system" fn on_exception(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    _method: jmethodID,
+    _location: i64,
+    exception: jobject,
+    catch_method: jmethodID,
+    _catch_location: i64,
+) {
+    guarded("Exception", || {
+        if let Some(tracer) = tracer() {
+            tracer.exception(jni, thread, exception, catch_method);
+        }
+    });
+}
+
+unsafe extern "system" fn on_exception_catch(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+    _location: i64,
+    exception: jobject,
+) {
+    guarded("ExceptionCatch", || {
+        if let Some(tracer) = tracer() {
+            tracer.exception_catch(jni, thread, method, exception);
+        }
+    });
+}
+
+fn monitor_event(jni: *mut JNIEnv, thread: jthread, object: jobject, event: MonitorEvent) {
+    guarded("a monitor event", || {
+        if let Some(tracer) = tracer() {
+            tracer.monitor(jni, thread, object, event);
+        }
+    });
+}
+
+unsafe extern "system" fn on_monitor_contended_enter(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+) {
+    monitor_event(jni, thread, object, MonitorEvent::ContendedEnter);
+}
+
+unsafe extern "system" fn on_monitor_contended_entered(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+) {
+    monitor_event(jni, thread, object, MonitorEvent::ContendedEntered);
+}
+
+unsafe extern "system" fn on_monitor_wait(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+    timeout: i64,
+) {
+    monitor_event(
+        jni,
+        thread,
+        object,
+        MonitorEvent::Wait {
+            timeout_ms: timeout,
+        },
+    );
+}
+
+unsafe extern "system" fn on_monitor_waited(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+    timed_out: jvmti_bindings::sys::jni::jboolean,
+) {
+    monitor_event(
+        jni,
+        thread,
+        object,
+        MonitorEvent::Waited {
+            timed_out: timed_out != 0,
+        },
+    );
+}
+
+/// GC start and finish run inside a safepoint: no locks, no JVMTI; the tracer only notes the time.
+unsafe extern "system" fn on_gc_start(_jvmti: *mut jvmtiEnv) {
+    if let Some(tracer) = AGENT.get().and_then(|agent| agent.tracer.as_ref()) {
+        tracer.gc_started();
+    }
+}
+
+unsafe extern "system" fn on_gc_finish(_jvmti: *mut jvmtiEnv) {
+    if let Some(tracer) = AGENT.get().and_then(|agent| agent.tracer.as_ref()) {
+        tracer.gc_finished();
+    }
 }
 
 unsafe extern "system" fn on_thread_start(
@@ -595,6 +878,9 @@ unsafe extern "system" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv
             let serial = agent.jvmti.thread_word(thread).unwrap_or(0) as u32;
             if serial != 0 {
                 lock(&agent.threads).end(serial);
+                if let Some(tracer) = &agent.tracer {
+                    tracer.thread_end(serial);
+                }
             }
         }
     });

@@ -5,7 +5,8 @@ use std::ffi::{c_char, c_void, CStr};
 use std::fmt;
 use std::ptr;
 
-pub use jvmti_bindings::sys::jni::{jclass, jint, jmethodID, jthread, JNIEnv, JavaVM};
+pub use jvmti_bindings::sys::jni::{jclass, jint, jmethodID, jobject, jthread, JNIEnv, JavaVM};
+pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
 pub use jvmti_bindings::sys::jvmti::{
     jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, jvmtiLineNumberEntry, jvmtiStackInfo,
 };
@@ -248,5 +249,74 @@ impl Jvmti {
         visit(unsafe { std::slice::from_raw_parts(infos, count.max(0) as usize) });
         self.deallocate(infos);
         Ok(())
+    }
+
+    /// The JVMTI tag of an object (0: untagged).
+    pub fn tag(self, object: jobject) -> JvmtiResult<i64> {
+        let mut tag: i64 = 0;
+        call!(self, GetTag(object, &mut tag))?;
+        Ok(tag)
+    }
+
+    pub fn set_tag(self, object: jobject, tag: i64) -> JvmtiResult<()> {
+        call!(self, SetTag(object, tag))
+    }
+
+    /// How many frames the thread's stack has.
+    pub fn frame_count(self, thread: jthread) -> JvmtiResult<u32> {
+        let mut count: jint = 0;
+        call!(self, GetFrameCount(thread, &mut count))?;
+        Ok(count.max(0) as u32)
+    }
+
+    /// `this` of the method at `depth` of the thread's stack (a local reference).
+    pub fn local_instance(self, thread: jthread, depth: u32) -> JvmtiResult<jobject> {
+        let mut object: jobject = ptr::null_mut();
+        call!(self, GetLocalInstance(thread, depth as jint, &mut object))?;
+        Ok(object)
+    }
+
+    pub fn method_modifiers(self, method: jmethodID) -> JvmtiResult<u32> {
+        let mut modifiers: jint = 0;
+        call!(self, GetMethodModifiers(method, &mut modifiers))?;
+        Ok(modifiers as u32)
+    }
+
+    pub fn class_modifiers(self, class: jclass) -> JvmtiResult<u32> {
+        let mut modifiers: jint = 0;
+        call!(self, GetClassModifiers(class, &mut modifiers))?;
+        Ok(modifiers as u32)
+    }
+
+    pub fn object_size(self, object: jobject) -> JvmtiResult<u64> {
+        let mut size: i64 = 0;
+        call!(self, GetObjectSize(object, &mut size))?;
+        Ok(size.max(0) as u64)
+    }
+
+    /// The methods of a class.
+    pub fn class_methods(self, class: jclass) -> JvmtiResult<Vec<jmethodID>> {
+        let mut count: jint = 0;
+        let mut methods: *mut jmethodID = ptr::null_mut();
+        call!(self, GetClassMethods(class, &mut count, &mut methods))?;
+        Ok(self.take_array(methods, count))
+    }
+
+    /// Up to `max` frames of a thread's stack, innermost first.
+    pub fn stack_trace(self, thread: jthread, max: u32) -> JvmtiResult<Vec<jvmtiFrameInfo>> {
+        let mut frames = vec![
+            jvmtiFrameInfo {
+                method: ptr::null_mut(),
+                location: 0,
+            };
+            max as usize
+        ];
+        let mut count: jint = 0;
+        call!(
+            self,
+            GetStackTrace(thread, 0, max as jint, frames.as_mut_ptr(), &mut count)
+        )?;
+        frames.truncate(count.max(0) as usize);
+        Ok(frames)
     }
 }

@@ -74,6 +74,11 @@ pub fn thread_cpu_nanos() -> u64 {
     clock_nanos(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// Nanoseconds since the epoch (async-signal-safe, so callbacks inside safepoints may use it).
+pub fn wall_nanos() -> u64 {
+    clock_nanos(libc::CLOCK_REALTIME)
+}
+
 /// Nanoseconds spent in the signal handler since the last call.
 pub fn take_handler_nanos() -> u64 {
     HANDLER_NANOS.swap(0, Ordering::Relaxed)

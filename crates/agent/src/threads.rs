@@ -25,12 +25,17 @@ pub struct Threads {
     pending: Vec<ThreadEvent>,
     /// Once the VM is dying no new timers are started.
     closed: bool,
+    /// Whether THREAD START/END records are queued (HPROF text output).
+    records: bool,
+    ended: std::collections::HashSet<u32>,
 }
 
 impl Threads {
-    pub fn new() -> Self {
+    /// `records`: queue THREAD START/END records for HPROF text output.
+    pub fn new(records: bool) -> Self {
         Threads {
             last_serial: THREAD_SERIAL_START,
+            records,
             ..Default::default()
         }
     }
@@ -41,6 +46,9 @@ impl Threads {
         let serial = self.last_serial;
         if let Some(kernel_id) = kernel_id {
             self.serial_by_kernel_id.insert(kernel_id, serial);
+        }
+        if !self.records {
+            return serial;
         }
         self.pending.push(ThreadEvent::Start(ThreadStart {
             object_id: OBJECT_ID_BASE + u64::from(serial - THREAD_SERIAL_START),
@@ -64,11 +72,20 @@ impl Threads {
     /// until another thread takes the id, so samples still in the ring are attributed.
     pub fn end(&mut self, serial: u32) {
         self.timers.remove(&serial);
-        self.pending.push(ThreadEvent::End(serial));
+        self.ended.insert(serial);
+        if self.records {
+            self.pending.push(ThreadEvent::End(serial));
+        }
     }
 
     pub fn serial_of_kernel_id(&self, kernel_id: i32) -> Option<u32> {
         self.serial_by_kernel_id.get(&kernel_id).copied()
+    }
+
+    /// The serial of a kernel thread whose Java thread has not ended.
+    pub fn live_serial_of_kernel_id(&self, kernel_id: i32) -> Option<u32> {
+        self.serial_of_kernel_id(kernel_id)
+            .filter(|serial| !self.ended.contains(serial))
     }
 
     pub fn take_pending(&mut self) -> Vec<ThreadEvent> {
@@ -88,7 +105,7 @@ mod tests {
 
     #[test]
     fn serials_count_from_hprofs_start() {
-        let mut threads = Threads::new();
+        let mut threads = Threads::new(true);
         let main = threads.start("main".into(), "main".into(), Some(7));
         let worker = threads.start("worker".into(), "main".into(), None);
         assert_eq!((main, worker), (200001, 200002));

@@ -63,8 +63,8 @@ fn bad_values_are_refused() {
         "option lineno: 'maybe' is not allowed; use y or n",
     );
     assert_refused(
-        "cpu=samples,format=x",
-        "option format: 'x' is not allowed; use a (text) or b (binary)",
+        "cpu=samples,format=z",
+        "option format: 'z' is not allowed; use a (text), b (binary) or x (trace XML)",
     );
     assert_refused("cpu=samples,depth", "option depth: has no value");
     assert_refused("cpu=samples,file=", "option file: is empty");
@@ -137,10 +137,33 @@ fn unbuilt_features_are_refused_not_ignored() {
         "heap=dump,cpu=samples",
         "option heap: heap=dump is not implemented yet",
     );
-    assert_refused("cpu=times", "option cpu: cpu=times is not implemented yet");
+    assert_refused(
+        "cpu=times",
+        "option cpu: cpu=times in HPROF text output is not implemented yet; use format=x",
+    );
+    assert_refused(
+        "cpu=samples,filter=+Calls",
+        "option filter: filter= in HPROF text output is not implemented yet",
+    );
+    assert_refused(
+        "format=x,heap=sites",
+        "option heap: heap=sites is not implemented yet",
+    );
+    assert_refused(
+        "format=x,cpu=samples",
+        "option format: format=x cannot be used with cpu=samples|old",
+    );
+    assert_refused(
+        "format=x,filter=Calls",
+        "option filter: filter 'Calls' must start with + (include) or - (exclude)",
+    );
+    assert_refused(
+        "format=x,filter=@/nonexistent/filters",
+        "option filter: can't read /nonexistent/filters",
+    );
     assert_refused(
         "cpu=samples,monitor=y",
-        "option monitor: monitor=y is not implemented yet",
+        "option monitor: monitor=y in HPROF text output is not implemented yet; use format=x",
     );
     assert_refused(
         "cpu=samples,format=b",

@@ -20,7 +20,8 @@ const AGENT_FILE: &str = "libopenprof_agent.so";
     about = "An open profiler for the JVM: HPROF's profiles, without safepoint bias",
     long_about = "An open profiler for the JVM.\n\n\
         `openprof run` starts a JVM with the openprof agent and prints the top methods when it \
-        exits; `openprof report` reads a profile the agent wrote (HPROF text, format=a)."
+        exits; `openprof report` reads a profile the agent wrote (HPROF text, format=a); \
+        `openprof validate` checks a trace (format=x)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -50,6 +51,15 @@ enum Commands {
         /// arguments.
         #[arg(last = true, required = true, value_name = "JAVA ARGS")]
         java: Vec<String>,
+    },
+    /// Check a trace (format=x): well-formed, ids defined before use, tickets paired,
+    /// stackDepth consistent, collation values without gaps. Exit code 1 if any problem.
+    Validate {
+        /// A trace document or stream of fragments.
+        file: PathBuf,
+        /// How many problems to print at most.
+        #[arg(long, default_value_t = 50)]
+        max: usize,
     },
     /// Print the top methods of a profile and the traces behind them.
     Report {
@@ -82,6 +92,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             top,
             java,
         } => run(&options, agent, top, &java),
+        Commands::Validate { file, max } => validate(&file, max),
         Commands::Report { file, top, traces } => {
             let profile = read_profile(&file)?;
             print!("{}", render(&file, &profile, top, traces));
@@ -168,6 +179,31 @@ fn run(
     let profile = read_profile(&file)?;
     eprint!("{}", render(&file, &profile, top, 1));
     Ok(code)
+}
+
+fn validate(file: &Path, max: usize) -> Result<ExitCode> {
+    let input = fs::File::open(file).with_context(|| format!("can't read {}", file.display()))?;
+    let mut elements = 0usize;
+    let counted = openprof_format::trace::reader::read_all(std::io::BufReader::new(input))
+        .inspect(|element| elements += usize::from(element.is_ok()));
+    let problems = openprof_format::trace::validate::validate(counted);
+    for problem in problems.iter().take(max) {
+        println!("{}: {problem}", file.display());
+    }
+    if problems.len() > max {
+        println!("... and {} more problems", problems.len() - max);
+    }
+    if problems.is_empty() {
+        println!("{}: valid, {elements} elements", file.display());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        println!(
+            "{}: {} problems in {elements} elements",
+            file.display(),
+            problems.len()
+        );
+        Ok(ExitCode::from(1))
+    }
 }
 
 fn read_profile(file: &Path) -> Result<TextProfile> {

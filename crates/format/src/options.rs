@@ -19,11 +19,13 @@ pub enum CpuMode {
     Old,
 }
 
-/// `format=a` (text) or `format=b` (binary).
+/// `format=a` (text), `format=b` (binary), or openprof's `format=x` (the open trace format).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputFormat {
     Ascii,
     Binary,
+    /// Trace elements (seeds 000/001) as an XML document.
+    Xml,
 }
 
 /// How `cpu=samples` walks stacks (an openprof extension).
@@ -75,6 +77,8 @@ pub struct Options {
     pub verbose: bool,
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
+    /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
+    pub filter: Option<String>,
 }
 
 impl Default for Options {
@@ -98,6 +102,7 @@ impl Default for Options {
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
+            filter: None,
         }
     }
 }
@@ -128,7 +133,7 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
     ("heap", "dump|sites|all", "heap profiling", "all"),
     ("cpu", "samples|times|old", "CPU usage", "off"),
     ("monitor", "y|n", "monitor contention", "n"),
-    ("format", "a|b", "text(txt) or binary output", "a"),
+    ("format", "a|b|x", "text, binary or trace XML output", "a"),
     ("file", "<file>", "write data to file", "java.hprof[{.txt}]"),
     ("net", "<host>:<port>", "send data over a socket", "off"),
     ("depth", "<size>", "stack trace depth", "4"),
@@ -250,7 +255,8 @@ impl Options {
                     options.format = match value {
                         "a" => OutputFormat::Ascii,
                         "b" => OutputFormat::Binary,
-                        _ => return Err(one_of("a (text) or b (binary)")),
+                        "x" => OutputFormat::Xml,
+                        _ => return Err(one_of("a (text), b (binary) or x (trace XML)")),
                     }
                 }
                 "sampler" => {
@@ -259,6 +265,15 @@ impl Options {
                         "jvmti" => Sampler::GetAllStackTraces,
                         _ => return Err(one_of("asgct or jvmti")),
                     }
+                }
+                "filter" => {
+                    if let Some(inline) = value.strip_prefix('@').is_none().then_some(value) {
+                        crate::trace::filter::FilterBlock::parse_inline(inline)
+                            .map_err(|problem| bad(name, problem))?;
+                    } else if value.len() == 1 {
+                        return Err(bad(name, "'@' needs a file name: filter=@FILE"));
+                    }
+                    options.filter = Some(value.to_string());
                 }
                 "cputimer" => {
                     options.cputimer = match value {
@@ -321,6 +336,14 @@ impl Options {
         {
             return Err(bad("format", "format=b cannot be used with cpu=old|times"));
         }
+        if self.format == OutputFormat::Xml
+            && matches!(self.cpu, Some(CpuMode::Samples | CpuMode::Old))
+        {
+            return Err(bad(
+                "format",
+                "format=x cannot be used with cpu=samples|old: the trace format has no element for samples; use cpu=times, or format=a",
+            ));
+        }
         if self.file.is_some() && self.net.is_some() {
             return Err(bad(
                 "net",
@@ -330,12 +353,30 @@ impl Options {
         Ok(())
     }
 
-    /// The heap profile in force: HPROF turns on heap=all when no profile at all was chosen.
+    /// The heap profile in force: HPROF turns on heap=all when no profile at all was chosen
+    /// (with format=x the trace itself is the profile, so no heap profile is implied).
     pub fn heap_profile(&self) -> Option<HeapMode> {
-        match (self.heap, self.cpu, self.monitor) {
-            (Some(mode), _, _) => Some(mode),
-            (None, None, false) => Some(HeapMode::All),
+        match (self.heap, self.cpu, self.monitor, self.format) {
+            (Some(mode), ..) => Some(mode),
+            (None, None, false, OutputFormat::Ascii | OutputFormat::Binary) => Some(HeapMode::All),
             _ => None,
+        }
+    }
+
+    /// The class filter block: `filter=` inline, or read from `@FILE`; none means all classes.
+    pub fn filter_block(&self) -> Result<crate::trace::filter::FilterBlock, OptionError> {
+        use crate::trace::filter::FilterBlock;
+        match self.filter.as_deref() {
+            None => Ok(FilterBlock::default()),
+            Some(value) => match value.strip_prefix('@') {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path)
+                        .map_err(|error| bad("filter", format!("can't read {path}: {error}")))?;
+                    FilterBlock::parse_file(&text)
+                        .map_err(|problem| bad("filter", format!("{path}: {problem}")))
+                }
+                None => FilterBlock::parse_inline(value).map_err(|problem| bad("filter", problem)),
+            },
         }
     }
 
@@ -345,6 +386,7 @@ impl Options {
             (Some(file), _) => file,
             (None, OutputFormat::Ascii) => "java.hprof.txt",
             (None, OutputFormat::Binary) => "java.hprof",
+            (None, OutputFormat::Xml) => "java.trace.xml",
         }
     }
 
@@ -355,6 +397,7 @@ impl Options {
         let suffix = match self.format {
             OutputFormat::Binary => "",
             OutputFormat::Ascii => ".txt",
+            OutputFormat::Xml => ".xml",
         };
         match file.rfind('.') {
             Some(dot) if !suffix.is_empty() && file[dot..].eq_ignore_ascii_case(suffix) => {
@@ -382,13 +425,23 @@ impl Options {
             };
             return not_yet("heap", what);
         }
+        let text = self.format != OutputFormat::Xml;
+        let in_text = |name: &str, what: &str| {
+            Err(bad(
+                name,
+                format!("{what} in HPROF text output is not implemented yet; use format=x"),
+            ))
+        };
         match self.cpu {
-            Some(CpuMode::Times) => return not_yet("cpu", "cpu=times"),
+            Some(CpuMode::Times) if text => return in_text("cpu", "cpu=times"),
             Some(CpuMode::Old) => return not_yet("cpu", "cpu=old"),
             _ => {}
         }
-        if self.monitor {
-            return not_yet("monitor", "monitor=y");
+        if self.monitor && text {
+            return in_text("monitor", "monitor=y");
+        }
+        if self.filter.is_some() && text {
+            return in_text("filter", "filter=");
         }
         if self.format == OutputFormat::Binary {
             return Err(bad(
@@ -441,9 +494,13 @@ impl Options {
             "  - cputimer= is an openprof extension: perf times samples with perf_events\n",
             "    task-clock counters (any interval; falls back to posix when the kernel refuses\n",
             "    them); posix uses POSIX thread CPU timers, checked at each scheduler tick.\n",
+            "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",
+            "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
+            "    method counts; with monitor=y monitor contention and waits; filter= limits\n",
+            "    the classes traced (+include;-exclude patterns, or @file).\n",
             "  - Not implemented yet, and refused: heap=dump|sites|all (so a profile must be\n",
-            "    chosen, e.g. cpu=samples), cpu=times|old, monitor=y, format=b, net=.\n",
-            "    msa=y is refused on Linux.\n",
+            "    chosen, e.g. cpu=samples), cpu=old, format=b, net=; cpu=times, monitor=y and\n",
+            "    filter= in text output (use format=x). msa=y is refused on Linux.\n",
         ));
         text
     }
@@ -474,6 +531,7 @@ impl fmt::Display for Options {
         let format = match self.format {
             OutputFormat::Ascii => "a",
             OutputFormat::Binary => "b",
+            OutputFormat::Xml => "x",
         };
         parts.push(format!("format={format}"));
         if let Some(file) = &self.file {
@@ -501,6 +559,9 @@ impl fmt::Display for Options {
             CpuTimer::Posix => "posix",
         };
         parts.push(format!("cputimer={cputimer}"));
+        if let Some(filter) = &self.filter {
+            parts.push(format!("filter={filter}"));
+        }
         f.write_str(&parts.join(","))
     }
 }
@@ -604,6 +665,8 @@ mod tests {
             ("", "heap"),
             ("heap=sites", "heap"),
             ("cpu=times", "cpu"),
+            ("cpu=times,format=x,heap=sites", "heap"),
+            ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
             ("cpu=samples,monitor=y", "monitor"),
             ("cpu=samples,format=b", "format"),
@@ -626,6 +689,34 @@ mod tests {
         assert_eq!(log.unique_output_file(42), "foo.log.42.txt");
         let binary = Options::parse("heap=dump,format=b").unwrap();
         assert_eq!(binary.unique_output_file(42), "java.hprof.42");
+    }
+
+    #[test]
+    fn format_x_is_the_trace() {
+        let options = Options::parse("format=x").unwrap();
+        assert_eq!(
+            options.heap_profile(),
+            None,
+            "no implied heap=all for the trace"
+        );
+        assert_eq!(options.output_file(), "java.trace.xml");
+        assert_eq!(options.refuse_unbuilt(), Ok(()));
+        let traced =
+            Options::parse("format=x,cpu=times,monitor=y,filter=+com.acme*;-java*").unwrap();
+        assert_eq!(traced.refuse_unbuilt(), Ok(()));
+        assert!(traced.filter_block().unwrap().includes("com.acme.Main"));
+        assert!(!traced.filter_block().unwrap().includes("java.lang.String"));
+        let error = Options::parse("format=x,cpu=samples").unwrap_err();
+        assert!(error.problem.contains("no element for samples"), "{error}");
+        let error = Options::parse("format=x,filter=java*").unwrap_err();
+        assert_eq!(error.option, "filter");
+        let missing = Options::parse("format=x,filter=@/nonexistent/filters").unwrap();
+        assert!(missing
+            .filter_block()
+            .unwrap_err()
+            .problem
+            .contains("can't read /nonexistent/filters"));
+        assert_eq!(Options::parse(&traced.to_string()).unwrap(), traced);
     }
 
     #[test]

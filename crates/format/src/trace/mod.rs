@@ -873,6 +873,62 @@ top_level!(
 );
 
 impl TraceElement {
+    /// Stamps the element with its trace and place in it, where it has those attributes
+    /// (traceStart carries its own traceId; node, processCreate and agentCreate stand above
+    /// the trace and have neither).
+    pub fn set_context(&mut self, trace: Uuid, collation: MultiPart) {
+        macro_rules! stamp {
+            ($($variant:ident),*) => {
+                match self {
+                    TraceElement::TraceStart(element) => element.collation_value = Some(collation),
+                    TraceElement::TraceEnd(element) => {
+                        element.trace_id_ref = trace;
+                        element.collation_value = Some(collation);
+                    }
+                    $(TraceElement::$variant(element) => {
+                        element.trace_id_ref = Some(trace);
+                        element.collation_value = Some(collation);
+                    })*
+                    _ => {}
+                }
+            };
+        }
+        stamp!(
+            ProcessSuspend,
+            ProcessResume,
+            OptionElement,
+            Filter,
+            ThreadStart,
+            ThreadEnd,
+            ClassDef,
+            ClassUnload,
+            MethodDef,
+            ObjAlloc,
+            ObjFree,
+            ObjMove,
+            ObjDef,
+            MethodEntry,
+            MethodExit,
+            MethodCall,
+            MethodReturn,
+            Value,
+            MethodCount,
+            LineTable,
+            Line,
+            GcStart,
+            GcFinish,
+            Throw,
+            Catch,
+            RuntimeInitDone,
+            RuntimeShutdown,
+            InvocationContext,
+            MonitorContendedEnter,
+            MonitorContendedEntered,
+            MonitorWait,
+            MonitorWaited
+        )
+    }
+
     /// The element's collationValue, where it has one.
     pub fn collation_value(&self) -> Option<MultiPart> {
         macro_rules! collation {

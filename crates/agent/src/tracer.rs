@@ -1,0 +1,941 @@
+//! The open trace format from inside the JVM (`format=x`): JVMTI events become trace elements
+//! (seeds 000/001) with the node → processCreate → agentCreate → traceStart hierarchy, ids defined
+//! before use and collation values in emission order. Application threads only serialise
+//! elements into memory under a short lock; the agent's thread writes them to the file.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use openprof_format::java_names::class_name_from_signature;
+use openprof_format::options::Options;
+use openprof_format::trace::attrs::{IsArray, MultiPart, ObjRef, Seconds};
+use openprof_format::trace::filter::FilterBlock;
+use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
+use openprof_format::trace::*;
+use uuid::Uuid;
+
+use crate::jvmti::{jclass, jmethodID, jobject, jthread, JNIEnv, Jvmti};
+
+/// Serialised elements waiting for the agent's thread beyond this are dropped (and counted):
+/// a tracer must not eat the heap of the process it traces.
+const MAX_PENDING_BYTES: usize = 256 << 20;
+/// Tags mark what an object is for the tracer: a class (by classId) or an object (by objId).
+const CLASS_TAG: i64 = 1 << 40;
+const OBJECT_TAG: i64 = 2 << 40;
+const TAG_KIND: i64 = 0xff << 40;
+const ACC_STATIC: u32 = 0x0008;
+
+#[derive(Clone, Copy)]
+struct MethodRecord {
+    id: u32,
+    class_id: u32,
+}
+
+struct ClassRecord {
+    included: bool,
+    is_array: IsArray,
+}
+
+struct TraceState {
+    pending: String,
+    collation: u128,
+    dropped: u64,
+    classes: HashMap<u32, ClassRecord>,
+    methods: HashMap<usize, MethodRecord>,
+    /// Methods seen but not yet defined: whether their class is traced.
+    inclusion: HashMap<usize, bool>,
+    object_sequence: HashMap<u32, u64>,
+    entries: HashMap<usize, u64>,
+    last_class_id: u32,
+    last_method_id: u32,
+    last_object_id: u32,
+    finished: bool,
+}
+
+/// The per-thread view: its thread id in the trace and its open method entries.
+#[derive(Default)]
+struct ThreadTrace {
+    thread_id: u32,
+    last_ticket: u128,
+    open: Vec<(usize, u128)>,
+}
+
+thread_local! {
+    static THREAD_TRACE: RefCell<ThreadTrace> = RefCell::new(ThreadTrace::default());
+}
+
+/// GC start and finish times, written by the GC callbacks (which may not take locks) and
+/// emitted by the agent's thread.
+struct GcLog {
+    starts: AtomicU64,
+    finishes: AtomicU64,
+    times: [AtomicU64; 128],
+    emitted: Mutex<(u64, u64)>,
+}
+
+/// Which monitor event.
+#[derive(Clone, Copy, Debug)]
+pub enum MonitorEvent {
+    ContendedEnter,
+    ContendedEntered,
+    Wait { timeout_ms: i64 },
+    Waited { timed_out: bool },
+}
+
+pub struct Tracer {
+    jvmti: Jvmti,
+    filters: FilterBlock,
+    trace_id: Uuid,
+    agent_id: Uuid,
+    /// cpu=times: methodEntry/methodExit and methodCount.
+    methods: bool,
+    state: Mutex<TraceState>,
+    file: Mutex<BufWriter<File>>,
+    gc: GcLog,
+}
+
+fn now() -> Seconds {
+    Seconds::now()
+}
+
+fn thread_cpu_time() -> Seconds {
+    Seconds::from_nanos(u128::from(crate::signals::thread_cpu_nanos()))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// This machine's id as a UUID: /etc/machine-id when there is one, so that every process of a
+/// node names the same node.
+fn node_id() -> Uuid {
+    std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .and_then(|text| Uuid::parse_str(text.trim()).ok())
+        .unwrap_or_else(Uuid::new_v4)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// When this process started, from /proc (boot time plus the process's start in ticks).
+fn process_start_time() -> Seconds {
+    let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
+        stat.lines()
+            .find_map(|line| line.strip_prefix("btime "))
+            .and_then(|secs| secs.trim().parse::<u64>().ok())
+    });
+    let started = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let after_name = &stat[stat.rfind(')')? + 2..];
+            after_name.split(' ').nth(19)?.parse::<u64>().ok()
+        });
+    // SAFETY: sysconf only reads a configuration value.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    match (boot, started) {
+        (Some(boot), Some(started)) => Seconds::from_nanos(
+            u128::from(boot) * 1_000_000_000
+                + u128::from(started) * 1_000_000_000 / u128::from(ticks),
+        ),
+        _ => now(),
+    }
+}
+
+fn command_line() -> Option<String> {
+    let raw = std::fs::read("/proc/self/cmdline").ok()?;
+    let parts: Vec<String> = raw
+        .split(|&b| b == 0)
+        .filter(|part| !part.is_empty())
+        .map(|part| String::from_utf8_lossy(part).into_owned())
+        .collect();
+    Some(parts.join(" "))
+}
+
+fn is_array_of(signature: &str) -> IsArray {
+    match signature
+        .strip_prefix('[')
+        .map(|element| element.as_bytes()[0])
+    {
+        None => IsArray::NotArray,
+        Some(b'Z') => IsArray::Booleans,
+        Some(b'C') => IsArray::Chars,
+        Some(b'F') => IsArray::Floats,
+        Some(b'D') => IsArray::Doubles,
+        Some(b'B') => IsArray::Bytes,
+        Some(b'S') => IsArray::Shorts,
+        Some(b'I') => IsArray::Ints,
+        Some(b'J') => IsArray::Longs,
+        Some(_) => IsArray::Objects,
+    }
+}
+
+impl Tracer {
+    /// Opens the trace file and writes the hierarchy, traceStart, the options and the filters.
+    pub fn start(jvmti: Jvmti, options: &Options, options_text: &str) -> Result<Tracer, String> {
+        let filters = options.filter_block().map_err(|error| error.to_string())?;
+        let mut path = std::path::PathBuf::from(options.output_file());
+        if !options.force && path.exists() {
+            path = options.unique_output_file(std::process::id()).into();
+        }
+        let file = File::create(&path)
+            .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+        let node_id = node_id();
+        let process_id = Uuid::new_v4();
+        let agent_id = Uuid::new_v4();
+        let trace_id = Uuid::new_v4();
+        let tracer = Tracer {
+            jvmti,
+            filters,
+            trace_id,
+            agent_id,
+            methods: options.cpu == Some(openprof_format::options::CpuMode::Times),
+            state: Mutex::new(TraceState {
+                pending: String::from(DOCUMENT_HEAD),
+                collation: 0,
+                dropped: 0,
+                classes: HashMap::new(),
+                methods: HashMap::new(),
+                inclusion: HashMap::new(),
+                object_sequence: HashMap::new(),
+                entries: HashMap::new(),
+                last_class_id: 0,
+                last_method_id: 0,
+                last_object_id: 0,
+                finished: false,
+            }),
+            file: Mutex::new(BufWriter::new(file)),
+            gc: GcLog {
+                starts: AtomicU64::new(0),
+                finishes: AtomicU64::new(0),
+                times: std::array::from_fn(|_| AtomicU64::new(0)),
+                emitted: Mutex::new((0, 0)),
+            },
+        };
+        {
+            let mut state = lock(&tracer.state);
+            // Above the trace: no collationValue, no traceIdRef.
+            let mut out = String::new();
+            Node {
+                node_id,
+                hostname: hostname(),
+                content: NoContent,
+            }
+            .write(&mut out);
+            out.push('\n');
+            ProcessCreate {
+                process_id,
+                name: Some("java".into()),
+                pid: std::process::id(),
+                node_id_ref: node_id,
+                time: process_start_time(),
+                environment: None,
+                application_executable: command_line(),
+                content: NoContent,
+            }
+            .write(&mut out);
+            out.push('\n');
+            AgentCreate {
+                agent_id,
+                process_id_ref: process_id,
+                agent_name: "openprof".into(),
+                time: now(),
+                agent_parameters: Some(options_text.to_string()),
+                version: Some(env!("CARGO_PKG_VERSION").into()),
+                content: NoContent,
+            }
+            .write(&mut out);
+            out.push('\n');
+            state.pending.push_str(&out);
+            let start = TraceStart {
+                trace_id,
+                agent_id_ref: agent_id,
+                time: now(),
+                collation_value: None,
+                content: NoContent,
+            };
+            tracer.emit(&mut state, start);
+            // Echo every option, spelled out, then the filter block.
+            for item in options.to_string().split(',') {
+                let (key, value) = item.split_once('=').unwrap_or((item, ""));
+                tracer.emit(
+                    &mut state,
+                    OptionElement {
+                        key: Some(key.into()),
+                        value: Some(value.into()),
+                        trace_id_ref: None,
+                        collation_value: None,
+                        content: NoContent,
+                    },
+                );
+            }
+            for filter in tracer.filters.to_elements() {
+                tracer.emit(&mut state, filter);
+            }
+        }
+        Ok(tracer)
+    }
+
+    pub fn traces_methods(&self) -> bool {
+        self.methods
+    }
+
+    /// Stamps and serialises one element (into memory; the agent's thread writes it).
+    fn emit(&self, state: &mut TraceState, element: impl Into<TraceElement>) {
+        state.collation += 1;
+        if state.finished {
+            return;
+        }
+        if state.pending.len() > MAX_PENDING_BYTES {
+            state.dropped += 1;
+            return;
+        }
+        let mut element = element.into();
+        element.set_context(self.trace_id, MultiPart(state.collation));
+        element.write(&mut state.pending);
+        state.pending.push('\n');
+    }
+
+    /// Writes what is pending to the file; the agent's thread calls this.
+    pub fn flush(&self) {
+        let pending = std::mem::take(&mut lock(&self.state).pending);
+        if !pending.is_empty() {
+            let mut file = lock(&self.file);
+            if let Err(error) = file
+                .write_all(pending.as_bytes())
+                .and_then(|()| file.flush())
+            {
+                eprintln!("openprof: can't write the trace: {error}");
+            }
+        }
+    }
+
+    /// The class's id in the trace, defining it (classDef) on first use.
+    fn class_id(&self, state: &mut TraceState, class: jclass) -> u32 {
+        if let Ok(tag) = self.jvmti.tag(class) {
+            if tag & TAG_KIND == CLASS_TAG {
+                return (tag & 0xffff_ffff) as u32;
+            }
+        }
+        state.last_class_id += 1;
+        let id = state.last_class_id;
+        let _ = self.jvmti.set_tag(class, CLASS_TAG | i64::from(id));
+        let signature = self.jvmti.class_signature(class).unwrap_or_default();
+        let name = class_name_from_signature(&signature);
+        let included = self.filters.includes(&name);
+        state.classes.insert(
+            id,
+            ClassRecord {
+                included,
+                is_array: is_array_of(&signature),
+            },
+        );
+        let methods = self.jvmti.class_methods(class).map(|m| m.len() as u32).ok();
+        self.emit(
+            state,
+            ClassDef {
+                transient_thread_id_ref: None,
+                thread_id_ref: None,
+                time: Some(now()),
+                num_interfaces: None,
+                transient_class_id: None,
+                class_id: Some(id),
+                source_name: Some(self.jvmti.source_file_name(class).unwrap_or_default()),
+                name: Some(name),
+                access: self.jvmti.class_modifiers(class).ok(),
+                num_static_fields: None,
+                num_methods: methods,
+                num_instance_fields: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+        id
+    }
+
+    /// The method's record, defining it (and its class) on first use.
+    fn method(&self, state: &mut TraceState, method: jmethodID) -> MethodRecord {
+        if let Some(record) = state.methods.get(&(method as usize)) {
+            return *record;
+        }
+        let class = self
+            .jvmti
+            .method_declaring_class(method)
+            .unwrap_or(std::ptr::null_mut());
+        let class_id = self.class_id(state, class);
+        let included = state.classes.get(&class_id).is_some_and(|c| c.included);
+        state.last_method_id += 1;
+        let record = MethodRecord {
+            id: state.last_method_id,
+            class_id,
+        };
+        state.methods.insert(method as usize, record);
+        state.inclusion.insert(method as usize, included);
+        let (name, signature) = self.jvmti.method_name(method).unwrap_or_default();
+        let lines = self.jvmti.line_number_table(method).unwrap_or_default();
+        self.emit(
+            state,
+            MethodDef {
+                name: Some(name),
+                signature: Some(signature),
+                access: self.jvmti.method_modifiers(method).ok(),
+                start_line_number: lines.iter().map(|l| l.1).filter(|&l| l > 0).min(),
+                end_line_number: lines.iter().map(|l| l.1).max(),
+                sig_notation: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(class_id),
+                method_id: Some(record.id),
+                transient_method_id: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Signature::default(),
+            },
+        );
+        record
+    }
+
+    /// Whether a method's class is traced, asking the JVM once per method.
+    fn included(&self, state: &mut TraceState, method: jmethodID) -> bool {
+        if let Some(included) = state.inclusion.get(&(method as usize)) {
+            return *included;
+        }
+        let included = self
+            .jvmti
+            .method_declaring_class(method)
+            .and_then(|class| self.jvmti.class_signature(class))
+            .map(|signature| {
+                self.filters
+                    .includes(&class_name_from_signature(&signature))
+            })
+            .unwrap_or(false);
+        state.inclusion.insert(method as usize, included);
+        included
+    }
+
+    /// The object's id, defining it (objDef) on first use.
+    fn object_id(&self, state: &mut TraceState, jni: *mut JNIEnv, object: jobject) -> u32 {
+        if let Ok(tag) = self.jvmti.tag(object) {
+            if tag & TAG_KIND == OBJECT_TAG {
+                return (tag & 0xffff_ffff) as u32;
+            }
+        }
+        state.last_object_id += 1;
+        let id = state.last_object_id;
+        let _ = self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id));
+        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
+        let class = unsafe { ((**jni).GetObjectClass)(jni, object) };
+        let class_id = self.class_id(state, class);
+        crate::agent::delete_local_ref(jni, class);
+        let is_array = state.classes.get(&class_id).map(|c| c.is_array);
+        self.emit(
+            state,
+            ObjDef {
+                obj_id: id,
+                is_array,
+                size: self.jvmti.object_size(object).ok(),
+                class_id_ref: Some(class_id),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+        id
+    }
+
+    fn thread_id(&self, thread: jthread) -> u32 {
+        THREAD_TRACE.with(|trace| {
+            let mut trace = trace.borrow_mut();
+            if trace.thread_id == 0 {
+                trace.thread_id = self.jvmti.thread_word(thread).unwrap_or(0) as u32;
+            }
+            trace.thread_id
+        })
+    }
+
+    pub fn runtime_init(&self, thread_id: u32) {
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            RuntimeInitDone {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(now()),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
+    pub fn thread_start(&self, thread_id: u32, name: &str, group: &str) {
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            ThreadStart {
+                transient_thread_id: None,
+                thread_id: Some(thread_id),
+                time: Some(now()),
+                group_name: Some(group.into()),
+                parent_name: None,
+                transient_obj_id_ref: None,
+                obj_id_ref: None,
+                thread_name: Some(name.into()),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
+    pub fn thread_end(&self, thread_id: u32) {
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            ThreadEnd {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(now()),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
+    /// MethodEntry: counted always; a methodEntry element when the method's class is traced.
+    pub fn method_entry(&self, jni: *mut JNIEnv, thread: jthread, method: jmethodID) {
+        {
+            let mut state = lock(&self.state);
+            *state.entries.entry(method as usize).or_default() += 1;
+            if !self.included(&mut state, method) {
+                return;
+            }
+        }
+        let time = now();
+        let cpu = thread_cpu_time();
+        let depth = self.jvmti.frame_count(thread).ok();
+        let is_static = self.jvmti.method_modifiers(method).unwrap_or(0) & ACC_STATIC != 0;
+        let receiver = if is_static {
+            std::ptr::null_mut()
+        } else {
+            self.jvmti
+                .local_instance(thread, 0)
+                .unwrap_or(std::ptr::null_mut())
+        };
+        let thread_id = self.thread_id(thread);
+        let ticket = THREAD_TRACE.with(|trace| {
+            let mut trace = trace.borrow_mut();
+            trace.last_ticket += 1;
+            let ticket = trace.last_ticket;
+            trace.open.push((method as usize, ticket));
+            ticket
+        });
+        let mut state = lock(&self.state);
+        let record = self.method(&mut state, method);
+        let (object, sequence) = if receiver.is_null() {
+            (0, 0)
+        } else {
+            let object = self.object_id(&mut state, jni, receiver);
+            let sequence = state.object_sequence.entry(object).or_default();
+            *sequence += 1;
+            (object, *sequence)
+        };
+        self.emit(
+            &mut state,
+            MethodEntry {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(time),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                ticket: Some(MultiPart(ticket)),
+                transient_obj_id_ref: None,
+                obj_id_ref: Some(object),
+                transient_class_id_ref: None,
+                class_id_ref: Some(record.class_id),
+                thread_cpu_time: Some(cpu),
+                sequence_counter: Some(sequence),
+                context_data: None,
+                stack_depth: depth,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Values::default(),
+            },
+        );
+        drop(state);
+        crate::agent::delete_local_ref(jni, receiver);
+    }
+
+    /// MethodExit: a methodExit element closing the innermost open entry of this method.
+    pub fn method_exit(&self, thread: jthread, method: jmethodID) {
+        let ticket = THREAD_TRACE.with(|trace| {
+            let mut trace = trace.borrow_mut();
+            match trace.open.last() {
+                Some(&(open, ticket)) if open == method as usize => {
+                    trace.open.pop();
+                    Some(ticket)
+                }
+                _ => None,
+            }
+        });
+        let Some(ticket) = ticket else { return };
+        let time = now();
+        let cpu = thread_cpu_time();
+        let thread_id = self.thread_id(thread);
+        let mut state = lock(&self.state);
+        let record = self.method(&mut state, method);
+        self.emit(
+            &mut state,
+            MethodExit {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(time),
+                ticket: Some(MultiPart(ticket)),
+                thread_cpu_time: Some(cpu),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                transient_obj_id_ref: None,
+                obj_id_ref: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(record.class_id),
+                sequence_counter: None,
+                context_data: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Values::default(),
+            },
+        );
+    }
+
+    /// The exception's id, or -Unavailable- when its class is filtered out.
+    fn exception_ref(
+        &self,
+        state: &mut TraceState,
+        jni: *mut JNIEnv,
+        exception: jobject,
+    ) -> ObjRef {
+        // SAFETY: `jni` is the calling thread's JNIEnv and `exception` a live reference.
+        let class = unsafe { ((**jni).GetObjectClass)(jni, exception) };
+        let class_id = self.class_id(state, class);
+        crate::agent::delete_local_ref(jni, class);
+        if state.classes.get(&class_id).is_some_and(|c| c.included) {
+            ObjRef::Id(self.object_id(state, jni, exception))
+        } else {
+            ObjRef::Unavailable
+        }
+    }
+
+    /// The ticket of the innermost open entry of `method` on this thread, skipping `skip` of them.
+    fn open_ticket(method: jmethodID, skip: usize) -> Option<u128> {
+        THREAD_TRACE.with(|trace| {
+            trace
+                .borrow()
+                .open
+                .iter()
+                .rev()
+                .filter(|(open, _)| *open == method as usize)
+                .nth(skip)
+                .map(|(_, ticket)| *ticket)
+        })
+    }
+
+    /// Exception: a throw element for each traced frame the exception passes through, up to and
+    /// including the frame that catches it (every frame when nothing does).
+    pub fn exception(
+        &self,
+        jni: *mut JNIEnv,
+        thread: jthread,
+        exception: jobject,
+        catch_method: jmethodID,
+    ) {
+        let Ok(frames) = self.jvmti.stack_trace(thread, 4096) else {
+            return;
+        };
+        let through = if catch_method.is_null() {
+            frames.len()
+        } else {
+            frames
+                .iter()
+                .position(|frame| frame.method == catch_method)
+                .map_or(frames.len(), |index| index + 1)
+        };
+        let thread_id = self.thread_id(thread);
+        let time = now();
+        let mut state = lock(&self.state);
+        let mut object = None;
+        let mut seen: HashMap<usize, usize> = HashMap::new();
+        for frame in &frames[..through] {
+            let occurrence = seen.entry(frame.method as usize).or_default();
+            let skip = *occurrence;
+            *occurrence += 1;
+            if !self.included(&mut state, frame.method) {
+                continue;
+            }
+            let object =
+                *object.get_or_insert_with(|| self.exception_ref(&mut state, jni, exception));
+            let record = self.method(&mut state, frame.method);
+            self.emit(
+                &mut state,
+                Throw {
+                    transient_thread_id_ref: None,
+                    thread_id_ref: Some(thread_id),
+                    time: Some(time),
+                    obj_id_ref: Some(object),
+                    transient_obj_id_ref: None,
+                    obj_handle: None,
+                    method_id_ref: Some(record.id),
+                    transient_method_id_ref: None,
+                    ticket: Self::open_ticket(frame.method, skip).map(MultiPart),
+                    collation_value: None,
+                    trace_id_ref: None,
+                    content: NoContent,
+                },
+            );
+        }
+    }
+
+    /// ExceptionCatch: a catch element in the frame that caught it, when traced.
+    pub fn exception_catch(
+        &self,
+        jni: *mut JNIEnv,
+        thread: jthread,
+        method: jmethodID,
+        exception: jobject,
+    ) {
+        let thread_id = self.thread_id(thread);
+        let mut state = lock(&self.state);
+        if !self.included(&mut state, method) {
+            return;
+        }
+        let object = self.exception_ref(&mut state, jni, exception);
+        let record = self.method(&mut state, method);
+        self.emit(
+            &mut state,
+            Catch {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(now()),
+                obj_id_ref: Some(object),
+                transient_obj_id_ref: None,
+                obj_handle: None,
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                ticket: Self::open_ticket(method, 0).map(MultiPart),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
+    /// Monitor contention and waits (monitor=y).
+    pub fn monitor(&self, jni: *mut JNIEnv, thread: jthread, object: jobject, event: MonitorEvent) {
+        let thread_id = Some(self.thread_id(thread));
+        let (time, cpu) = (Some(now()), Some(thread_cpu_time()));
+        let mut state = lock(&self.state);
+        let object_id = self.object_id(&mut state, jni, object);
+        let obj = Some(object_id);
+        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
+        let class_ref = unsafe { ((**jni).GetObjectClass)(jni, object) };
+        let class = Some(self.class_id(&mut state, class_ref));
+        crate::agent::delete_local_ref(jni, class_ref);
+        let element: TraceElement = match event {
+            MonitorEvent::ContendedEnter => MonitorContendedEnter {
+                transient_thread_id_ref: None,
+                thread_id_ref: thread_id,
+                time,
+                obj_id_ref: obj,
+                class_id_ref: class,
+                thread_cpu_time: cpu,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            }
+            .into(),
+            MonitorEvent::ContendedEntered => MonitorContendedEntered {
+                transient_thread_id_ref: None,
+                thread_id_ref: thread_id,
+                time,
+                obj_id_ref: obj,
+                class_id_ref: class,
+                thread_cpu_time: cpu,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            }
+            .into(),
+            MonitorEvent::Wait { timeout_ms } => MonitorWait {
+                transient_thread_id_ref: None,
+                thread_id_ref: thread_id,
+                time,
+                obj_id_ref: obj,
+                class_id_ref: class,
+                timeout: Some(timeout_ms),
+                thread_cpu_time: cpu,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            }
+            .into(),
+            MonitorEvent::Waited { timed_out } => MonitorWaited {
+                transient_thread_id_ref: None,
+                thread_id_ref: thread_id,
+                time,
+                obj_id_ref: obj,
+                class_id_ref: class,
+                timed_out: Some(timed_out),
+                thread_cpu_time: cpu,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            }
+            .into(),
+        };
+        self.emit(&mut state, element);
+    }
+
+    /// GarbageCollectionStart: runs inside a safepoint, so it only records the time.
+    pub fn gc_started(&self) {
+        let index = self.gc.starts.load(Ordering::Relaxed);
+        self.gc.times[(index * 2 % 128) as usize]
+            .store(crate::signals::wall_nanos(), Ordering::Relaxed);
+        self.gc.starts.store(index + 1, Ordering::Release);
+    }
+
+    /// GarbageCollectionFinish: likewise.
+    pub fn gc_finished(&self) {
+        let index = self.gc.finishes.load(Ordering::Relaxed);
+        self.gc.times[(index * 2 % 128 + 1) as usize]
+            .store(crate::signals::wall_nanos(), Ordering::Relaxed);
+        self.gc.finishes.store(index + 1, Ordering::Release);
+    }
+
+    /// Emits the GCs recorded since the last call, with the heap's (total, used) bytes as
+    /// `heap` finds them now (agent thread).
+    pub fn emit_gcs(&self, heap: impl FnOnce() -> Option<(u64, u64)>) {
+        let starts = self.gc.starts.load(Ordering::Acquire);
+        let finishes = self.gc.finishes.load(Ordering::Acquire);
+        let mut emitted = lock(&self.gc.emitted);
+        if (emitted.0, emitted.1) == (starts, finishes) {
+            return;
+        }
+        let heap = heap();
+        let mut state = lock(&self.state);
+        while emitted.0 < starts || emitted.1 < finishes {
+            if emitted.0 < starts && emitted.0 <= emitted.1 {
+                let nanos = self.gc.times[(emitted.0 * 2 % 128) as usize].load(Ordering::Relaxed);
+                self.emit(
+                    &mut state,
+                    GcStart {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        time: Some(Seconds::from_nanos(nanos.into())),
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+                emitted.0 += 1;
+            } else {
+                let nanos =
+                    self.gc.times[(emitted.1 * 2 % 128 + 1) as usize].load(Ordering::Relaxed);
+                self.emit(
+                    &mut state,
+                    GcFinish {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        time: Some(Seconds::from_nanos(nanos.into())),
+                        total_obj_space: heap.map(|(total, _)| total),
+                        used_obj_space: heap.map(|(_, used)| used),
+                        used_objects: None,
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+                emitted.1 += 1;
+            }
+        }
+    }
+
+    /// At VMDeath: runtimeShutdown, a methodCount for every method of every loaded class (when
+    /// methods are traced), traceEnd, agentDestroy; then the document is closed and written.
+    pub fn finish(&self, jni: *mut JNIEnv, thread_id: Option<u32>) {
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            RuntimeShutdown {
+                transient_thread_id_ref: None,
+                thread_id_ref: thread_id,
+                time: Some(now()),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+        if self.methods {
+            for class in self.jvmti.loaded_classes().unwrap_or_default() {
+                for method in self.jvmti.class_methods(class).unwrap_or_default() {
+                    let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
+                    let record = self.method(&mut state, method);
+                    self.emit(
+                        &mut state,
+                        MethodCount {
+                            count: Some(count),
+                            method_id_ref: Some(record.id),
+                            transient_method_id_ref: None,
+                            collation_value: None,
+                            trace_id_ref: None,
+                            content: NoContent,
+                        },
+                    );
+                }
+                crate::agent::delete_local_ref(jni, class);
+            }
+        }
+        if state.dropped > 0 {
+            // A tag carries no collationValue: it reports the loss without making another gap.
+            let mut out = String::new();
+            Tag {
+                name: Some("openprof.dropped".into()),
+                value: Some(state.dropped.to_string()),
+                content: NoContent,
+            }
+            .write(&mut out);
+            out.push('\n');
+            state.pending.push_str(&out);
+        }
+        self.emit(
+            &mut state,
+            TraceEnd {
+                trace_id_ref: self.trace_id,
+                time: now(),
+                collation_value: None,
+                content: NoContent,
+            },
+        );
+        let mut out = String::new();
+        AgentDestroy {
+            agent_id_ref: self.agent_id,
+            time: now(),
+            content: NoContent,
+        }
+        .write(&mut out);
+        out.push('\n');
+        out.push_str(DOCUMENT_TAIL);
+        state.pending.push_str(&out);
+        state.finished = true;
+        drop(state);
+        self.flush();
+    }
+}

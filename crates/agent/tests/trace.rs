@@ -1,0 +1,239 @@
+//! format=x against ground truth: a workload that calls a method exactly N times and throws and
+//! catches a known number of exceptions, read back with our reader, checked by xmllint against
+//! docs/trace.dtd and by the validator.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use openprof_format::trace::attrs::{FilterMode, ObjRef};
+use openprof_format::trace::reader::read_all;
+use openprof_format::trace::validate::validate;
+use openprof_format::trace::TraceElement;
+use openprof_testkit::{run_java, workspace_root, Run};
+
+const CALLS: usize = 1000;
+const EXCEPTIONS: usize = 5;
+
+fn traced(options: &str, args: &[&str]) -> (Run, Vec<TraceElement>) {
+    let run = run_java(Some(options), "Calls", args, Duration::from_secs(180));
+    assert!(run.success(), "{}", run.stderr());
+    let bytes = std::fs::read(run.dir.join("trace.xml")).expect("the trace file");
+    let elements = read_all(bytes.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|error| panic!("unreadable trace: {error}"));
+    (run, elements)
+}
+
+fn xmllint(run: &Run) {
+    let dtd = workspace_root().join("docs/trace.dtd");
+    let output = std::process::Command::new("xmllint")
+        .args(["--noout", "--dtdvalid"])
+        .arg(&dtd)
+        .arg(run.dir.join("trace.xml"))
+        .output()
+        .expect("xmllint");
+    assert!(
+        output.status.success(),
+        "xmllint: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// methodId → (class name, method name), from the classDef and methodDef elements.
+fn method_names(elements: &[TraceElement]) -> HashMap<u32, (String, String)> {
+    let mut classes = HashMap::new();
+    let mut methods = HashMap::new();
+    for element in elements {
+        match element {
+            TraceElement::ClassDef(class) => {
+                classes.insert(
+                    class.class_id.unwrap(),
+                    class.name.clone().unwrap_or_default(),
+                );
+            }
+            TraceElement::MethodDef(method) => {
+                let class = classes[&method.class_id_ref.unwrap()].clone();
+                methods.insert(
+                    method.method_id.unwrap(),
+                    (class, method.name.clone().unwrap_or_default()),
+                );
+            }
+            _ => {}
+        }
+    }
+    methods
+}
+
+#[test]
+fn a_real_trace_matches_the_workloads_ground_truth() {
+    let (run, elements) = traced(
+        "format=x,cpu=times,monitor=y,filter=+Calls;-*,file=trace.xml",
+        &[&CALLS.to_string(), &EXCEPTIONS.to_string(), "extras"],
+    );
+    xmllint(&run);
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    // The hierarchy opens and closes the trace.
+    let tags: Vec<&str> = elements.iter().map(TraceElement::tag).collect();
+    assert_eq!(
+        &tags[..4],
+        ["node", "processCreate", "agentCreate", "traceStart"]
+    );
+    assert_eq!(&tags[tags.len() - 2..], ["traceEnd", "agentDestroy"]);
+    let shutdown = tags.iter().position(|t| *t == "runtimeShutdown").unwrap();
+    assert!(
+        tags[shutdown..].contains(&"methodCount"),
+        "methodCount comes just before the end"
+    );
+    assert!(elements.iter().any(|e| matches!(e, TraceElement::OptionElement(o) if o.key.as_deref() == Some("cpu") && o.value.as_deref() == Some("times"))));
+    let filters: Vec<_> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::Filter(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(filters.len(), 2);
+    assert_eq!(
+        (filters[0].pattern.as_str(), filters[0].mode),
+        ("Calls", FilterMode::Include)
+    );
+    assert!(tags.contains(&"runtimeInitDone"));
+
+    let names = method_names(&elements);
+    let id_of = |name: &str| {
+        *names
+            .iter()
+            .find(|(_, (class, method))| class == "Calls" && method == name)
+            .unwrap()
+            .0
+    };
+    let (work, thrower, catcher) = (id_of("work"), id_of("thrower"), id_of("catcher"));
+
+    // work() ran CALLS times: that many entries, exits and the methodCount.
+    let entries = elements
+        .iter()
+        .filter(|e| matches!(e, TraceElement::MethodEntry(m) if m.method_id_ref == Some(work)))
+        .count();
+    let exits = elements
+        .iter()
+        .filter(|e| matches!(e, TraceElement::MethodExit(m) if m.method_id_ref == Some(work)))
+        .count();
+    assert_eq!((entries, exits), (CALLS, CALLS));
+    let count = elements.iter().find_map(|e| match e {
+        TraceElement::MethodCount(c) if c.method_id_ref == Some(work) => c.count,
+        _ => None,
+    });
+    assert_eq!(count, Some(CALLS as u64));
+
+    // Only the filter's class is traced.
+    for element in &elements {
+        if let TraceElement::MethodEntry(entry) = element {
+            let (class, _) = &names[&entry.method_id_ref.unwrap()];
+            assert!(class.starts_with("Calls"), "{class} was filtered out");
+        }
+    }
+
+    // Each exception: a throw in thrower(0), thrower(1), thrower(2) and catcher, caught in catcher.
+    let throws: Vec<u32> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::Throw(t) => t.method_id_ref,
+            _ => None,
+        })
+        .collect();
+    let expected: Vec<u32> = (0..EXCEPTIONS)
+        .flat_map(|_| [thrower, thrower, thrower, catcher])
+        .collect();
+    assert_eq!(throws, expected);
+    let catches: Vec<&openprof_format::trace::Catch> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::Catch(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(catches.len(), EXCEPTIONS);
+    assert!(catches.iter().all(|c| c.method_id_ref == Some(catcher)));
+    // IllegalStateException's class (java.lang) is filtered out: its object is unavailable.
+    assert!(catches
+        .iter()
+        .all(|c| c.obj_id_ref == Some(ObjRef::Unavailable)));
+
+    // The lock: main contends for it, the holder waits 200 ms on it (Thread.join's own waits on
+    // the Thread object are there too, as they happen).
+    let class_names: HashMap<u32, String> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::ClassDef(c) => {
+                Some((c.class_id.unwrap(), c.name.clone().unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
+    let waits: Vec<_> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::MonitorWait(w)
+                if class_names[&w.class_id_ref.unwrap()] == "java.lang.Object" =>
+            {
+                Some(w)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(waits.len(), 1, "one wait on LOCK");
+    assert_eq!(waits[0].timeout, Some(200));
+    assert!(elements
+        .iter()
+        .any(|e| matches!(e, TraceElement::MonitorWaited(w) if w.timed_out == Some(true))));
+    assert!(tags.contains(&"monitorContendedEnter") && tags.contains(&"monitorContendedEntered"));
+
+    // System.gc(): a GC with the heap's figures.
+    let finish = elements
+        .iter()
+        .find_map(|e| match e {
+            TraceElement::GcFinish(g) => Some(g),
+            _ => None,
+        })
+        .expect("a gcFinish");
+    assert!(finish.total_obj_space.unwrap() >= finish.used_obj_space.unwrap());
+    assert!(tags.contains(&"gcStart"));
+}
+
+#[test]
+fn filters_from_a_file_and_without_method_tracing() {
+    let dir = tempfile_dir();
+    let filters = dir.join("filters.txt");
+    std::fs::write(&filters, "# only Calls\ninclude Calls\nexclude *\n").unwrap();
+    let options = format!("format=x,filter=@{},file=trace.xml", filters.display());
+    let (run, elements) = traced(&options, &["10", "2"]);
+    xmllint(&run);
+    assert!(validate(elements.iter().cloned().map(Ok)).is_empty());
+    // Without cpu=times there are no method entries and no counts, but throws and catches.
+    assert!(!elements.iter().any(|e| matches!(
+        e,
+        TraceElement::MethodEntry(_) | TraceElement::MethodCount(_)
+    )));
+    assert_eq!(
+        elements
+            .iter()
+            .filter(|e| matches!(e, TraceElement::Catch(_)))
+            .count(),
+        2
+    );
+    assert_eq!(
+        elements
+            .iter()
+            .filter(|e| matches!(e, TraceElement::Filter(_)))
+            .count(),
+        2
+    );
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("openprof-filters-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
