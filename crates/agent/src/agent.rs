@@ -20,7 +20,7 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
-use openprof_format::hprof_text::SamplerReport;
+use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
 use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
 
 use crate::jvmti::{
@@ -33,6 +33,7 @@ use crate::profile::CpuProfile;
 use crate::ring::SampleRing;
 use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::threads::Threads;
+use crate::times::MethodTimes;
 use crate::tracer::{MonitorEvent, Tracer};
 use openprof_format::options::OutputFormat;
 
@@ -67,6 +68,8 @@ pub struct Agent {
     /// HPROF text output (format=a); `None` when tracing (format=x).
     state: Option<Mutex<State>>,
     tracer: Option<Tracer>,
+    /// cpu=times in HPROF text output.
+    times: Option<MethodTimes>,
     threads: Mutex<Threads>,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -166,15 +169,17 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     // would be attributed to the nearest safepoint.
     capabilities.set_can_generate_compiled_method_load_events(true);
     let tracing = options.format == OutputFormat::Xml;
+    let timing = options.cpu == Some(openprof_format::options::CpuMode::Times);
+    if timing {
+        capabilities.set_can_generate_method_entry_events(true);
+        capabilities.set_can_generate_method_exit_events(true);
+    }
     if tracing {
         capabilities.set_can_tag_objects(true);
         capabilities.set_can_generate_exception_events(true);
         capabilities.set_can_generate_garbage_collection_events(true);
         capabilities.set_can_generate_monitor_events(options.monitor);
-        let methods = options.cpu == Some(openprof_format::options::CpuMode::Times);
-        capabilities.set_can_generate_method_entry_events(methods);
-        capabilities.set_can_generate_method_exit_events(methods);
-        capabilities.set_can_access_local_variables(methods);
+        capabilities.set_can_access_local_variables(timing);
     }
     jvmti
         .add_capabilities(&capabilities)
@@ -193,15 +198,21 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         (None, Some(Tracer::start(jvmti, &options, options_text)?))
     } else {
         let output = TextOutput::create(&options)?;
-        let profile = CpuProfile::new(options.lineno);
+        // cpu=times frames carry no location, as in HPROF: no line numbers.
+        let profile = CpuProfile::new(options.lineno && !timing);
         (Some(Mutex::new(State { profile, output })), None)
     };
+    let times = (timing && !tracing).then(|| {
+        let filters = options.filter_block().unwrap_or_default();
+        MethodTimes::new(jvmti, filters, options.depth, options.thread)
+    });
     let agent = Agent {
         jvmti,
         vm,
         sampler,
         state,
         tracer,
+        times,
         threads: Mutex::new(Threads::new(!tracing)),
         options,
         stop: Mutex::new(false),
@@ -238,6 +249,13 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     jvmti
         .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
         .map_err(|error| error.to_string())?;
+    if timing && !tracing {
+        for event in [JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT] {
+            jvmti
+                .set_event(event, true)
+                .map_err(|error| error.to_string())?;
+        }
+    }
     if tracing {
         let methods = options_methods(jvmti);
         let mut events = vec![
@@ -559,13 +577,20 @@ impl Agent {
             tracer.flush();
         }
         let Some(state) = &self.state else { return };
+        if let Some(times) = &self.times {
+            self.dump_times(state, times);
+            return;
+        }
         if self.options.verbose {
             eprint!("Dumping CPU usage by sampling running threads ...");
         }
         let started = signals::thread_cpu_nanos();
         let mut state = lock(state);
         self.collect(&mut state);
-        let dump = state.profile.take_dump(hprof_date(), self.options.cutoff);
+        let dump =
+            state
+                .profile
+                .take_dump(CpuTableKind::Samples, hprof_date(), self.options.cutoff);
         // What profiling cost since the last dump, so users (and BENCHMARKS.md) can see it.
         let mut cost_us = BTreeMap::new();
         if self.sampler == SamplerKind::Signals {
@@ -581,6 +606,35 @@ impl Agent {
         cost_us.insert("dump".into(), dumping / 1000);
         let report = self.sampler_report(&dump, cost_us);
         if let Err(error) = state.output.cpu_dump(&dump, &report) {
+            eprintln!(
+                "openprof: can't write {}: {error}",
+                state.output.path().display()
+            );
+        }
+        if self.options.verbose {
+            eprintln!(" done.");
+        }
+    }
+
+    /// HPROF's CPU TIME table: entries and CPU time of the traced methods since the last dump.
+    fn dump_times(&self, state: &Mutex<State>, times: &MethodTimes) {
+        if self.options.verbose {
+            eprint!("Dumping CPU usage by timing methods ...");
+        }
+        let mut state = lock(state);
+        self.collect(&mut state);
+        for ((thread, frames), (entries, cpu)) in times.take() {
+            let frames = frames
+                .into_iter()
+                .map(|method| (method as jmethodID, Location::Unknown));
+            state
+                .profile
+                .add_cost(self.jvmti, thread, frames, entries, cpu);
+        }
+        let dump = state
+            .profile
+            .take_dump(CpuTableKind::Time, hprof_date(), self.options.cutoff);
+        if let Err(error) = state.output.cpu_times(&dump) {
             eprintln!(
                 "openprof: can't write {}: {error}",
                 state.output.path().display()
@@ -721,6 +775,16 @@ fn tracer() -> Option<&'static Tracer> {
         .and_then(|agent| agent.tracer.as_ref())
 }
 
+/// The cpu=times recorder, when timing for text output and not on the agent's own thread.
+fn times() -> Option<&'static MethodTimes> {
+    if IS_AGENT_THREAD.with(|flag| flag.get()) {
+        return None;
+    }
+    agent()
+        .filter(|agent| !agent.dying.load(Ordering::Acquire))
+        .and_then(|agent| agent.times.as_ref())
+}
+
 unsafe extern "system" fn on_method_entry(
     _jvmti: *mut jvmtiEnv,
     jni: *mut JNIEnv,
@@ -730,6 +794,8 @@ unsafe extern "system" fn on_method_entry(
     guarded("MethodEntry", || {
         if let Some(tracer) = tracer() {
             tracer.method_entry(jni, thread, method);
+        } else if let Some(times) = times() {
+            times.entry(method);
         }
     });
 }
@@ -745,6 +811,8 @@ unsafe extern "system" fn on_method_exit(
     guarded("MethodExit", || {
         if let Some(tracer) = tracer() {
             tracer.method_exit(thread, method);
+        } else if let Some(times) = times() {
+            times.exit(thread, method);
         }
     });
 }

@@ -12,6 +12,7 @@ mod profile;
 mod ring;
 mod signals;
 mod threads;
+mod times;
 mod tracer;
 
 use std::ffi::{c_char, c_void, CStr};

@@ -68,6 +68,15 @@ impl TextOutput {
         self.writer.flush()
     }
 
+    /// A CPU TIME dump: the new TRACEs and the table (no sampler record: nothing was sampled).
+    pub fn cpu_times(&mut self, dump: &CpuDump) -> std::io::Result<()> {
+        for trace in &dump.new_traces {
+            self.writer.trace(trace)?;
+        }
+        self.writer.cpu_table(&dump.table)?;
+        self.writer.flush()
+    }
+
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.writer.flush()
     }

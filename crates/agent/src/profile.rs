@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use openprof_format::hprof_text::{CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START};
+use openprof_format::hprof_text::{
+    CpuEntry, CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START,
+};
 
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::methods::{Location, Methods};
@@ -29,7 +31,8 @@ pub struct CpuProfile {
     methods: Methods,
     serial_by_key: HashMap<TraceKey, u32>,
     traces: HashMap<u32, Trace>,
-    counts: HashMap<u32, u64>,
+    /// (hits, cost) per trace since the last dump: samples, or entries and CPU nanoseconds.
+    counts: HashMap<u32, (u64, u64)>,
     printed: HashSet<u32>,
     failed: BTreeMap<String, u64>,
     dropped: u64,
@@ -59,6 +62,18 @@ impl CpuProfile {
         jvmti: Jvmti,
         thread: Option<u32>,
         frames: impl Iterator<Item = (jmethodID, Location)>,
+    ) {
+        self.add_cost(jvmti, thread, frames, 1, 1);
+    }
+
+    /// Adds `hits` and `cost` to the trace of `frames` (innermost first).
+    pub fn add_cost(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = (jmethodID, Location)>,
+        hits: u64,
+        cost: u64,
     ) {
         let mut key = TraceKey {
             thread,
@@ -96,7 +111,9 @@ impl CpuProfile {
                 serial
             }
         };
-        *self.counts.entry(serial).or_default() += 1;
+        let counted = self.counts.entry(serial).or_default();
+        counted.0 += hits;
+        counted.1 += cost;
     }
 
     /// Counts a sample whose stack walk failed with AsyncGetCallTrace's `code`.
@@ -113,19 +130,27 @@ impl CpuProfile {
 
     /// The table of the samples since the last dump, cut at `cutoff`, and the TRACEs it needs
     /// that no earlier dump printed. Counts start again from zero afterwards, as in HPROF.
-    pub fn take_dump(&mut self, date: String, cutoff: f64) -> CpuDump {
-        let entries = self
+    pub fn take_dump(&mut self, kind: CpuTableKind, date: String, cutoff: f64) -> CpuDump {
+        let entries: Vec<CpuEntry> = self
             .counts
             .drain()
-            .map(|(serial, count)| {
-                let method = self.traces[&serial]
+            .map(|(serial, (hits, cost))| CpuEntry {
+                trace: serial,
+                cost,
+                hits,
+                method: self.traces[&serial]
                     .frames
                     .first()
-                    .map(|f| f.qualified_method());
-                (serial, count, method)
+                    .map(|f| f.qualified_method()),
             })
             .collect();
-        let table = CpuTable::rank(CpuTableKind::Samples, date, entries, cutoff);
+        let total_cost: u64 = entries.iter().map(|entry| entry.cost).sum();
+        // CPU TIME's total is in milliseconds; CPU SAMPLES' in samples.
+        let total = match kind {
+            CpuTableKind::Samples => total_cost,
+            CpuTableKind::Time => total_cost / 1_000_000,
+        };
+        let table = CpuTable::rank_by_cost(kind, date, entries, cutoff, total);
         let new_traces = table
             .rows
             .iter()

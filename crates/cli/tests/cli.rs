@@ -185,17 +185,32 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
     // Drop one element from the middle: a collation gap, reported with its element number.
     let trace = std::fs::read_to_string(run.dir.join("trace.xml")).unwrap();
     let lines: Vec<&str> = trace.lines().collect();
-    let cut = lines.iter().position(|line| line.starts_with("<methodEntry")).unwrap();
-    let broken: Vec<&str> = lines.iter().enumerate().filter(|(i, _)| *i != cut).map(|(_, l)| *l).collect();
+    let cut = lines
+        .iter()
+        .position(|line| line.starts_with("<methodEntry"))
+        .unwrap();
+    let broken: Vec<&str> = lines
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != cut)
+        .map(|(_, l)| *l)
+        .collect();
     std::fs::write(run.dir.join("broken.xml"), broken.join("\n")).unwrap();
     let output = openprof(&run.dir, &["validate", "broken.xml"]);
     assert_eq!(output.status.code(), Some(1));
     let stdout = text(&output.stdout);
     assert!(stdout.contains("collationValue"), "{stdout}");
-    assert!(stdout.contains(&format!("element {} <", cut - 1)), "the position: {stdout}");
+    assert!(
+        stdout.contains(&format!("element {} <", cut - 1)),
+        "the position: {stdout}"
+    );
     // Truncated: not well-formed, with the byte offset.
     std::fs::write(run.dir.join("cut.xml"), &trace[..trace.len() / 2]).unwrap();
     let output = openprof(&run.dir, &["validate", "cut.xml"]);
     assert_eq!(output.status.code(), Some(1));
-    assert!(text(&output.stdout).contains("not well-formed at byte"), "{}", text(&output.stdout));
+    assert!(
+        text(&output.stdout).contains("not well-formed at byte"),
+        "{}",
+        text(&output.stdout)
+    );
 }

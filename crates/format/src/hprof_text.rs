@@ -114,22 +114,55 @@ pub struct CpuTable {
     pub rows: Vec<CpuRow>,
 }
 
+/// One trace's cost for a CPU table: samples (cost = hits) or CPU time with entry counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuEntry {
+    pub trace: u32,
+    /// What the table ranks by: samples, or nanoseconds of CPU.
+    pub cost: u64,
+    /// What its count column shows: samples, or the true number of entries.
+    pub hits: u64,
+    pub method: Option<String>,
+}
+
 impl CpuTable {
     /// Ranks traces by count, most first, the way HPROF does: percentages of `total`, rows cut
     /// where a trace's share falls below `cutoff`. Each entry is (trace serial, count, method).
     pub fn rank(
         kind: CpuTableKind,
         date: String,
-        mut entries: Vec<(u32, u64, Option<String>)>,
+        entries: Vec<(u32, u64, Option<String>)>,
         cutoff: f64,
     ) -> CpuTable {
         let total: u64 = entries.iter().map(|entry| entry.1).sum();
-        entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let entries = entries
+            .into_iter()
+            .map(|(trace, count, method)| CpuEntry {
+                trace,
+                cost: count,
+                hits: count,
+                method,
+            })
+            .collect();
+        Self::rank_by_cost(kind, date, entries, cutoff, total)
+    }
+
+    /// Ranks traces by cost, most first; `total` is what the header prints (samples, or
+    /// milliseconds for CPU TIME).
+    pub fn rank_by_cost(
+        kind: CpuTableKind,
+        date: String,
+        mut entries: Vec<CpuEntry>,
+        cutoff: f64,
+        total: u64,
+    ) -> CpuTable {
+        let total_cost: u64 = entries.iter().map(|entry| entry.cost).sum();
+        entries.sort_by(|a, b| b.cost.cmp(&a.cost).then(a.trace.cmp(&b.trace)));
         let mut rows = Vec::new();
         let mut accum = 0.0;
-        for (trace, count, method) in entries {
-            let ratio = count as f64 / total as f64;
-            if count == 0 || ratio < cutoff {
+        for entry in entries {
+            let ratio = entry.cost as f64 / total_cost as f64;
+            if entry.cost == 0 || ratio < cutoff {
                 break;
             }
             accum += ratio;
@@ -137,9 +170,9 @@ impl CpuTable {
                 rank: rows.len() as u32 + 1,
                 self_percent: ratio * 100.0,
                 accum_percent: accum * 100.0,
-                count,
-                trace,
-                method,
+                count: entry.hits,
+                trace: entry.trace,
+                method: entry.method,
             });
         }
         CpuTable {

@@ -432,16 +432,17 @@ impl Options {
                 format!("{what} in HPROF text output is not implemented yet; use format=x"),
             ))
         };
-        match self.cpu {
-            Some(CpuMode::Times) if text => return in_text("cpu", "cpu=times"),
-            Some(CpuMode::Old) => return not_yet("cpu", "cpu=old"),
-            _ => {}
+        if self.cpu == Some(CpuMode::Old) {
+            return not_yet("cpu", "cpu=old");
         }
         if self.monitor && text {
             return in_text("monitor", "monitor=y");
         }
-        if self.filter.is_some() && text {
-            return in_text("filter", "filter=");
+        if self.filter.is_some() && text && self.cpu != Some(CpuMode::Times) {
+            return Err(bad(
+                "filter",
+                "filter= limits format=x and cpu=times; with cpu=samples it has no effect, so it is refused",
+            ));
         }
         if self.format == OutputFormat::Binary {
             return Err(bad(
@@ -499,8 +500,8 @@ impl Options {
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",
             "    the classes traced (+include;-exclude patterns, or @file).\n",
             "  - Not implemented yet, and refused: heap=dump|sites|all (so a profile must be\n",
-            "    chosen, e.g. cpu=samples), cpu=old, format=b, net=; cpu=times, monitor=y and\n",
-            "    filter= in text output (use format=x). msa=y is refused on Linux.\n",
+            "    chosen, e.g. cpu=samples), cpu=old, format=b, net=; monitor=y in text output\n",
+            "    (use format=x). msa=y is refused on Linux.\n",
         ));
         text
     }
@@ -664,7 +665,6 @@ mod tests {
         for (text, option) in [
             ("", "heap"),
             ("heap=sites", "heap"),
-            ("cpu=times", "cpu"),
             ("cpu=times,format=x,heap=sites", "heap"),
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
