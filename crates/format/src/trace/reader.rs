@@ -198,6 +198,12 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
         let event = match reader.read_event() {
             Ok(event) => event,
             Err(error) if is_truncation(&error) && !ended => return Ok(Step::NeedMore),
+            // `<!DOCT` cut by a read looks like invalid markup: near the end it is unfinished.
+            Err(XmlError::Syntax(SyntaxError::InvalidBangMarkup))
+                if !ended && bytes.len().saturating_sub(reader.error_position() as usize) < 10 =>
+            {
+                return Ok(Step::NeedMore)
+            }
             Err(error) if is_truncation(&error) => {
                 return Err((0, format!("the stream ends inside an element ({error})")))
             }

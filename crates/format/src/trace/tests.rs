@@ -195,6 +195,16 @@ fn malformed_input_gives_the_byte_offset() {
 }
 
 #[test]
+fn a_read_that_ends_inside_a_doctype_waits_for_more() {
+    // Found by the fuzzer: `<!DOCT` at the end of a read is unfinished, not invalid.
+    let input = b"<?xml version=\"1.0\"?>\n<!DOCTYPE TRACE>\n<TRACE><gcStart/></TRACE>\n";
+    for cut in 0..input.len() {
+        let read = decode_in_pieces(input, &[cut]).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        assert_eq!(read.len(), 1, "cut at {cut}");
+    }
+}
+
+#[test]
 fn unknown_attributes_are_ignored() {
     let read: Vec<_> = read_all("<gcStart future=\"1\" time=\"5.5\"/>".as_bytes()).collect();
     match &read[0] {
