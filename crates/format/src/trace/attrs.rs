@@ -6,6 +6,8 @@ use std::fmt::Write;
 
 /// An attribute's value: how it is written and read back.
 pub trait AttrValue: Sized {
+    /// Whether the text may hold characters XML must escape (only free text does).
+    const NEEDS_ESCAPING: bool = false;
     /// Appends the value's text (unescaped; the writer escapes it).
     fn write_value(&self, out: &mut String);
     /// Reads the value's text, or says what is wrong with it.
@@ -13,6 +15,7 @@ pub trait AttrValue: Sized {
 }
 
 impl AttrValue for String {
+    const NEEDS_ESCAPING: bool = true;
     fn write_value(&self, out: &mut String) {
         out.push_str(self);
     }

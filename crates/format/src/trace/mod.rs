@@ -17,24 +17,18 @@ use attrs::{
     AttrValue, CodeType, FilterMode, GenericPattern, IsArray, MultiPart, ObjRef, Seconds,
     SigNotation, SourceCoordinateType, ValueType,
 };
+use std::borrow::Cow;
+
 use uuid::Uuid;
 
-/// An element as read, before it is typed: name, attributes in order, children, text.
+/// An element as read, before it is typed: name, attributes in order (borrowed from the input
+/// unless they held escapes), children, text.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct RawElement {
-    pub name: String,
-    pub attributes: Vec<(String, String)>,
-    pub children: Vec<RawElement>,
+pub struct RawElement<'a> {
+    pub name: Cow<'a, str>,
+    pub attributes: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub children: Vec<RawElement<'a>>,
     pub text: String,
-}
-
-impl RawElement {
-    fn attribute(&self, name: &str) -> Option<&str> {
-        self.attributes
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_str())
-    }
 }
 
 /// Appends `text` escaped for an attribute value (line breaks and tabs as character references,
@@ -67,22 +61,22 @@ pub(crate) fn escape_text(text: &str, out: &mut String) {
     }
 }
 
-fn write_attribute(out: &mut String, name: &str, value: &impl AttrValue) {
+fn write_attribute<T: AttrValue>(out: &mut String, name: &str, value: &T) {
     out.push(' ');
     out.push_str(name);
     out.push_str("=\"");
-    let mut text = String::new();
-    value.write_value(&mut text);
-    escape_attribute(&text, out);
+    if T::NEEDS_ESCAPING {
+        let mut text = String::new();
+        value.write_value(&mut text);
+        escape_attribute(&text, out);
+    } else {
+        value.write_value(out);
+    }
     out.push('"');
 }
 
-fn parse_attribute<T: AttrValue>(raw: &RawElement, name: &str) -> Result<Option<T>, String> {
-    raw.attribute(name)
-        .map(|text| {
-            T::parse_value(text).map_err(|problem| format!("<{}> {name}: {problem}", raw.name))
-        })
-        .transpose()
+fn parse_attribute<T: AttrValue>(element: &str, name: &str, text: &str) -> Result<T, String> {
+    T::parse_value(text).map_err(|problem| format!("<{element}> {name}: {problem}"))
 }
 
 fn require<T>(value: Option<T>, element: &str, name: &str) -> Result<T, String> {
@@ -144,7 +138,7 @@ impl Content for Values {
     fn from_raw(raw: &RawElement) -> Result<Self, String> {
         raw.children
             .iter()
-            .map(|child| match child.name.as_str() {
+            .map(|child| match child.name.as_ref() {
                 "value" => Value::from_raw(child),
                 other => Err(format!(
                     "<{}> may hold only <value>, has <{other}>",
@@ -185,7 +179,7 @@ impl Content for Signature {
         // The order is the DTD's: return, then parameters, then exceptions.
         let mut stage = 0;
         for child in &raw.children {
-            let order = match child.name.as_str() {
+            let order = match child.name.as_ref() {
                 "return" if signature.returns.is_none() => 0,
                 "parameter" => 1,
                 "exception" => 2,
@@ -249,12 +243,12 @@ macro_rules! field_write {
     };
 }
 
-macro_rules! field_read {
-    (req, $raw:expr, $name:literal) => {
-        require(parse_attribute($raw, $name)?, &$raw.name, $name)?
+macro_rules! field_finish {
+    (req, $value:expr, $raw:expr, $name:literal) => {
+        require($value, &$raw.name, $name)?
     };
-    (opt, $raw:expr, $name:literal) => {
-        parse_attribute($raw, $name)?
+    (opt, $value:expr, $raw:expr, $name:literal) => {
+        $value
     };
 }
 
@@ -306,10 +300,18 @@ macro_rules! elements {
                     }
                 }
 
-                /// Types an element read from XML. Unknown attributes are ignored.
+                /// Types an element read from XML, in one pass over its attributes. Unknown
+                /// attributes are ignored.
                 pub fn from_raw(raw: &RawElement) -> Result<Self, String> {
+                    $( let mut $field: Option<$fty> = None; )*
+                    for (key, value) in &raw.attributes {
+                        match key.as_ref() {
+                            $( $attr => $field = Some(parse_attribute(&raw.name, $attr, value)?), )*
+                            _ => {}
+                        }
+                    }
                     Ok($ty {
-                        $( $field: field_read!($kind, raw, $attr), )*
+                        $( $field: field_finish!($kind, $field, raw, $attr), )*
                         content: <$content as Content>::from_raw(raw)?,
                     })
                 }
@@ -336,6 +338,9 @@ macro_rules! elements {
         pub fn sample_of_each(rng: &mut sample::Rng) -> Vec<RawElementSample> {
             vec![$( RawElementSample { tag: $tag, text: { let mut out = String::new(); <$ty as sample::Sample>::sample(rng).write(&mut out); out } } ),*]
         }
+
+        /// Every element name, nested ones included.
+        pub const ALL_TAGS: &[&str] = &[$($tag),*];
 
         /// The declarations of every element, in table order.
         pub fn all_declarations() -> Vec<(&'static str, String)> {
@@ -804,7 +809,7 @@ macro_rules! top_level {
 
             /// Types a raw top-level element, or says why it can't be.
             pub fn from_raw(raw: &RawElement) -> Result<TraceElement, String> {
-                match raw.name.as_str() {
+                match raw.name.as_ref() {
                     $(tag if tag == $variant::TAG => $variant::from_raw(raw).map(TraceElement::$variant),)*
                     other => Err(format!("<{other}> is not a trace element")),
                 }

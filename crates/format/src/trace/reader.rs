@@ -4,6 +4,7 @@
 //! and character references is expanded, a DOCTYPE's internal subset is never processed,
 //! nothing is fetched, and one element may not exceed [`MAX_ELEMENT_BYTES`].
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use quick_xml::errors::{Error as XmlError, SyntaxError};
@@ -39,8 +40,8 @@ pub struct FragmentDecoder {
     root_closed: bool,
 }
 
-enum Step {
-    Element(RawElement, usize),
+enum Step<'a> {
+    Element(RawElement<'a>, usize),
     RootStart(usize),
     RootEnd(usize),
     /// Markup that is not an element (declaration, comment, the TRACE root's tags), skipped.
@@ -155,20 +156,27 @@ fn is_truncation(error: &XmlError) -> bool {
     )
 }
 
-fn raw_start(start: &BytesStart) -> Result<RawElement, String> {
-    let name = String::from_utf8(start.name().as_ref().to_vec())
-        .map_err(|_| "an element name is not UTF-8".to_string())?;
+/// An element's start: its name (static when known) and its attributes, unescaped.
+/// (quick-xml 0.37 lends attributes only for the life of the event, so they are copied.)
+fn raw_start(start: BytesStart<'_>) -> Result<RawElement<'static>, String> {
     let mut attributes = Vec::new();
+    let name = String::from_utf8_lossy(start.name().into_inner()).into_owned();
     for attribute in start.attributes() {
         let attribute = attribute.map_err(|error| format!("<{name}>: {error}"))?;
-        let key = String::from_utf8(attribute.key.as_ref().to_vec())
-            .map_err(|_| format!("<{name}>: an attribute name is not UTF-8"))?;
         let value = attribute
             .unescape_value()
-            .map_err(|error| format!("<{name}> {key}: {error}"))?
+            .map_err(|error| format!("<{name}>: {error}"))?
             .into_owned();
-        attributes.push((key, value));
+        let key = std::str::from_utf8(attribute.key.into_inner())
+            .map_err(|_| format!("<{name}>: an attribute name is not UTF-8"))?
+            .to_string();
+        attributes.push((Cow::Owned(key), Cow::Owned(value)));
     }
+    // Known names are static; only an unknown one (an error to come) is copied.
+    let name = super::ALL_TAGS
+        .iter()
+        .find(|tag| **tag == name)
+        .map_or(Cow::Owned(name), |tag| Cow::Borrowed(*tag));
     Ok(RawElement {
         name,
         attributes,
@@ -186,7 +194,7 @@ fn root_end_tag(bytes: &[u8]) -> Option<usize> {
 }
 
 /// Parses markup from the start of `bytes` up to the end of one top-level element.
-fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
+fn parse_one(bytes: &[u8], ended: bool) -> Result<Step<'_>, (u64, String)> {
     if let Some(used) = root_end_tag(bytes) {
         return Ok(Step::RootEnd(used));
     }
@@ -224,12 +232,12 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
             Event::End(end) if stack.is_empty() && end.name().as_ref() == b"TRACE" => {
                 return Ok(Step::RootEnd(position))
             }
-            Event::Start(start) => match raw_start(&start) {
+            Event::Start(start) => match raw_start(start) {
                 Ok(raw) => stack.push(raw),
                 Err(message) => return fail(message),
             },
             Event::Empty(start) => {
-                let raw = match raw_start(&start) {
+                let raw = match raw_start(start) {
                     Ok(raw) => raw,
                     Err(message) => return fail(message),
                 };
@@ -242,7 +250,7 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
                 let Some(done) = stack.pop() else {
                     return fail("an end tag without its start".into());
                 };
-                if end.name().as_ref() != done.name.as_bytes() {
+                if end.name().as_ref() != done.name.as_ref().as_bytes() {
                     let found = String::from_utf8_lossy(end.name().as_ref()).into_owned();
                     return fail(format!("</{found}> closes <{}>", done.name));
                 }
