@@ -237,3 +237,50 @@ fn tempfile_dir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn many_threads_traced_at_once_give_a_valid_trace() {
+    let run = run_java(
+        Some("format=x,cpu=times,monitor=y,filter=+ThreadChurn*;-*,file=trace.xml"),
+        "ThreadChurn",
+        &["2", "6"],
+        Duration::from_secs(240),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    assert!(!run.files().iter().any(|file| file.starts_with("hs_err")));
+    xmllint(&run);
+    let bytes = std::fs::read(run.dir.join("trace.xml")).unwrap();
+    let elements: Vec<TraceElement> = read_all(bytes.as_slice())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(
+        problems.is_empty(),
+        "{:#?}",
+        &problems[..problems.len().min(10)]
+    );
+    // Every worker thread has entries of its own.
+    let names: HashMap<u32, String> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::ThreadStart(t) => Some((
+                t.thread_id.unwrap(),
+                t.thread_name.clone().unwrap_or_default(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let traced: std::collections::HashSet<&str> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::MethodEntry(m) => Some(names[&m.thread_id_ref.unwrap()].as_str()),
+            _ => None,
+        })
+        .collect();
+    for worker in (0..8)
+        .map(|i| format!("busy-{i}"))
+        .chain((0..6).map(|i| format!("churn-{i}")))
+    {
+        assert!(traced.contains(worker.as_str()), "no entries on {worker}");
+    }
+}
