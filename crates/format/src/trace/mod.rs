@@ -877,6 +877,47 @@ top_level!(
     MonitorWaited,
 );
 
+/// Calls `$then!` with the elements that stand inside a trace and carry traceIdRef and
+/// collationValue (all but the hierarchy above the trace, traceStart/traceEnd, tag and code).
+macro_rules! in_trace {
+    ($then:ident) => {
+        $then!(
+            ProcessSuspend,
+            ProcessResume,
+            OptionElement,
+            Filter,
+            ThreadStart,
+            ThreadEnd,
+            ClassDef,
+            ClassUnload,
+            MethodDef,
+            ObjAlloc,
+            ObjFree,
+            ObjMove,
+            ObjDef,
+            MethodEntry,
+            MethodExit,
+            MethodCall,
+            MethodReturn,
+            Value,
+            MethodCount,
+            LineTable,
+            Line,
+            GcStart,
+            GcFinish,
+            Throw,
+            Catch,
+            RuntimeInitDone,
+            RuntimeShutdown,
+            InvocationContext,
+            MonitorContendedEnter,
+            MonitorContendedEntered,
+            MonitorWait,
+            MonitorWaited
+        )
+    };
+}
+
 impl TraceElement {
     /// Stamps the element with its trace and place in it, where it has those attributes
     /// (traceStart carries its own traceId; node, processCreate and agentCreate stand above
@@ -898,40 +939,7 @@ impl TraceElement {
                 }
             };
         }
-        stamp!(
-            ProcessSuspend,
-            ProcessResume,
-            OptionElement,
-            Filter,
-            ThreadStart,
-            ThreadEnd,
-            ClassDef,
-            ClassUnload,
-            MethodDef,
-            ObjAlloc,
-            ObjFree,
-            ObjMove,
-            ObjDef,
-            MethodEntry,
-            MethodExit,
-            MethodCall,
-            MethodReturn,
-            Value,
-            MethodCount,
-            LineTable,
-            Line,
-            GcStart,
-            GcFinish,
-            Throw,
-            Catch,
-            RuntimeInitDone,
-            RuntimeShutdown,
-            InvocationContext,
-            MonitorContendedEnter,
-            MonitorContendedEntered,
-            MonitorWait,
-            MonitorWaited
-        )
+        in_trace!(stamp)
     }
 
     /// The element's collationValue, where it has one.
@@ -939,46 +947,13 @@ impl TraceElement {
         macro_rules! collation {
             ($($variant:ident),*) => {
                 match self {
+                    TraceElement::TraceStart(element) => element.collation_value,
+                    TraceElement::TraceEnd(element) => element.collation_value,
                     $(TraceElement::$variant(element) => element.collation_value,)*
                     _ => None,
                 }
             };
         }
-        collation!(
-            TraceStart,
-            TraceEnd,
-            ProcessSuspend,
-            ProcessResume,
-            OptionElement,
-            Filter,
-            ThreadStart,
-            ThreadEnd,
-            ClassDef,
-            ClassUnload,
-            MethodDef,
-            ObjAlloc,
-            ObjFree,
-            ObjMove,
-            ObjDef,
-            MethodEntry,
-            MethodExit,
-            MethodCall,
-            MethodReturn,
-            Value,
-            MethodCount,
-            LineTable,
-            Line,
-            GcStart,
-            GcFinish,
-            Throw,
-            Catch,
-            RuntimeInitDone,
-            RuntimeShutdown,
-            InvocationContext,
-            MonitorContendedEnter,
-            MonitorContendedEntered,
-            MonitorWait,
-            MonitorWaited
-        )
+        in_trace!(collation)
     }
 }
