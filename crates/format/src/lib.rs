@@ -1,10 +1,14 @@
 //! openprof's data formats: pure data, no JVM and no sockets.
 //!
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
+//! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader.
 //! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader.
 //! - [`java_names`]: class names from JVM signatures to Java source form.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 
+pub mod hprof_binary;
+#[cfg(test)]
+mod hprof_binary_tests;
 pub mod hprof_text;
 pub mod java_names;
 pub mod options;
