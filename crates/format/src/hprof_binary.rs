@@ -693,6 +693,8 @@ impl<R: Read> HprofReader<R> {
                 });
             }
         }
+        // Offsets count raw bytes, not the (lossy) text.
+        let header_bytes = format.len() as u64 + 1;
         let format = String::from_utf8_lossy(&format).into_owned();
         if !format.starts_with("JAVA PROFILE ") {
             return Err(HprofError::Malformed {
@@ -702,7 +704,7 @@ impl<R: Read> HprofReader<R> {
         }
         let mut reader = HprofReader {
             input,
-            offset: format.len() as u64 + 1,
+            offset: header_bytes,
             header: Header {
                 format,
                 id_size: 0,

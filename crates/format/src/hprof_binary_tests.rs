@@ -270,3 +270,33 @@ fn truncated_and_corrupt_files_are_errors_with_offsets_never_panics() {
     assert!(HprofReader::new(&b"JAVA PROFILE 1.0.2\0\0\0\0\x05"[..]).is_err());
     assert!(HprofReader::new(&b"GIF89a"[..]).is_err());
 }
+
+#[test]
+fn error_offsets_stay_inside_the_input() {
+    // Found by the fuzzer: a heap dump segment whose sub-record claims more than the file holds.
+    let data: &[u8] = &[
+        74, 65, 86, 65, 32, 80, 82, 79, 70, 73, 76, 69, 32, 49, 46, 210, 48, 46, 50, 0, 0, 0, 0, 8,
+        0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 64, 0, 17, 0, 0, 0, 0, 2, 10, 0, 0, 0, 0, 0, 0,
+        1, 75, 101, 101, 112, 36, 78, 111, 100, 101, 2, 0, 0, 0, 0, 0, 0, 0, 24, 0, 0, 0, 1, 0, 0,
+        0, 0, 7, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 28, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        194, 0, 0, 55, 33, 0, 64, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 101, 0, 0, 1, 0, 0, 0, 0,
+        0, 0, 0, 0,
+    ];
+    let error = HprofReader::new(data)
+        .unwrap()
+        .find_map(Result::err)
+        .expect("refused");
+    match error {
+        HprofError::Malformed {
+            offset,
+            ref message,
+        } => {
+            assert!(
+                offset <= data.len() as u64,
+                "offset {offset} past {} bytes: {message}",
+                data.len()
+            )
+        }
+        other => panic!("{other}"),
+    }
+}
