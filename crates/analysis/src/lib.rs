@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use openprof_format::hprof_text::{TextProfile, Trace};
+use openprof_format::hprof_text::{CpuTableKind, TextProfile, Trace};
 
 /// One method's share of the samples.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,22 +32,41 @@ pub struct CpuSummary {
     pub notes: BTreeSet<String>,
     /// Most self samples first.
     pub methods: Vec<MethodStat>,
+    /// Which tables were summed (samples, or CPU time in microseconds).
+    pub kind: Option<CpuTableKind>,
+    /// The count column of each trace: samples, or true entries for CPU TIME.
+    pub entries: HashMap<u32, u64>,
 }
 
 /// Sums the CPU SAMPLES tables of a profile by method.
 pub fn summarize_cpu(profile: &TextProfile) -> CpuSummary {
-    let mut summary = CpuSummary::default();
+    summarize(profile, CpuTableKind::Samples)
+}
+
+/// Sums a profile's tables of one kind by method. For CPU SAMPLES the cost is samples; for
+/// CPU TIME (ms) it is microseconds of CPU (each row's share of its table's total), and
+/// `entries` holds the true entry counts.
+pub fn summarize(profile: &TextProfile, kind: CpuTableKind) -> CpuSummary {
+    let mut summary = CpuSummary {
+        kind: Some(kind),
+        ..CpuSummary::default()
+    };
     let mut per_trace: HashMap<u32, u64> = HashMap::new();
-    for table in profile
-        .cpu_tables
-        .iter()
-        .filter(|table| table.kind == openprof_format::hprof_text::CpuTableKind::Samples)
-    {
-        summary.total_samples += table.total;
+    for table in profile.cpu_tables.iter().filter(|table| table.kind == kind) {
         summary.dumps += 1;
+        let table_cost = match kind {
+            CpuTableKind::Samples => table.total,
+            CpuTableKind::Time => table.total * 1000,
+        };
+        summary.total_samples += table_cost;
         for row in &table.rows {
-            *per_trace.entry(row.trace).or_default() += row.count;
-            summary.listed_samples += row.count;
+            let cost = match kind {
+                CpuTableKind::Samples => row.count,
+                CpuTableKind::Time => (row.self_percent / 100.0 * table_cost as f64).round() as u64,
+            };
+            *per_trace.entry(row.trace).or_default() += cost;
+            *summary.entries.entry(row.trace).or_default() += row.count;
+            summary.listed_samples += cost;
         }
     }
     for sampler in &profile.samplers {
@@ -111,7 +130,7 @@ pub fn summarize_cpu(profile: &TextProfile) -> CpuSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openprof_format::hprof_text::{read, CpuTable, CpuTableKind, Frame, FrameLine, TextWriter};
+    use openprof_format::hprof_text::{read, CpuTable, Frame, FrameLine, TextWriter};
 
     fn frame(method: &str) -> Frame {
         let (class_name, method_name) = method.rsplit_once('.').unwrap();

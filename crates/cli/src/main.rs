@@ -6,7 +6,8 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use openprof_analysis::{summarize_cpu, CpuSummary};
+use openprof_analysis::{summarize, summarize_cpu, CpuSummary};
+use openprof_format::hprof_text::CpuTableKind;
 use openprof_format::hprof_text::{self, TextProfile};
 use openprof_format::options::{Options, OutputFormat};
 use openprof_jdk::Jdk;
@@ -206,6 +207,69 @@ fn validate(file: &Path, max: usize) -> Result<ExitCode> {
     }
 }
 
+/// cpu=times: CPU milliseconds and true entry counts per method, the traces behind them.
+fn render_times(
+    out: &mut String,
+    profile: &TextProfile,
+    summary: &CpuSummary,
+    top: usize,
+    traces: usize,
+) {
+    use std::fmt::Write;
+    let _ = writeln!(
+        out,
+        "{:.1} ms of CPU in timed methods, in {} dump(s) (cpu=times: true entry counts)",
+        summary.total_samples as f64 / 1000.0,
+        summary.dumps
+    );
+    let percent = |cost: u64| 100.0 * cost as f64 / summary.total_samples.max(1) as f64;
+    let _ = writeln!(out, "\n rank   self   self ms    entries  method");
+    let shown: Vec<_> = summary
+        .methods
+        .iter()
+        .filter(|s| s.self_samples > 0)
+        .take(top)
+        .collect();
+    for (rank, stat) in shown.iter().enumerate() {
+        let entries: u64 = stat
+            .traces
+            .iter()
+            .map(|(trace, _)| summary.entries.get(trace).copied().unwrap_or(0))
+            .sum();
+        let _ = writeln!(
+            out,
+            "{:5} {:5.1}% {:9.1} {:10}  {}",
+            rank + 1,
+            percent(stat.self_samples),
+            stat.self_samples as f64 / 1000.0,
+            entries,
+            stat.method
+        );
+    }
+    if traces > 0 {
+        let _ = writeln!(out, "\nTraces behind the top methods:");
+        for stat in shown {
+            let _ = writeln!(out, "{}", stat.method);
+            for (serial, cost) in stat.traces.iter().take(traces) {
+                let entries = summary.entries.get(serial).copied().unwrap_or(0);
+                let _ = writeln!(
+                    out,
+                    "  {:9.1} ms {entries:8} entries  TRACE {serial}",
+                    *cost as f64 / 1000.0
+                );
+                for frame in profile
+                    .traces
+                    .get(serial)
+                    .map(|t| t.frames.as_slice())
+                    .unwrap_or_default()
+                {
+                    let _ = writeln!(out, "                    {frame}");
+                }
+            }
+        }
+    }
+}
+
 fn read_profile(file: &Path) -> Result<TextProfile> {
     let bytes = fs::read(file).with_context(|| format!("can't read {}", file.display()))?;
     hprof_text::read(bytes.as_slice())
@@ -214,11 +278,16 @@ fn read_profile(file: &Path) -> Result<TextProfile> {
 
 fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> String {
     use std::fmt::Write;
-    let summary: CpuSummary = summarize_cpu(profile);
     let mut out = String::new();
     let _ = writeln!(out, "openprof: {}", file.display());
+    let summary: CpuSummary = summarize_cpu(profile);
     if summary.dumps == 0 {
-        let _ = writeln!(out, "no CPU samples in this profile");
+        let times = summarize(profile, CpuTableKind::Time);
+        if times.dumps == 0 {
+            let _ = writeln!(out, "no CPU samples or CPU times in this profile");
+        } else {
+            render_times(&mut out, profile, &times, top, traces);
+        }
         return out;
     }
     let samplers: Vec<&str> = summary.samplers.iter().map(String::as_str).collect();

@@ -214,3 +214,24 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
         text(&output.stdout)
     );
 }
+
+#[test]
+fn report_reads_a_cpu_times_profile() {
+    let run = run_java(
+        Some("cpu=times,filter=+Calls;-*,file=times.txt"),
+        "Calls",
+        &["300", "2"],
+        Duration::from_secs(120),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let output = openprof(&run.dir, &["report", "times.txt", "--traces", "1"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(stdout.contains("cpu=times: true entry counts"), "{stdout}");
+    let work = stdout
+        .lines()
+        .find(|line| line.ends_with("  Calls.work"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let entries: u64 = work.split_whitespace().nth(3).unwrap().parse().unwrap();
+    assert_eq!(entries, 300, "{work}");
+}
