@@ -257,16 +257,18 @@ fn render_times(
                     "  {:9.1} ms {entries:8} entries  TRACE {serial}",
                     *cost as f64 / 1000.0
                 );
-                for frame in profile
-                    .traces
-                    .get(serial)
-                    .map(|t| t.frames.as_slice())
-                    .unwrap_or_default()
-                {
-                    let _ = writeln!(out, "                    {frame}");
-                }
+                write_frames(out, profile, *serial);
             }
         }
+    }
+}
+
+/// The frames of a trace, indented under the line that names it.
+fn write_frames(out: &mut String, profile: &TextProfile, serial: u32) {
+    use std::fmt::Write;
+    let frames = profile.traces.get(&serial).map(|t| t.frames.as_slice());
+    for frame in frames.unwrap_or_default() {
+        let _ = writeln!(out, "                    {frame}");
     }
 }
 
@@ -358,14 +360,7 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
             let _ = writeln!(out, "{}", stat.method);
             for (serial, count) in stat.traces.iter().take(traces) {
                 let _ = writeln!(out, "  {count:7} samples  TRACE {serial}");
-                for frame in profile
-                    .traces
-                    .get(serial)
-                    .map(|t| t.frames.as_slice())
-                    .unwrap_or_default()
-                {
-                    let _ = writeln!(out, "                    {frame}");
-                }
+                write_frames(&mut out, profile, *serial);
             }
         }
     }
