@@ -36,7 +36,8 @@ enum Commands {
         after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -- java -cp classes Main\n\n\
             The agent is looked for in --agent, $OPENPROF_AGENT, next to this binary, then in\n\
             target/release and target/debug. When OPTIONS has no file=, the profile is written\n\
-            to java.hprof.txt in the current directory, as HPROF does."
+            to java.hprof.txt in the current directory, as HPROF does (java.trace.xml with\n\
+            format=x, which openprof run then names instead of printing methods)."
     )]
     Run {
         /// Agent options in HPROF's syntax (`openprof run -o help -- java` lists them).
@@ -163,6 +164,21 @@ fn run(
         .wait()
         .with_context(|| format!("waiting for {}", program.display()))?;
     let code = ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8);
+    if options.format == OutputFormat::Xml && !options.help {
+        let file = PathBuf::from(options.output_file());
+        if let Ok(input) = fs::File::open(&file) {
+            let reader = std::io::BufReader::new(input);
+            let elements = openprof_format::trace::reader::read_all(reader)
+                .take_while(Result::is_ok)
+                .count();
+            eprintln!(
+                "openprof: trace written to {} ({elements} elements); `openprof validate {}` checks it",
+                file.display(),
+                file.display()
+            );
+        }
+        return Ok(code);
+    }
     if options.help || options.format != OutputFormat::Ascii || !options.doe {
         return Ok(code);
     }

@@ -235,3 +235,32 @@ fn report_reads_a_cpu_times_profile() {
     let entries: u64 = work.split_whitespace().nth(3).unwrap().parse().unwrap();
     assert_eq!(entries, 300, "{work}");
 }
+
+#[test]
+fn run_says_where_a_trace_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let classes = workload_classes().to_str().unwrap().to_string();
+    let output = openprof(
+        dir.path(),
+        &[
+            "run",
+            "-o",
+            "format=x,cpu=times,filter=+Calls;-*",
+            "--",
+            "java",
+            "-cp",
+            &classes,
+            "Calls",
+            "20",
+            "1",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("openprof: trace written to java.trace.xml ("),
+        "{stderr}"
+    );
+    let output = openprof(dir.path(), &["validate", "java.trace.xml"]);
+    assert!(output.status.success(), "{}", text(&output.stdout));
+}
