@@ -194,6 +194,7 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         CpuTimer::Perf => CpuClock::PerfTaskClock,
         CpuTimer::Posix => CpuClock::PosixCpuTimer,
     };
+    let monitor = options.monitor;
     let (state, tracer) = if tracing {
         (None, Some(Tracer::start(jvmti, &options, options_text)?))
     } else {
@@ -257,17 +258,16 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         }
     }
     if tracing {
-        let methods = options_methods(jvmti);
         let mut events = vec![
             JVMTI_EVENT_EXCEPTION,
             JVMTI_EVENT_EXCEPTION_CATCH,
             JVMTI_EVENT_GARBAGE_COLLECTION_START,
             JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
         ];
-        if methods.0 {
+        if timing {
             events.extend([JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT]);
         }
-        if methods.1 {
+        if monitor {
             events.extend([
                 JVMTI_EVENT_MONITOR_CONTENDED_ENTER,
                 JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
@@ -296,16 +296,6 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
             .map_err(|error| error.to_string())?;
     }
     Ok(())
-}
-
-/// (method events, monitor events) of the agent being started.
-fn options_methods(_jvmti: Jvmti) -> (bool, bool) {
-    agent().map_or((false, false), |agent| {
-        (
-            agent.tracer.as_ref().is_some_and(Tracer::traces_methods),
-            agent.options.monitor,
-        )
-    })
 }
 
 fn choose_sampler(vm: *mut JavaVM, options: &Options) -> Result<SamplerKind, String> {

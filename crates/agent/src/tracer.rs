@@ -285,10 +285,6 @@ impl Tracer {
         Ok(tracer)
     }
 
-    pub fn traces_methods(&self) -> bool {
-        self.methods
-    }
-
     /// Stamps and serialises one element (into memory; the agent's thread writes it).
     fn emit(&self, state: &mut TraceState, element: impl Into<TraceElement>) {
         state.collation += 1;
@@ -422,6 +418,15 @@ impl Tracer {
         included
     }
 
+    /// The id of an object's class, defining the class on first use.
+    fn class_of(&self, state: &mut TraceState, jni: *mut JNIEnv, object: jobject) -> u32 {
+        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
+        let class = unsafe { ((**jni).GetObjectClass)(jni, object) };
+        let class_id = self.class_id(state, class);
+        crate::agent::delete_local_ref(jni, class);
+        class_id
+    }
+
     /// The object's id, defining it (objDef) on first use.
     fn object_id(&self, state: &mut TraceState, jni: *mut JNIEnv, object: jobject) -> u32 {
         if let Ok(tag) = self.jvmti.tag(object) {
@@ -432,10 +437,7 @@ impl Tracer {
         state.last_object_id += 1;
         let id = state.last_object_id;
         let _ = self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id));
-        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
-        let class = unsafe { ((**jni).GetObjectClass)(jni, object) };
-        let class_id = self.class_id(state, class);
-        crate::agent::delete_local_ref(jni, class);
+        let class_id = self.class_of(state, jni, object);
         let is_array = state.classes.get(&class_id).map(|c| c.is_array);
         self.emit(
             state,
@@ -624,10 +626,7 @@ impl Tracer {
         jni: *mut JNIEnv,
         exception: jobject,
     ) -> ObjRef {
-        // SAFETY: `jni` is the calling thread's JNIEnv and `exception` a live reference.
-        let class = unsafe { ((**jni).GetObjectClass)(jni, exception) };
-        let class_id = self.class_id(state, class);
-        crate::agent::delete_local_ref(jni, class);
+        let class_id = self.class_of(state, jni, exception);
         if state.classes.get(&class_id).is_some_and(|c| c.included) {
             ObjRef::Id(self.object_id(state, jni, exception))
         } else {
@@ -743,12 +742,8 @@ impl Tracer {
         let thread_id = Some(self.thread_id(thread));
         let (time, cpu) = (Some(now()), Some(thread_cpu_time()));
         let mut state = lock(&self.state);
-        let object_id = self.object_id(&mut state, jni, object);
-        let obj = Some(object_id);
-        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
-        let class_ref = unsafe { ((**jni).GetObjectClass)(jni, object) };
-        let class = Some(self.class_id(&mut state, class_ref));
-        crate::agent::delete_local_ref(jni, class_ref);
+        let obj = Some(self.object_id(&mut state, jni, object));
+        let class = Some(self.class_of(&mut state, jni, object));
         let element: TraceElement = match event {
             MonitorEvent::ContendedEnter => MonitorContendedEnter {
                 transient_thread_id_ref: None,
