@@ -2,10 +2,19 @@
 //!
 //! The layouts follow the JDK's HPROF agent to the character, so that eyes and tools that read
 //! HPROF read ours. openprof adds one record, `CPU SAMPLER BEGIN … END`, documented in
-//! docs/hprof-text.md: how the samples were taken and how many walks failed.
+//! docs/hprof-text.md: how the samples were taken and how many walks failed. The heap records
+//! (`SITES`, `HEAP DUMP`) are in [`heap`] and re-exported here.
+
+mod heap;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
+
+pub use self::heap::{
+    SiteEntry, SiteRow, SiteTotals, SitesOrder, SitesTable, TextClass, TextInstance,
+    TextObjectArray, TextPrimitiveArray, TextRoot,
+};
+use crate::heap::HeapHistogram;
 
 /// Trace serial numbers count from here, as HPROF's do (the first trace is 300001).
 pub const TRACE_SERIAL_START: u32 = 300000;
@@ -219,6 +228,11 @@ impl<W: Write> TextWriter<W> {
         TextWriter { out }
     }
 
+    /// The underlying writer, e.g. to copy a heap dump body written aside.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     pub fn into_inner(self) -> W {
         self.out
     }
@@ -331,11 +345,21 @@ CPU SAMPLES     is a statistical profile of program execution.  Each
                 the percentage of samples they received; top-ranked
                 TRACEs are the hot spots of the program.
 
+SITES           lists the allocation sites, a class allocated at a TRACE,
+                by live bytes: the objects still alive, and the objects
+                allocated there since the program started.
+
+HEAP DUMP       is a snapshot of the live objects of the Java heap: the
+                garbage collection roots (ROOT), classes (CLS), instances
+                (OBJ) and arrays (ARR), each followed by the references
+                it holds; object ids are in hex.
+
 CPU SAMPLER and CPU SAMPLES records are written at program exit (doe=y)
 and whenever the JVM is sent SIGQUIT (kill -QUIT <pid>).
 ";
 
-/// Everything read from an HPROF text file.
+/// Everything read from an HPROF text file (or, by [`crate::hprof_binary_profile`], from an
+/// HPROF binary one).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TextProfile {
     /// The header's first line, e.g. `JAVA PROFILE 1.0.1, created …`.
@@ -347,7 +371,11 @@ pub struct TextProfile {
     pub samplers: Vec<SamplerReport>,
     /// Every CPU table, one per dump, in file order.
     pub cpu_tables: Vec<CpuTable>,
-    /// Sections this reader does not model (e.g. `HEAP DUMP`), by name, in file order.
+    /// Every SITES table, one per dump, in file order.
+    pub sites: Vec<SitesTable>,
+    /// Every heap dump, summed by class as it was read, in file order.
+    pub heap_dumps: Vec<HeapHistogram>,
+    /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
     pub skipped_sections: Vec<String>,
 }
 
@@ -358,6 +386,16 @@ impl TextProfile {
             .iter()
             .rev()
             .find(|table| table.kind == CpuTableKind::Samples)
+    }
+
+    /// The last SITES table: HPROF's site figures are not reset by dumps, so it is the latest.
+    pub fn last_sites(&self) -> Option<&SitesTable> {
+        self.sites.last()
+    }
+
+    /// The last heap dump.
+    pub fn last_heap_dump(&self) -> Option<&HeapHistogram> {
+        self.heap_dumps.last()
     }
 
     pub fn thread(&self, serial: u32) -> Option<&ThreadStart> {
@@ -385,11 +423,107 @@ fn malformed(line: usize, message: impl Into<String>) -> ReadError {
 
 /// Reads HPROF text from a buffered source.
 pub fn read(input: impl BufRead) -> Result<TextProfile, ReadError> {
-    let mut lines = Vec::new();
-    for line in input.lines() {
-        lines.push(line?);
+    read_with_progress(input, &mut |_| {})
+}
+
+/// How often, in bytes read, [`read_with_progress`] reports.
+const PROGRESS_STEP: u64 = 1 << 20;
+
+/// Reads HPROF text line by line, keeping no line longer than it takes to parse it (heap dumps
+/// are summed into histograms as they go), and calls `progress` with the bytes consumed so far
+/// every megabyte and at the end.
+pub fn read_with_progress(
+    input: impl BufRead,
+    progress: &mut dyn FnMut(u64),
+) -> Result<TextProfile, ReadError> {
+    let mut lines = Lines {
+        input,
+        line: String::new(),
+        number: 0,
+        consumed: 0,
+        reported: 0,
+        again: false,
+        progress,
+    };
+    let profile = parse(&mut lines)?;
+    (lines.progress)(lines.consumed);
+    Ok(profile)
+}
+
+/// The input's lines one at a time, numbered from 1.
+struct Lines<'p, R> {
+    input: R,
+    /// The current line, without its line end.
+    line: String,
+    number: usize,
+    consumed: u64,
+    reported: u64,
+    /// The next `advance` stays on the current line.
+    again: bool,
+    progress: &'p mut dyn FnMut(u64),
+}
+
+impl<R: BufRead> Lines<'_, R> {
+    /// Moves to the next line; false at the end of the input.
+    fn advance(&mut self) -> Result<bool, ReadError> {
+        if self.again {
+            self.again = false;
+            return Ok(true);
+        }
+        // The line's buffer is reused: one allocation for the whole file, not one per line.
+        let mut bytes = std::mem::take(&mut self.line).into_bytes();
+        bytes.clear();
+        let read = self.input.read_until(b'\n', &mut bytes)?;
+        if read == 0 {
+            return Ok(false);
+        }
+        self.number += 1;
+        self.consumed += read as u64;
+        if bytes.last() == Some(&b'\n') {
+            bytes.pop();
+            if bytes.last() == Some(&b'\r') {
+                bytes.pop();
+            }
+        }
+        self.line = String::from_utf8(bytes)
+            .map_err(|error| malformed(self.number, format!("not UTF-8 text: {error}")))?;
+        if self.consumed - self.reported >= PROGRESS_STEP {
+            self.reported = self.consumed;
+            (self.progress)(self.consumed);
+        }
+        Ok(true)
     }
-    parse_lines(&lines)
+
+    fn text(&self) -> &str {
+        &self.line
+    }
+
+    /// Leaves the current line for the next `advance`, which will not read.
+    fn keep_for_next(&mut self) {
+        self.again = true;
+    }
+
+    /// Passes each line of a section to `each` until its `end` line, which must come.
+    fn section(
+        &mut self,
+        end: &str,
+        begin: usize,
+        mut each: impl FnMut(&str, usize) -> Result<(), ReadError>,
+    ) -> Result<(), ReadError> {
+        while self.advance()? {
+            if self.line == end {
+                return Ok(());
+            }
+            each(&self.line, self.number)?;
+        }
+        Err(malformed(
+            begin,
+            format!(
+                "section not closed by '{end}' (the file ends at line {})",
+                self.number
+            ),
+        ))
+    }
 }
 
 /// Cuts `prefix` off `text`, or says the line is malformed.
@@ -533,62 +667,68 @@ fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, ReadError> {
     })
 }
 
-fn parse_sampler(lines: &[(usize, &str)]) -> Result<SamplerReport, ReadError> {
-    let mut report = SamplerReport::default();
-    for &(number, line) in lines {
-        let (key, value) = line.split_once(' ').ok_or_else(|| {
-            malformed(number, format!("CPU SAMPLER: '{line}' is not 'key value'"))
-        })?;
-        match key {
-            "sampler" => report.sampler = value.to_string(),
-            "note" => report.note = Some(value.to_string()),
-            "clock" => report.clock = Some(value.to_string()),
-            "interval" => {
-                let ms = value.strip_suffix(" ms").unwrap_or(value);
-                report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
+fn parse_sampler_line(
+    report: &mut SamplerReport,
+    line: &str,
+    number: usize,
+) -> Result<(), ReadError> {
+    let (key, value) = line
+        .split_once(' ')
+        .ok_or_else(|| malformed(number, format!("CPU SAMPLER: '{line}' is not 'key value'")))?;
+    match key {
+        "sampler" => report.sampler = value.to_string(),
+        "note" => report.note = Some(value.to_string()),
+        "clock" => report.clock = Some(value.to_string()),
+        "interval" => {
+            let ms = value.strip_suffix(" ms").unwrap_or(value);
+            report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
+        }
+        "failed" => {}
+        "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
+        _ => {
+            if let Some(reason) = key.strip_prefix("failed.") {
+                let count = parse_number(value, number, "CPU SAMPLER failed")?;
+                report.failed.insert(reason.to_string(), count);
+            } else if let Some(part) = key
+                .strip_prefix("cost.")
+                .and_then(|part| part.strip_suffix("_us"))
+            {
+                let micros = parse_number(value, number, "CPU SAMPLER cost")?;
+                report.cost_us.insert(part.to_string(), micros);
             }
-            "failed" => {}
-            "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
-            _ => {
-                if let Some(reason) = key.strip_prefix("failed.") {
-                    let count = parse_number(value, number, "CPU SAMPLER failed")?;
-                    report.failed.insert(reason.to_string(), count);
-                } else if let Some(part) = key
-                    .strip_prefix("cost.")
-                    .and_then(|part| part.strip_suffix("_us"))
-                {
-                    let micros = parse_number(value, number, "CPU SAMPLER cost")?;
-                    report.cost_us.insert(part.to_string(), micros);
-                }
-                // Other keys are skipped: a newer agent may add some, older readers go on.
-            }
+            // Other keys are skipped: a newer agent may add some, older readers go on.
         }
     }
-    Ok(report)
+    Ok(())
 }
 
-fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
+fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, ReadError> {
     let mut profile = TextProfile::default();
-    let first = lines
-        .first()
-        .ok_or_else(|| malformed(1, "empty file: no 'JAVA PROFILE' header"))?;
-    if !first.starts_with("JAVA PROFILE ") {
+    if !lines.advance()? {
+        return Err(malformed(1, "empty file: no 'JAVA PROFILE' header"));
+    }
+    if !lines.text().starts_with("JAVA PROFILE ") {
         return Err(malformed(
             1,
-            format!("no 'JAVA PROFILE' header, found '{first}'"),
+            format!("no 'JAVA PROFILE' header, found '{}'", lines.text()),
         ));
     }
-    profile.header = first.clone();
+    profile.header = lines.text().to_string();
     // The prelude is free text, up to the separator line.
-    let mut index = lines
-        .iter()
-        .position(|line| line == "--------")
-        .ok_or_else(|| malformed(1, "the header is not closed by a '--------' line"))?
-        + 1;
-    while index < lines.len() {
-        let number = index + 1;
-        let line = lines[index].as_str();
-        index += 1;
+    loop {
+        if !lines.advance()? {
+            return Err(malformed(
+                1,
+                "the header is not closed by a '--------' line",
+            ));
+        }
+        if lines.text() == "--------" {
+            break;
+        }
+    }
+    while lines.advance()? {
+        let number = lines.number;
+        let line = lines.text();
         if line.trim().is_empty() {
             continue;
         }
@@ -606,12 +746,14 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
         } else if line.starts_with("TRACE ") {
             let (serial, thread) = parse_trace_header(line, number)?;
             let mut frames = Vec::new();
-            while index < lines.len() && lines[index].starts_with('\t') {
-                let frame = &lines[index][1..];
+            while lines.advance()? {
+                let Some(frame) = lines.text().strip_prefix('\t') else {
+                    lines.keep_for_next();
+                    break;
+                };
                 if frame != "<empty>" {
-                    frames.push(parse_frame(frame, index + 1)?);
+                    frames.push(parse_frame(frame, lines.number)?);
                 }
-                index += 1;
             }
             let trace = Trace {
                 serial,
@@ -625,27 +767,53 @@ fn parse_lines(lines: &[String]) -> Result<TextProfile, ReadError> {
                 ));
             }
         } else if line == "CPU SAMPLER BEGIN" {
-            let body = take_section(lines, &mut index, "CPU SAMPLER END", number)?;
-            profile.samplers.push(parse_sampler(&body)?);
+            let mut report = SamplerReport::default();
+            lines.section("CPU SAMPLER END", number, |line, number| {
+                parse_sampler_line(&mut report, line, number)
+            })?;
+            profile.samplers.push(report);
         } else if line.starts_with("CPU SAMPLES BEGIN") || line.starts_with("CPU TIME (ms) BEGIN") {
             let (kind, total, date) = parse_cpu_header(line, number)?;
             let end = format!("{} END", kind.record_name());
-            let body = take_section(lines, &mut index, &end, number)?;
-            let rows = body
-                .iter()
-                .filter(|(_, row)| !row.starts_with("rank "))
-                .map(|&(row_number, row)| parse_cpu_row(row, row_number))
-                .collect::<Result<Vec<_>, _>>()?;
+            let mut rows = Vec::new();
+            lines.section(&end, number, |row, number| {
+                if !row.starts_with("rank ") {
+                    rows.push(parse_cpu_row(row, number)?);
+                }
+                Ok(())
+            })?;
             profile.cpu_tables.push(CpuTable {
                 kind,
                 total,
                 date,
                 rows,
             });
+        } else if line.starts_with("SITES BEGIN") {
+            let (ordered_by, date) = heap::parse_sites_header(line, number)?;
+            let mut rows = Vec::new();
+            lines.section("SITES END", number, |row, number| {
+                if !heap::is_sites_column_line(row) {
+                    rows.push(heap::parse_site_row(row, number)?);
+                }
+                Ok(())
+            })?;
+            profile.sites.push(SitesTable {
+                date,
+                ordered_by,
+                totals: None,
+                rows,
+            });
+        } else if line.starts_with("HEAP DUMP BEGIN") {
+            let mut dump = heap::HeapDumpReader::begin(line, number)?;
+            lines.section("HEAP DUMP END", number, |line, number| {
+                dump.line(line, number)
+            })?;
+            profile.heap_dumps.push(dump.finish());
         } else if let Some(name) = section_name(line) {
+            let name = name.to_string();
             let end = format!("{name} END");
-            take_section(lines, &mut index, &end, number)?;
-            profile.skipped_sections.push(name.to_string());
+            lines.section(&end, number, |_, _| Ok(()))?;
+            profile.skipped_sections.push(name);
         } else {
             return Err(malformed(number, format!("unknown record '{line}'")));
         }
@@ -661,28 +829,6 @@ fn section_name(line: &str) -> Option<&str> {
             .chars()
             .all(|c| c.is_ascii_uppercase() || c == ' ' || c == '(' || c == ')'))
     .then_some(name)
-}
-
-/// The lines of a section up to its end line, which must come.
-fn take_section<'a>(
-    lines: &'a [String],
-    index: &mut usize,
-    end: &str,
-    begin_number: usize,
-) -> Result<Vec<(usize, &'a str)>, ReadError> {
-    let mut body = Vec::new();
-    while *index < lines.len() {
-        let line = lines[*index].as_str();
-        *index += 1;
-        if line == end {
-            return Ok(body);
-        }
-        body.push((*index, line));
-    }
-    Err(malformed(
-        begin_number,
-        format!("section not closed by '{end}'"),
-    ))
 }
 
 #[cfg(test)]
@@ -777,10 +923,9 @@ mod tests {
 
     #[test]
     fn unknown_sections_are_skipped_by_name() {
-        let text =
-            "JAVA PROFILE 1.0.1\n--------\nHEAP DUMP BEGIN (39 objects) x\nROOT 1\nHEAP DUMP END\n";
+        let text = "JAVA PROFILE 1.0.1\n--------\nMONITOR DUMP BEGIN\n    THREAD 200001, trace 300001, status: R\nMONITOR DUMP END\n";
         let profile = read(text.as_bytes()).unwrap();
-        assert_eq!(profile.skipped_sections, vec!["HEAP DUMP".to_string()]);
+        assert_eq!(profile.skipped_sections, vec!["MONITOR DUMP".to_string()]);
     }
 
     fn arb_frame() -> impl Strategy<Value = Frame> {

@@ -2,10 +2,14 @@
 //!
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
 //! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader.
-//! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader.
+//! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader, heap records
+//!   (SITES, HEAP DUMP) included.
+//! - [`heap`]: heap histograms (objects and bytes per class, roots by kind) and the shallow-size
+//!   estimate for dumps without sizes.
 //! - [`java_names`]: class names from JVM signatures to Java source form.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 
+pub mod heap;
 pub mod hprof_binary;
 #[cfg(test)]
 mod hprof_binary_tests;
