@@ -2,6 +2,8 @@
 //!
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
 //! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader.
+//! - [`hprof_binary_profile`]: an HPROF binary file read into the text reader's model: heap
+//!   histograms, allocation sites, CPU samples, traces.
 //! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader, heap records
 //!   (SITES, HEAP DUMP) included.
 //! - [`heap`]: heap histograms (objects and bytes per class, roots by kind) and the shallow-size
@@ -11,6 +13,7 @@
 
 pub mod heap;
 pub mod hprof_binary;
+pub mod hprof_binary_profile;
 #[cfg(test)]
 mod hprof_binary_tests;
 pub mod hprof_text;
