@@ -1,8 +1,12 @@
-//! Statistics over profiles: which methods the CPU samples fall in, and the traces behind them.
+//! Statistics over profiles: which methods the CPU samples fall in and the traces behind them,
+//! which classes fill a heap dump, which allocation sites hold the most live bytes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use openprof_format::hprof_text::{CpuTableKind, TextProfile, Trace};
+pub use openprof_format::heap::{ClassCount, HeapHistogram, RootKind, ShallowSizes};
+use openprof_format::hprof_text::{
+    CpuTableKind, Frame, SiteRow, SiteTotals, SitesOrder, TextProfile, Trace,
+};
 
 /// One method's share of the samples.
 #[derive(Clone, Debug, PartialEq)]
@@ -127,10 +131,102 @@ pub fn summarize(profile: &TextProfile, kind: CpuTableKind) -> CpuSummary {
     summary
 }
 
+/// One class of a heap histogram, ranked by shallow bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassStat {
+    pub rank: usize,
+    pub class_name: String,
+    pub instances: u64,
+    pub bytes: u64,
+    /// The class's share of all shallow bytes of the dump, in percent.
+    pub percent: f64,
+}
+
+/// The `top` classes of a heap dump by shallow bytes (then instances, then name).
+pub fn top_classes(histogram: &HeapHistogram, top: usize) -> Vec<ClassStat> {
+    let total = histogram.total().bytes.max(1) as f64;
+    histogram
+        .sorted()
+        .into_iter()
+        .take(top)
+        .enumerate()
+        .map(|(index, (name, count))| ClassStat {
+            rank: index + 1,
+            class_name: name.to_string(),
+            instances: count.instances,
+            bytes: count.bytes,
+            percent: 100.0 * count.bytes as f64 / total,
+        })
+        .collect()
+}
+
+/// An allocation site with the frames of its trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SiteStat {
+    pub row: SiteRow,
+    /// Innermost first; empty when the profile does not define the trace.
+    pub frames: Vec<Frame>,
+}
+
+/// The allocation sites of a profile: its last SITES table (HPROF's site figures grow from the
+/// start of the program, so the last table holds the others), with traces resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SitesSummary {
+    /// How many SITES tables the profile has.
+    pub tables: usize,
+    pub date: String,
+    pub ordered_by: SitesOrder,
+    /// Over every site, when the profile says (HPROF binary does, HPROF text does not).
+    pub totals: Option<SiteTotals>,
+    /// Over the rows the table lists (those above its cutoff).
+    pub listed: SiteTotals,
+    /// How many rows the table lists.
+    pub rows: usize,
+    /// The first `top` rows.
+    pub top: Vec<SiteStat>,
+}
+
+/// The top allocation sites of a profile, `None` when it has no SITES table.
+pub fn summarize_sites(profile: &TextProfile, top: usize) -> Option<SitesSummary> {
+    let table = profile.last_sites()?;
+    let mut listed = SiteTotals::default();
+    for row in &table.rows {
+        listed.live_bytes += row.site.live_bytes;
+        listed.live_objects += row.site.live_objects;
+        listed.allocated_bytes += row.site.allocated_bytes;
+        listed.allocated_objects += row.site.allocated_objects;
+    }
+    let top = table
+        .rows
+        .iter()
+        .take(top)
+        .map(|row| SiteStat {
+            row: row.clone(),
+            frames: profile
+                .traces
+                .get(&row.site.trace)
+                .map(|trace| trace.frames.clone())
+                .unwrap_or_default(),
+        })
+        .collect();
+    Some(SitesSummary {
+        tables: profile.sites.len(),
+        date: table.date.clone(),
+        ordered_by: table.ordered_by,
+        totals: table.totals,
+        listed,
+        rows: table.rows.len(),
+        top,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openprof_format::hprof_text::{read, CpuTable, Frame, FrameLine, TextWriter};
+    use openprof_format::hprof_text::{
+        read, CpuTable, FrameLine, SiteEntry, SitesTable, TextInstance, TextPrimitiveArray,
+        TextWriter,
+    };
 
     fn frame(method: &str) -> Frame {
         let (class_name, method_name) = method.rsplit_once('.').unwrap();
@@ -195,5 +291,95 @@ mod tests {
             .find(|m| m.method == "A.main")
             .unwrap();
         assert_eq!((main.self_samples, main.total_samples), (0, 14));
+    }
+
+    #[test]
+    fn top_classes_rank_by_bytes_with_shares() {
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("d").unwrap();
+        writer.heap_dump_begin(4, 200, "d").unwrap();
+        for (id, size, class_name) in [(1, 24, "A"), (2, 24, "A"), (3, 32, "B")] {
+            writer
+                .instance(&TextInstance {
+                    id,
+                    size,
+                    trace: 300001,
+                    class_name,
+                    class_id: 0x10,
+                    fields: &[],
+                })
+                .unwrap();
+        }
+        writer
+            .primitive_array(&TextPrimitiveArray {
+                id: 4,
+                size: 120,
+                trace: 300001,
+                length: 26,
+                type_name: "int[]",
+            })
+            .unwrap();
+        writer.heap_dump_end().unwrap();
+        let profile = read(writer.into_inner().as_slice()).unwrap();
+        let top = top_classes(profile.last_heap_dump().unwrap(), 2);
+        assert_eq!(top.len(), 2);
+        assert_eq!(
+            (
+                top[0].rank,
+                top[0].class_name.as_str(),
+                top[0].instances,
+                top[0].bytes
+            ),
+            (1, "int[]", 1, 120)
+        );
+        assert_eq!(top[0].percent, 60.0);
+        assert_eq!(
+            (top[1].class_name.as_str(), top[1].instances, top[1].bytes),
+            ("A", 2, 48)
+        );
+        assert_eq!(top[1].percent, 24.0);
+    }
+
+    #[test]
+    fn sites_summary_takes_the_last_table_and_resolves_traces() {
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("d").unwrap();
+        writer
+            .trace(&Trace {
+                serial: 300002,
+                thread: None,
+                frames: vec![frame("Gen.make"), frame("Gen.main")],
+            })
+            .unwrap();
+        let site = |trace, class_name: &str, live_bytes| SiteEntry {
+            trace,
+            class_name: class_name.into(),
+            live_bytes,
+            live_objects: live_bytes / 8,
+            allocated_bytes: live_bytes * 2,
+            allocated_objects: live_bytes / 4,
+        };
+        let first = SitesTable::rank("first".into(), vec![site(300002, "A", 80)], 0.0);
+        let sites = vec![
+            site(300002, "byte[]", 800),
+            site(300003, "A", 160),
+            site(300002, "A", 40),
+        ];
+        let last = SitesTable::rank("last".into(), sites, 0.1);
+        writer.sites(&first).unwrap();
+        writer.sites(&last).unwrap();
+        let profile = read(writer.into_inner().as_slice()).unwrap();
+        let summary = summarize_sites(&profile, 1).unwrap();
+        assert_eq!((summary.tables, summary.date.as_str()), (2, "last"));
+        assert_eq!(summary.rows, 2, "the 40-byte site is below the 10% cutoff");
+        assert_eq!(summary.listed.live_bytes, 960);
+        assert_eq!(summary.listed.allocated_objects, 240);
+        assert_eq!(summary.totals, None, "not in HPROF's text");
+        assert_eq!(summary.top.len(), 1);
+        let top = &summary.top[0];
+        assert_eq!(top.row.site.class_name, "byte[]");
+        assert_eq!(top.row.self_percent, 80.0);
+        assert_eq!(top.frames[0].qualified_method(), "Gen.make");
+        assert!(summarize_sites(&TextProfile::default(), 5).is_none());
     }
 }
