@@ -1,14 +1,19 @@
 //! `openprof`: run a JVM under the openprof agent and read the profiles it writes.
 
 use std::fs;
+use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use openprof_analysis::{summarize, summarize_cpu, CpuSummary};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use openprof_analysis::{
+    summarize, summarize_cpu, summarize_sites, top_classes, CpuSummary, HeapHistogram, ShallowSizes,
+};
+use openprof_format::hprof_binary_profile;
 use openprof_format::hprof_text::CpuTableKind;
-use openprof_format::hprof_text::{self, TextProfile};
+use openprof_format::hprof_text::{self, SitesOrder, TextProfile};
 use openprof_format::options::{Options, OutputFormat};
 use openprof_jdk::Jdk;
 
@@ -21,8 +26,9 @@ const AGENT_FILE: &str = "libopenprof_agent.so";
     about = "An open profiler for the JVM: HPROF's profiles, without safepoint bias",
     long_about = "An open profiler for the JVM.\n\n\
         `openprof run` starts a JVM with the openprof agent and prints the top methods when it \
-        exits; `openprof report` reads a profile the agent wrote (HPROF text, format=a); \
-        `openprof validate` checks a trace (format=x)."
+        exits; `openprof report` reads a profile in HPROF's text (format=a) or binary format \
+        (format=b, or a JDK heap dump from `jcmd PID GC.heap_dump`) and prints its top methods, \
+        heap histogram and allocation sites; `openprof validate` checks a trace (format=x)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -31,13 +37,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Commands {
-    /// Run a Java program with the agent, then print its top methods.
+    /// Run a Java program with the agent, then print what its profile holds (as `report` does).
     #[command(
         after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -- java -cp classes Main\n\n\
             The agent is looked for in --agent, $OPENPROF_AGENT, next to this binary, then in\n\
             target/release and target/debug. When OPTIONS has no file=, the profile is written\n\
-            to java.hprof.txt in the current directory, as HPROF does (java.trace.xml with\n\
-            format=x, which openprof run then names instead of printing methods)."
+            to java.hprof.txt in the current directory, as HPROF does (java.hprof with\n\
+            format=b; java.trace.xml with format=x, which openprof run then names instead of\n\
+            printing methods)."
     )]
     Run {
         /// Agent options in HPROF's syntax (`openprof run -o help -- java` lists them).
@@ -46,7 +53,7 @@ enum Commands {
         /// The agent library to load.
         #[arg(long)]
         agent: Option<PathBuf>,
-        /// How many methods to print.
+        /// How many methods (and classes, allocation sites) to print.
         #[arg(long, default_value_t = 10)]
         top: usize,
         /// The Java command: `java` (found through JAVA_HOME, then PATH) or a path, and its
@@ -63,16 +70,27 @@ enum Commands {
         #[arg(long, default_value_t = 50)]
         max: usize,
     },
-    /// Print the top methods of a profile and the traces behind them.
+    /// Print what a profile holds: the top methods and the traces behind them, the classes of
+    /// its heap dump by shallow bytes, the top allocation sites and their frames.
+    #[command(
+        after_help = "The format is told by the file's start: HPROF binary is \"JAVA PROFILE 1.0.x\" and\n\
+            a NUL byte, HPROF text \"JAVA PROFILE 1.0.1, created <date>\". Binary heap dumps\n\
+            record no object sizes: their shallow bytes are estimated for a 64-bit HotSpot VM\n\
+            with compressed oops (docs/hprof-text.md). On a terminal, files of 64 MiB or more\n\
+            show a progress bar while they are read."
+    )]
     Report {
-        /// A profile written by the agent with format=a (HPROF text).
+        /// A profile: HPROF text (format=a), HPROF binary (format=b), or a JDK heap dump.
         file: PathBuf,
-        /// How many methods to print.
+        /// How many methods, classes and allocation sites to print.
         #[arg(long, default_value_t = 20)]
         top: usize,
         /// How many traces to print under each method.
         #[arg(long, default_value_t = 3)]
         traces: usize,
+        /// How many frames of each allocation site's trace to print.
+        #[arg(long, default_value_t = 4)]
+        frames: usize,
     },
 }
 
@@ -95,9 +113,19 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             java,
         } => run(&options, agent, top, &java),
         Commands::Validate { file, max } => validate(&file, max),
-        Commands::Report { file, top, traces } => {
+        Commands::Report {
+            file,
+            top,
+            traces,
+            frames,
+        } => {
             let profile = read_profile(&file)?;
-            print!("{}", render(&file, &profile, top, traces));
+            let shown = Shown {
+                top,
+                traces,
+                frames,
+            };
+            print!("{}", render(&file, &profile, &shown));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -179,7 +207,8 @@ fn run(
         }
         return Ok(code);
     }
-    if options.help || options.format != OutputFormat::Ascii || !options.doe {
+    // What is left is HPROF text or binary, which read_profile tells apart.
+    if options.help || !options.doe {
         return Ok(code);
     }
     let mut file = PathBuf::from(options.output_file());
@@ -194,7 +223,12 @@ fn run(
         return Ok(code);
     }
     let profile = read_profile(&file)?;
-    eprint!("{}", render(&file, &profile, top, 1));
+    let shown = Shown {
+        top,
+        traces: 1,
+        frames: 2,
+    };
+    eprint!("{}", render(&file, &profile, &shown));
     Ok(code)
 }
 
@@ -288,26 +322,216 @@ fn write_frames(out: &mut String, profile: &TextProfile, serial: u32) {
     }
 }
 
-fn read_profile(file: &Path) -> Result<TextProfile> {
-    let bytes = fs::read(file).with_context(|| format!("can't read {}", file.display()))?;
-    hprof_text::read(bytes.as_slice())
-        .with_context(|| format!("{} is not an HPROF text profile", file.display()))
+/// Files this large get a progress bar while they are read (on a terminal).
+const PROGRESS_BAR_BYTES: u64 = 64 << 20;
+
+/// HPROF binary begins with its format name and a NUL byte; HPROF text's first line has the
+/// same name followed by ", created <date>", and no NUL.
+fn is_hprof_binary(start: &[u8]) -> bool {
+    start.starts_with(b"JAVA PROFILE ") && start.iter().take(64).any(|&byte| byte == 0)
 }
 
-fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> String {
+fn progress_bar(file_bytes: u64) -> ProgressBar {
+    if file_bytes < PROGRESS_BAR_BYTES || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(file_bytes), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "reading {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Reads a profile in HPROF text or binary, streaming: heap dumps are summed as they are read.
+fn read_profile(file: &Path) -> Result<TextProfile> {
+    let input = fs::File::open(file).with_context(|| format!("can't read {}", file.display()))?;
+    let file_bytes = input.metadata().map(|meta| meta.len()).unwrap_or(0);
+    let mut input = BufReader::with_capacity(1 << 20, input);
+    let binary = is_hprof_binary(
+        input
+            .fill_buf()
+            .with_context(|| format!("can't read {}", file.display()))?,
+    );
+    let bar = progress_bar(file_bytes);
+    let mut progress = |bytes: u64| bar.set_position(bytes);
+    let profile = if binary {
+        hprof_binary_profile::read_profile(input, &mut progress)
+            .with_context(|| format!("{} is not a readable HPROF binary profile", file.display()))
+    } else {
+        hprof_text::read_with_progress(input, &mut progress)
+            .with_context(|| format!("{} is not an HPROF text profile", file.display()))
+    };
+    bar.finish_and_clear();
+    profile
+}
+
+/// How much of a profile to print.
+struct Shown {
+    /// Methods, classes, allocation sites.
+    top: usize,
+    /// Traces under each method.
+    traces: usize,
+    /// Frames under each allocation site.
+    frames: usize,
+}
+
+/// A heap dump: totals, roots, the classes with the most shallow bytes.
+fn render_heap(out: &mut String, profile: &TextProfile, histogram: &HeapHistogram, top: usize) {
+    use std::fmt::Write;
+    let total = histogram.total();
+    let when = if histogram.date.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", histogram.date)
+    };
+    let _ = writeln!(
+        out,
+        "\nHeap dump {} of {}{when}: {} objects, {} bytes in {} classes",
+        profile.heap_dumps.len(),
+        profile.heap_dumps.len(),
+        total.instances,
+        total.bytes,
+        histogram.class_count()
+    );
+    let _ = writeln!(
+        out,
+        "{}",
+        match histogram.sizes {
+            ShallowSizes::Recorded => "shallow sizes as the dump records them",
+            ShallowSizes::Estimated =>
+                "shallow sizes estimated for 64-bit HotSpot with compressed oops (the dump has none)",
+        }
+    );
+    if let Some(announced) = histogram.announced.filter(|announced| *announced != total) {
+        let _ = writeln!(
+            out,
+            "the dump's header announces {} objects, {} bytes",
+            announced.instances, announced.bytes
+        );
+    }
+    if histogram.root_total() > 0 {
+        let kinds: Vec<String> = histogram
+            .roots()
+            .iter()
+            .map(|(kind, count)| {
+                let name = kind
+                    .hprof_text()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>');
+                format!("{name} {count}")
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "GC roots: {} ({})",
+            histogram.root_total(),
+            kinds.join(", ")
+        );
+    }
+    let _ = writeln!(out, "\n rank    instances          bytes      %  class");
+    for class in top_classes(histogram, top) {
+        let _ = writeln!(
+            out,
+            "{:5} {:12} {:14} {:5.1}%  {}",
+            class.rank, class.instances, class.bytes, class.percent, class.class_name
+        );
+    }
+}
+
+/// The top allocation sites and the frames of their traces.
+fn render_sites(out: &mut String, profile: &TextProfile, shown: &Shown) {
+    use std::fmt::Write;
+    let Some(summary) = summarize_sites(profile, shown.top) else {
+        return;
+    };
+    let order = match summary.ordered_by {
+        SitesOrder::LiveBytes => "live bytes",
+        SitesOrder::AllocatedBytes => "allocated bytes",
+    };
+    let when = if summary.date.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", summary.date)
+    };
+    let _ = writeln!(
+        out,
+        "\nAllocation sites (SITES table {} of {}, ordered by {order}{when}): {} sites listed, \
+         {} live bytes in {} objects",
+        summary.tables,
+        summary.tables,
+        summary.rows,
+        summary.listed.live_bytes,
+        summary.listed.live_objects
+    );
+    if let Some(totals) = summary.totals {
+        let _ = writeln!(
+            out,
+            "all sites: {} live bytes in {} objects; {} bytes in {} objects allocated",
+            totals.live_bytes,
+            totals.live_objects,
+            totals.allocated_bytes,
+            totals.allocated_objects
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n rank   self  accum  live bytes  live objs  alloc'd bytes  alloc'd objs   trace  class"
+    );
+    for stat in &summary.top {
+        let (row, site) = (&stat.row, &stat.row.site);
+        let _ = writeln!(
+            out,
+            "{:5} {:5.2}% {:5.2}% {:11} {:10} {:14} {:13} {:7}  {}",
+            row.rank,
+            row.self_percent,
+            row.accum_percent,
+            site.live_bytes,
+            site.live_objects,
+            site.allocated_bytes,
+            site.allocated_objects,
+            site.trace,
+            site.class_name
+        );
+        for frame in stat.frames.iter().take(shown.frames) {
+            let _ = writeln!(out, "                    {frame}");
+        }
+    }
+}
+
+fn render(file: &Path, profile: &TextProfile, shown: &Shown) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let _ = writeln!(out, "openprof: {}", file.display());
     let summary: CpuSummary = summarize_cpu(profile);
-    if summary.dumps == 0 {
-        let times = summarize(profile, CpuTableKind::Time);
-        if times.dumps == 0 {
-            let _ = writeln!(out, "no CPU samples or CPU times in this profile");
-        } else {
-            render_times(&mut out, profile, &times, top, traces);
-        }
-        return out;
+    let times = summarize(profile, CpuTableKind::Time);
+    if summary.dumps > 0 {
+        render_samples(&mut out, profile, &summary, shown);
+    } else if times.dumps > 0 {
+        render_times(&mut out, profile, &times, shown.top, shown.traces);
     }
+    if let Some(histogram) = profile.last_heap_dump() {
+        render_heap(&mut out, profile, histogram, shown.top);
+    }
+    render_sites(&mut out, profile, shown);
+    if summary.dumps == 0
+        && times.dumps == 0
+        && profile.heap_dumps.is_empty()
+        && profile.sites.is_empty()
+    {
+        let _ = writeln!(
+            out,
+            "no CPU samples, CPU times, heap dump or allocation sites in this profile"
+        );
+    }
+    out
+}
+
+/// cpu=samples: samples per method, the traces behind them.
+fn render_samples(out: &mut String, profile: &TextProfile, summary: &CpuSummary, shown: &Shown) {
+    use std::fmt::Write;
+    let (top, traces) = (shown.top, shown.traces);
     let samplers: Vec<&str> = summary.samplers.iter().map(String::as_str).collect();
     let _ = writeln!(
         out,
@@ -376,9 +600,8 @@ fn render(file: &Path, profile: &TextProfile, top: usize, traces: usize) -> Stri
             let _ = writeln!(out, "{}", stat.method);
             for (serial, count) in stat.traces.iter().take(traces) {
                 let _ = writeln!(out, "  {count:7} samples  TRACE {serial}");
-                write_frames(&mut out, profile, *serial);
+                write_frames(out, profile, *serial);
             }
         }
     }
-    out
 }
