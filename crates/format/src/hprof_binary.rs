@@ -75,6 +75,23 @@ impl BasicType {
         })
     }
 
+    /// The type of a JVM field descriptor's first character (`I`, `Ljava/lang/String;`, `[B`);
+    /// JVMTI's primitive type codes are these characters too.
+    pub fn from_descriptor(first: u8) -> Option<BasicType> {
+        Some(match first {
+            b'L' | b'[' => BasicType::Object,
+            b'Z' => BasicType::Boolean,
+            b'C' => BasicType::Char,
+            b'F' => BasicType::Float,
+            b'D' => BasicType::Double,
+            b'B' => BasicType::Byte,
+            b'S' => BasicType::Short,
+            b'I' => BasicType::Int,
+            b'J' => BasicType::Long,
+            _ => return None,
+        })
+    }
+
     /// Bytes a value takes; objects take the identifier size.
     pub fn size(self, id_size: u32) -> u32 {
         match self {
@@ -573,12 +590,8 @@ impl<W: Write> HprofWriter<W> {
                 class_id,
                 values,
             } => {
-                b.push(sub::INSTANCE_DUMP);
-                ids(self, &mut b, &[*id]);
-                b.extend_from_slice(&stack_serial.to_be_bytes());
-                ids(self, &mut b, &[*class_id]);
-                b.extend_from_slice(&(values.len() as u32).to_be_bytes());
-                b.extend_from_slice(values);
+                self.segment = b;
+                return self.instance_dump(*id, *stack_serial, *class_id, values);
             }
             SubRecord::ObjectArrayDump {
                 id,
@@ -586,12 +599,8 @@ impl<W: Write> HprofWriter<W> {
                 class_id,
                 elements,
             } => {
-                b.push(sub::OBJECT_ARRAY_DUMP);
-                ids(self, &mut b, &[*id]);
-                b.extend_from_slice(&stack_serial.to_be_bytes());
-                b.extend_from_slice(&(elements.len() as u32).to_be_bytes());
-                ids(self, &mut b, &[*class_id]);
-                ids(self, &mut b, elements);
+                self.segment = b;
+                return self.object_array_dump(*id, *stack_serial, *class_id, elements);
             }
             SubRecord::PrimitiveArrayDump {
                 id,
@@ -600,19 +609,128 @@ impl<W: Write> HprofWriter<W> {
                 length,
                 bytes,
             } => {
-                b.push(sub::PRIMITIVE_ARRAY_DUMP);
-                ids(self, &mut b, &[*id]);
-                b.extend_from_slice(&stack_serial.to_be_bytes());
-                b.extend_from_slice(&length.to_be_bytes());
-                b.push(*element_type as u8);
-                b.extend_from_slice(bytes);
+                self.segment = b;
+                return self.primitive_array_dump(
+                    *id,
+                    *stack_serial,
+                    *element_type,
+                    *length,
+                    bytes,
+                );
             }
         }
         self.segment = b;
+        self.end_sub_record()
+    }
+
+    fn end_sub_record(&mut self) -> io::Result<()> {
         if self.segment.len() >= self.segment_limit {
             self.flush_segment()?;
         }
         Ok(())
+    }
+
+    /// INSTANCE DUMP from borrowed field values (class then super classes, big-endian): the
+    /// agent writes millions of these and should not allocate for each.
+    pub fn instance_dump(
+        &mut self,
+        id: u64,
+        stack_serial: u32,
+        class_id: u64,
+        values: &[u8],
+    ) -> io::Result<()> {
+        self.in_dump = true;
+        let mut b = std::mem::take(&mut self.segment);
+        b.push(sub::INSTANCE_DUMP);
+        self.id(&mut b, id);
+        b.extend_from_slice(&stack_serial.to_be_bytes());
+        self.id(&mut b, class_id);
+        b.extend_from_slice(&(values.len() as u32).to_be_bytes());
+        b.extend_from_slice(values);
+        self.segment = b;
+        self.end_sub_record()
+    }
+
+    /// OBJECT ARRAY DUMP from borrowed element ids.
+    pub fn object_array_dump(
+        &mut self,
+        id: u64,
+        stack_serial: u32,
+        class_id: u64,
+        elements: &[u64],
+    ) -> io::Result<()> {
+        self.in_dump = true;
+        let mut b = std::mem::take(&mut self.segment);
+        b.push(sub::OBJECT_ARRAY_DUMP);
+        self.id(&mut b, id);
+        b.extend_from_slice(&stack_serial.to_be_bytes());
+        b.extend_from_slice(&(elements.len() as u32).to_be_bytes());
+        self.id(&mut b, class_id);
+        for element in elements {
+            self.id(&mut b, *element);
+        }
+        self.segment = b;
+        self.end_sub_record()
+    }
+
+    /// PRIMITIVE ARRAY DUMP from elements already big-endian.
+    pub fn primitive_array_dump(
+        &mut self,
+        id: u64,
+        stack_serial: u32,
+        element_type: BasicType,
+        length: u32,
+        big_endian: &[u8],
+    ) -> io::Result<()> {
+        self.primitive_array_with(id, stack_serial, element_type, length, |b| {
+            b.extend_from_slice(big_endian)
+        })
+    }
+
+    /// PRIMITIVE ARRAY DUMP from elements in this machine's byte order, as the JVM holds them.
+    pub fn primitive_array_dump_native(
+        &mut self,
+        id: u64,
+        stack_serial: u32,
+        element_type: BasicType,
+        length: u32,
+        native: &[u8],
+    ) -> io::Result<()> {
+        let width = element_type.size(self.id_size) as usize;
+        self.primitive_array_with(id, stack_serial, element_type, length, |b| {
+            if width <= 1 || cfg!(target_endian = "big") {
+                b.extend_from_slice(native);
+            } else {
+                for element in native.chunks_exact(width) {
+                    b.extend(element.iter().rev());
+                }
+            }
+        })
+    }
+
+    fn primitive_array_with(
+        &mut self,
+        id: u64,
+        stack_serial: u32,
+        element_type: BasicType,
+        length: u32,
+        elements: impl FnOnce(&mut Vec<u8>),
+    ) -> io::Result<()> {
+        self.in_dump = true;
+        let mut b = std::mem::take(&mut self.segment);
+        b.push(sub::PRIMITIVE_ARRAY_DUMP);
+        self.id(&mut b, id);
+        b.extend_from_slice(&stack_serial.to_be_bytes());
+        b.extend_from_slice(&length.to_be_bytes());
+        b.push(element_type as u8);
+        elements(&mut b);
+        self.segment = b;
+        self.end_sub_record()
+    }
+
+    /// The identifier size this writer was created with.
+    pub fn id_size(&self) -> u32 {
+        self.id_size
     }
 
     fn flush_segment(&mut self) -> io::Result<()> {
@@ -623,6 +741,13 @@ impl<W: Write> HprofWriter<W> {
             self.segment.clear();
         }
         Ok(())
+    }
+
+    /// Writes out everything so far (an open heap dump segment is closed; the dump goes on in
+    /// the next one).
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.flush_segment()?;
+        self.out.flush()
     }
 
     /// Ends the heap dump: the last segment, then HEAP DUMP END.

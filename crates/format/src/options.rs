@@ -79,6 +79,8 @@ pub struct Options {
     pub cputimer: CpuTimer,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
+    /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
+    pub alloc_interval: u64,
 }
 
 impl Default for Options {
@@ -103,6 +105,7 @@ impl Default for Options {
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
             filter: None,
+            alloc_interval: DEFAULT_ALLOC_INTERVAL,
         }
     }
 }
@@ -111,6 +114,10 @@ impl Default for Options {
 pub const MAX_DEPTH: u32 = 2048;
 /// The largest `interval=` we accept, in milliseconds.
 pub const MAX_INTERVAL_MS: u32 = 60_000;
+/// `alloc_interval=`'s default: JFR's and the JVM's own default for heap sampling, 512 KiB.
+pub const DEFAULT_ALLOC_INTERVAL: u64 = 512 * 1024;
+/// The largest `alloc_interval=` we accept (JVMTI takes a jint).
+pub const MAX_ALLOC_INTERVAL: u64 = i32::MAX as u64;
 
 /// A bad option string: names the option and says what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +158,19 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
         "how cpu=samples walks stacks",
         "asgct",
     ),
+    ("cputimer", "perf|posix", "clock of sampler=asgct", "perf"),
+    (
+        "filter",
+        "<+P;-P>|@<file>",
+        "classes traced (format=x)",
+        "all",
+    ),
+    (
+        "alloc_interval",
+        "<bytes>[k|m]",
+        "heap=sites sampling interval",
+        "512k",
+    ),
 ];
 
 fn known_names() -> String {
@@ -176,6 +196,25 @@ fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, Optio
         return Err(bad(name, format!("{value} is out of range; use {allowed}")));
     }
     Ok(number as u32)
+}
+
+/// A byte count with an optional binary suffix: `4096`, `512k`, `1m`.
+fn parse_bytes(name: &str, value: &str) -> Result<u64, OptionError> {
+    let allowed = format!(
+        "a number of bytes from 0 to {MAX_ALLOC_INTERVAL}, optionally with k or m (KiB, MiB)"
+    );
+    let (digits, unit) = match value.char_indices().last() {
+        Some((at, 'k' | 'K')) => (&value[..at], 1024),
+        Some((at, 'm' | 'M')) => (&value[..at], 1024 * 1024),
+        _ => (value, 1),
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| bad(name, format!("'{value}' is not a number; use {allowed}")))?;
+    match number.checked_mul(unit) {
+        Some(bytes) if bytes <= MAX_ALLOC_INTERVAL => Ok(bytes),
+        _ => Err(bad(name, format!("{value} is out of range; use {allowed}"))),
+    }
 }
 
 fn parse_net(value: &str) -> Result<NetAddress, OptionError> {
@@ -289,6 +328,7 @@ impl Options {
                     options.file = Some(value.to_string());
                 }
                 "net" => options.net = Some(parse_net(value)?),
+                "alloc_interval" => options.alloc_interval = parse_bytes(name, value)?,
                 "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
                 "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
                 "cutoff" => {
@@ -416,14 +456,11 @@ impl Options {
                 format!("{what} is not implemented yet; use cpu=samples"),
             ))
         };
-        if let Some(mode) = self.heap_profile() {
-            let what = match (mode, self.heap.is_none()) {
-                (HeapMode::All, true) => "heap=all (HPROF's default when no profile is chosen)",
-                (HeapMode::All, false) => "heap=all",
-                (HeapMode::Dump, _) => "heap=dump",
-                (HeapMode::Sites, _) => "heap=sites",
-            };
-            return not_yet("heap", what);
+        if self.heap.is_some() && self.format == OutputFormat::Xml {
+            return Err(bad(
+                "heap",
+                "heap= with format=x (objAlloc/objFree elements) is not implemented yet; use format=a or format=b",
+            ));
         }
         let text = self.format != OutputFormat::Xml;
         let in_text = |name: &str, what: &str| {
@@ -442,12 +479,6 @@ impl Options {
             return Err(bad(
                 "filter",
                 "filter= limits format=x and cpu=times; with cpu=samples it has no effect, so it is refused",
-            ));
-        }
-        if self.format == OutputFormat::Binary {
-            return Err(bad(
-                "format",
-                "format=b is not implemented yet; use format=a",
             ));
         }
         if self.net.is_some() {
@@ -499,9 +530,13 @@ impl Options {
             "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",
             "    the classes traced (+include;-exclude patterns, or @file).\n",
-            "  - Not implemented yet, and refused: heap=dump|sites|all (so a profile must be\n",
-            "    chosen, e.g. cpu=samples), cpu=old, format=b, net=; monitor=y in text output\n",
-            "    (use format=x). msa=y is refused on Linux.\n",
+            "  - heap=sites samples allocations with JVMTI (SampledObjectAlloc): on average one\n",
+            "    sample per alloc_interval bytes (an openprof extension; 0 samples every\n",
+            "    allocation); figures are estimates scaled from the samples.\n",
+            "  - heap=dump writes every live object at exit and on SIGQUIT (kill -QUIT <pid>);\n",
+            "    format=b writes HPROF binary (JAVA PROFILE 1.0.2) to java.hprof.\n",
+            "  - Not implemented yet, and refused: cpu=old, net=; monitor=y in text output\n",
+            "    (use format=x); heap= with format=x. msa=y is refused on Linux.\n",
         ));
         text
     }
@@ -555,6 +590,7 @@ impl fmt::Display for Options {
             Sampler::GetAllStackTraces => "jvmti",
         };
         parts.push(format!("sampler={sampler}"));
+        parts.push(format!("alloc_interval={}", self.alloc_interval));
         let cputimer = match self.cputimer {
             CpuTimer::Perf => "perf",
             CpuTimer::Posix => "posix",
@@ -663,13 +699,10 @@ mod tests {
     #[test]
     fn unbuilt_features_are_refused() {
         for (text, option) in [
-            ("", "heap"),
-            ("heap=sites", "heap"),
             ("cpu=times,format=x,heap=sites", "heap"),
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
             ("cpu=samples,monitor=y", "monitor"),
-            ("cpu=samples,format=b", "format"),
             ("cpu=samples,net=localhost:9000", "net"),
             ("cpu=samples,msa=y", "msa"),
         ] {
@@ -678,6 +711,49 @@ mod tests {
                 .refuse_unbuilt()
                 .expect_err(text);
             assert_eq!(error.option, option, "{text}");
+        }
+    }
+
+    #[test]
+    fn heap_profiles_and_binary_output_are_built() {
+        for text in [
+            "",
+            "heap=sites",
+            "heap=dump",
+            "heap=all,format=b",
+            "cpu=samples,format=b",
+        ] {
+            assert_eq!(
+                Options::parse(text).unwrap().refuse_unbuilt(),
+                Ok(()),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn alloc_interval_takes_bytes_with_units() {
+        assert_eq!(Options::parse("").unwrap().alloc_interval, 512 * 1024);
+        for (text, bytes) in [
+            ("0", 0),
+            ("4096", 4096),
+            ("512k", 512 * 1024),
+            ("2m", 2 << 20),
+        ] {
+            let options = Options::parse(&format!("heap=sites,alloc_interval={text}")).unwrap();
+            assert_eq!(options.alloc_interval, bytes, "{text}");
+            assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        }
+        for (text, problem) in [
+            ("x", "not a number"),
+            ("-1", "not a number"),
+            ("k", "not a number"),
+            ("4096m", "out of range"),
+            ("99999999999999999999", "not a number"),
+        ] {
+            let error = error_of(&format!("alloc_interval={text}"));
+            assert_eq!(error.option, "alloc_interval");
+            assert!(error.problem.contains(problem), "{text}: {error}");
         }
     }
 
