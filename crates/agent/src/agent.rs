@@ -16,19 +16,21 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_EXCEPTION_CATCH, JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
     JVMTI_EVENT_GARBAGE_COLLECTION_START, JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT,
     JVMTI_EVENT_MONITOR_CONTENDED_ENTER, JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
-    JVMTI_EVENT_MONITOR_WAIT, JVMTI_EVENT_MONITOR_WAITED, JVMTI_EVENT_THREAD_END,
-    JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
-    JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
+    JVMTI_EVENT_MONITOR_WAIT, JVMTI_EVENT_MONITOR_WAITED, JVMTI_EVENT_OBJECT_FREE,
+    JVMTI_EVENT_SAMPLED_OBJECT_ALLOC, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_THREAD_START,
+    JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT, JVMTI_THREAD_STATE_INTERRUPTED,
+    JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
 use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
-use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
+use openprof_format::options::{CpuMode, CpuTimer, HeapMode, Options, Sampler, MAX_DEPTH};
 
+use crate::heap_sites::{AllocSampler, SampledAllocation};
 use crate::jvmti::{
     jclass, jint, jmethodID, jobject, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks,
     JNIEnv, JavaVM, Jvmti,
 };
 use crate::methods::Location;
-use crate::output::{hprof_date, TextOutput};
+use crate::output::{hprof_date, Output};
 use crate::profile::CpuProfile;
 use crate::ring::SampleRing;
 use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
@@ -57,7 +59,7 @@ enum SamplerKind {
 
 struct State {
     profile: CpuProfile,
-    output: TextOutput,
+    output: Output,
 }
 
 pub struct Agent {
@@ -70,6 +72,10 @@ pub struct Agent {
     tracer: Option<Tracer>,
     /// cpu=times in HPROF text output.
     times: Option<MethodTimes>,
+    /// heap=sites|all: the sampled allocations.
+    allocations: Option<AllocSampler>,
+    /// heap=dump|all.
+    heap_dumps: bool,
     threads: Mutex<Threads>,
     stop: Mutex<bool>,
     wake: Condvar,
@@ -174,6 +180,13 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         capabilities.set_can_generate_method_entry_events(true);
         capabilities.set_can_generate_method_exit_events(true);
     }
+    let heap = options.heap_profile();
+    let sites = matches!(heap, Some(HeapMode::Sites | HeapMode::All));
+    if sites {
+        capabilities.set_can_tag_objects(true);
+        capabilities.set_can_generate_sampled_object_alloc_events(true);
+        capabilities.set_can_generate_object_free_events(true);
+    }
     if tracing {
         capabilities.set_can_tag_objects(true);
         capabilities.set_can_generate_exception_events(true);
@@ -198,7 +211,7 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     let (state, tracer) = if tracing {
         (None, Some(Tracer::start(jvmti, &options, options_text)?))
     } else {
-        let output = TextOutput::create(&options)?;
+        let output = Output::create(&options)?;
         // cpu=times frames carry no location, as in HPROF: no line numbers.
         let profile = CpuProfile::new(options.lineno && !timing);
         (Some(Mutex::new(State { profile, output })), None)
@@ -207,6 +220,12 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         let filters = options.filter_block().unwrap_or_default();
         MethodTimes::new(jvmti, filters, options.depth, options.thread)
     });
+    let allocations = sites.then(|| AllocSampler::new(options.alloc_interval));
+    if let Some(allocations) = &allocations {
+        jvmti
+            .set_heap_sampling_interval(allocations.interval() as jint)
+            .map_err(|error| format!("can't sample allocations: {error}"))?;
+    }
     let agent = Agent {
         jvmti,
         vm,
@@ -214,6 +233,8 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         state,
         tracer,
         times,
+        allocations,
+        heap_dumps: matches!(heap, Some(HeapMode::Dump | HeapMode::All)),
         threads: Mutex::new(Threads::new(!tracing)),
         options,
         stop: Mutex::new(false),
@@ -247,9 +268,18 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
     callbacks.MonitorWaited = Some(on_monitor_waited);
     callbacks.GarbageCollectionStart = Some(on_gc_start);
     callbacks.GarbageCollectionFinish = Some(on_gc_finish);
+    callbacks.SampledObjectAlloc = Some(on_sampled_object_alloc);
+    callbacks.ObjectFree = Some(on_object_free);
     jvmti
         .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
         .map_err(|error| error.to_string())?;
+    if sites {
+        for event in [JVMTI_EVENT_SAMPLED_OBJECT_ALLOC, JVMTI_EVENT_OBJECT_FREE] {
+            jvmti
+                .set_event(event, true)
+                .map_err(|error| error.to_string())?;
+        }
+    }
     if timing && !tracing {
         for event in [JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT] {
             jvmti
@@ -487,8 +517,53 @@ impl Agent {
         }
     }
 
+    /// A sampled allocation, on the allocating thread: its stack and class are noted, then the
+    /// object is tagged so that its death is seen.
+    fn sampled_allocation(&self, thread: jthread, object: jobject, class: jclass, size: i64) {
+        let Some(allocations) = &self.allocations else {
+            return;
+        };
+        let frames = if self.options.depth == 0 {
+            Vec::new()
+        } else {
+            self.jvmti
+                .stack_trace(thread, self.options.depth)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|frame| {
+                    let location = if frame.location >= 0 {
+                        Location::Bytecode(frame.location)
+                    } else {
+                        Location::Native
+                    };
+                    (frame.method, location)
+                })
+                .collect()
+        };
+        let Ok(class_signature) = self.jvmti.class_signature(class) else {
+            return;
+        };
+        let thread_serial = self
+            .options
+            .thread
+            .then(|| self.jvmti.thread_word(thread).unwrap_or(0) as u32)
+            .filter(|serial| *serial != 0);
+        let tag = allocations.next_tag();
+        allocations.sampled(SampledAllocation {
+            tag,
+            class_signature,
+            size: size.max(0) as u64,
+            thread: thread_serial,
+            frames,
+        });
+        let _ = self.jvmti.set_tag(object, tag);
+    }
+
     /// Moves samples from the ring into the profile and writes pending thread records.
     fn collect(&self, state: &mut State) {
+        if let Some(allocations) = &self.allocations {
+            allocations.collect(self.jvmti, &mut state.profile);
+        }
         let mut raw: Vec<RawSample> = Vec::new();
         if let Some(ring) = signals::ring() {
             ring.drain(|kernel_id, num_frames, frames| {
@@ -561,16 +636,99 @@ impl Agent {
         }
     }
 
-    /// Writes the CPU samples since the last dump (HPROF's dump on SIGQUIT and at exit).
-    fn dump(&self) {
+    /// What HPROF writes at a dump (on SIGQUIT and at exit): the CPU profile since the last
+    /// dump, the allocation sites, a heap dump. `jni` is the calling thread's JNIEnv.
+    fn dump(&self, jni: *mut JNIEnv) {
         if let Some(tracer) = &self.tracer {
             tracer.flush();
         }
         let Some(state) = &self.state else { return };
         if let Some(times) = &self.times {
             self.dump_times(state, times);
-            return;
+        } else if self.options.cpu == Some(CpuMode::Samples) {
+            self.dump_samples(state);
         }
+        if let Some(allocations) = &self.allocations {
+            self.dump_sites(state, allocations);
+        }
+        if self.heap_dumps && !jni.is_null() {
+            self.dump_heap(state, jni);
+        }
+    }
+
+    /// HPROF's SITES: every allocation site since the start, live figures after a full GC.
+    fn dump_sites(&self, state: &Mutex<State>, allocations: &AllocSampler) {
+        if self.options.verbose {
+            eprint!("Dumping allocation sites ...");
+        }
+        // Live figures need the dead gone and their ObjectFree events posted: HotSpot posts
+        // them lazily, and flushes them when the event is (re)enabled.
+        let _ = self.jvmti.force_garbage_collection();
+        let _ = self.jvmti.set_event(JVMTI_EVENT_OBJECT_FREE, true);
+        let mut state = lock(state);
+        self.collect(&mut state);
+        let (sites, _samples) = allocations.sites();
+        let table =
+            openprof_format::hprof_text::SitesTable::rank(hprof_date(), sites, self.options.cutoff);
+        let new_traces = state
+            .profile
+            .unprinted_traces(table.rows.iter().map(|row| row.site.trace));
+        if let Err(error) = state.output.sites(&new_traces, &table, self.options.cutoff) {
+            eprintln!(
+                "openprof: can't write {}: {error}",
+                state.output.path().display()
+            );
+        }
+        if self.options.verbose {
+            eprintln!(" done.");
+        }
+    }
+
+    /// HPROF's HEAP DUMP: every live object, after a full GC.
+    fn dump_heap(&self, state: &Mutex<State>, jni: *mut JNIEnv) {
+        if self.options.verbose {
+            eprint!("Dumping Java heap ...");
+        }
+        let started = std::time::Instant::now();
+        let mut state = lock(state);
+        self.collect(&mut state);
+        let jvmti = self.jvmti;
+        let result = match state.output.heap_sink() {
+            Ok(mut sink) => crate::heap_dump::dump_heap(self.vm, jni, &mut *sink, |_, thread| {
+                jvmti.thread_word(thread).unwrap_or(0) as u32
+            }),
+            Err(error) => Err(format!("can't write the heap dump: {error}")),
+        };
+        match result {
+            Ok(summary) => {
+                if self.options.verbose {
+                    eprintln!(
+                        " done ({} objects, {} bytes, {} classes in {} ms).",
+                        summary.objects,
+                        summary.bytes,
+                        summary.classes,
+                        started.elapsed().as_millis()
+                    );
+                }
+                if summary.layout_mismatches > 0 {
+                    eprintln!(
+                        "openprof: heap dump: {} field values did not fit their class's layout and were left out",
+                        summary.layout_mismatches
+                    );
+                }
+                if summary.unknown_class_objects > 0 {
+                    eprintln!(
+                        "openprof: heap dump: {} objects of classes loaded during the dump were left out",
+                        summary.unknown_class_objects
+                    );
+                }
+            }
+            Err(error) => eprintln!("\nopenprof ERROR: heap dump failed: {error}"),
+        }
+    }
+
+    /// Writes the CPU samples since the last dump.
+    fn dump_samples(&self, state: &Mutex<State>) {
         if self.options.verbose {
             eprint!("Dumping CPU usage by sampling running threads ...");
         }
@@ -653,7 +811,7 @@ impl Agent {
         }
         let Some(state) = &self.state else { return };
         if self.options.doe {
-            self.dump();
+            self.dump(jni);
         } else {
             let mut state = lock(state);
             self.collect(&mut state);
@@ -960,7 +1118,46 @@ unsafe extern "system" fn on_class_prepare(
 unsafe extern "system" fn on_data_dump_request(_jvmti: *mut jvmtiEnv) {
     guarded("DataDumpRequest", || {
         if let Some(agent) = agent().filter(|agent| !agent.dying.load(Ordering::Acquire)) {
-            agent.dump();
+            agent.dump(current_jni(agent.vm));
+        }
+    });
+}
+
+/// The calling thread's JNIEnv, or null when it is not attached to the VM.
+fn current_jni(vm: *mut JavaVM) -> *mut JNIEnv {
+    let mut env: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `vm` is the live JavaVM; GetEnv writes one pointer.
+    let status = unsafe { ((**vm).GetEnv)(vm, &mut env, JNI_VERSION_1_6) };
+    if status == 0 {
+        env.cast()
+    } else {
+        std::ptr::null_mut()
+    }
+}
+
+unsafe extern "system" fn on_sampled_object_alloc(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+    class: jclass,
+    size: i64,
+) {
+    guarded("SampledObjectAlloc", || {
+        if IS_AGENT_THREAD.with(|flag| flag.get()) {
+            return;
+        }
+        if let Some(agent) = agent().filter(|agent| !agent.dying.load(Ordering::Acquire)) {
+            agent.sampled_allocation(thread, object, class, size);
+        }
+    });
+}
+
+/// ObjectFree may be posted inside other JVMTI calls: it only queues the tag.
+unsafe extern "system" fn on_object_free(_jvmti: *mut jvmtiEnv, tag: i64) {
+    guarded("ObjectFree", || {
+        if let Some(allocations) = agent().and_then(|agent| agent.allocations.as_ref()) {
+            allocations.freed(tag);
         }
     });
 }

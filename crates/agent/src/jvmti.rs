@@ -5,7 +5,9 @@ use std::ffi::{c_char, c_void, CStr};
 use std::fmt;
 use std::ptr;
 
-pub use jvmti_bindings::sys::jni::{jclass, jint, jmethodID, jobject, jthread, JNIEnv, JavaVM};
+pub use jvmti_bindings::sys::jni::{
+    jclass, jfieldID, jint, jmethodID, jobject, jthread, JNIEnv, JavaVM,
+};
 pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
 pub use jvmti_bindings::sys::jvmti::{
     jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, jvmtiLineNumberEntry, jvmtiStackInfo,
@@ -14,6 +16,7 @@ use jvmti_bindings::sys::jvmti::{
     jvmtiError, jvmtiEvent, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
     JVMTI_ERROR_NONE,
 };
+pub use jvmti_bindings::sys::jvmti::{jvmtiHeapCallbacks, jvmtiHeapReferenceInfo};
 
 /// A failed JVMTI call: the function and its error code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -300,6 +303,86 @@ impl Jvmti {
         let mut methods: *mut jmethodID = ptr::null_mut();
         call!(self, GetClassMethods(class, &mut count, &mut methods))?;
         Ok(self.take_array(methods, count))
+    }
+
+    /// Samples about one allocation per `bytes` allocated, for SampledObjectAlloc (0: all).
+    pub fn set_heap_sampling_interval(self, bytes: jint) -> JvmtiResult<()> {
+        call!(self, SetHeapSamplingInterval(bytes))
+    }
+
+    pub fn force_garbage_collection(self) -> JvmtiResult<()> {
+        call!(self, ForceGarbageCollection())
+    }
+
+    /// Gives the environment back to the VM, and with it every tag it set.
+    pub fn dispose(self) -> JvmtiResult<()> {
+        call!(self, DisposeEnvironment())
+    }
+
+    /// Walks every object reachable from the heap roots, calling `callbacks` (at a safepoint,
+    /// on the calling thread or the VM thread) with `user_data`.
+    pub fn follow_references(
+        self,
+        callbacks: &jvmtiHeapCallbacks,
+        user_data: *const c_void,
+    ) -> JvmtiResult<()> {
+        call!(
+            self,
+            FollowReferences(0, ptr::null_mut(), ptr::null_mut(), callbacks, user_data)
+        )
+    }
+
+    /// JVMTI_CLASS_STATUS_* bits of a class.
+    pub fn class_status(self, class: jclass) -> JvmtiResult<jint> {
+        let mut status: jint = 0;
+        call!(self, GetClassStatus(class, &mut status))?;
+        Ok(status)
+    }
+
+    /// The interfaces a class declares it implements (local references).
+    pub fn implemented_interfaces(self, class: jclass) -> JvmtiResult<Vec<jclass>> {
+        let mut count: jint = 0;
+        let mut interfaces: *mut jclass = ptr::null_mut();
+        call!(
+            self,
+            GetImplementedInterfaces(class, &mut count, &mut interfaces)
+        )?;
+        Ok(self.take_array(interfaces, count))
+    }
+
+    /// A class's own fields, static and instance, in the order JVMTI indexes them.
+    pub fn class_fields(self, class: jclass) -> JvmtiResult<Vec<jfieldID>> {
+        let mut count: jint = 0;
+        let mut fields: *mut jfieldID = ptr::null_mut();
+        call!(self, GetClassFields(class, &mut count, &mut fields))?;
+        Ok(self.take_array(fields, count))
+    }
+
+    /// (name, JVM descriptor) of a field.
+    pub fn field_name(self, class: jclass, field: jfieldID) -> JvmtiResult<(String, String)> {
+        let mut name: *mut c_char = ptr::null_mut();
+        let mut signature: *mut c_char = ptr::null_mut();
+        call!(
+            self,
+            GetFieldName(class, field, &mut name, &mut signature, ptr::null_mut())
+        )?;
+        Ok((
+            self.take_string(name).unwrap_or_default(),
+            self.take_string(signature).unwrap_or_default(),
+        ))
+    }
+
+    pub fn field_modifiers(self, class: jclass, field: jfieldID) -> JvmtiResult<u32> {
+        let mut modifiers: jint = 0;
+        call!(self, GetFieldModifiers(class, field, &mut modifiers))?;
+        Ok(modifiers as u32)
+    }
+
+    /// The class's defining loader (a local reference), null for the bootstrap loader.
+    pub fn class_loader(self, class: jclass) -> JvmtiResult<jobject> {
+        let mut loader: jobject = ptr::null_mut();
+        call!(self, GetClassLoader(class, &mut loader))?;
+        Ok(loader)
     }
 
     /// Up to `max` frames of a thread's stack, innermost first.

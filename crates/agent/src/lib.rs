@@ -5,6 +5,9 @@
 //! this side of the boundary and turns problems into a clear message and `JNI_ERR`.
 
 mod agent;
+mod binary_output;
+mod heap_dump;
+mod heap_sites;
 mod jvmti;
 mod methods;
 mod output;

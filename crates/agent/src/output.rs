@@ -1,15 +1,26 @@
-//! The agent's HPROF text file (`format=a`): opened at start-up with HPROF's `force` rule,
-//! written by the agent's thread and at dumps, never by application threads.
+//! The agent's profile file, HPROF text (`format=a`) or binary (`format=b`): opened at start-up
+//! with HPROF's `force` rule, written by the agent's thread and at dumps, never by application
+//! threads.
 
 use std::fs::{File, OpenOptions};
-use std::io::BufWriter;
+use std::io::{self, BufWriter, Seek};
 use std::path::{Path, PathBuf};
 
-use openprof_format::hprof_text::{SamplerReport, TextWriter};
-use openprof_format::options::Options;
+use openprof_format::hprof_text::{
+    SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray, TextPrimitiveArray,
+    TextRoot, TextWriter, Trace, TRACE_SERIAL_START,
+};
+use openprof_format::options::{Options, OutputFormat};
 
+use crate::binary_output::BinaryOutput;
+use crate::heap_dump::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::profile::CpuDump;
 use crate::threads::ThreadEvent;
+
+pub enum Output {
+    Text(TextOutput),
+    Binary(Box<BinaryOutput>),
+}
 
 pub struct TextOutput {
     writer: TextWriter<BufWriter<File>>,
@@ -23,61 +34,349 @@ pub fn hprof_date() -> String {
         .to_string()
 }
 
-impl TextOutput {
+impl Output {
     /// Creates the output file and writes its header. With `force=y` an existing file is
-    /// replaced; with `force=n` HPROF's `<name>.<pid>.txt` is used instead.
-    pub fn create(options: &Options) -> Result<TextOutput, String> {
+    /// replaced; with `force=n` HPROF's `<name>.<pid>[.txt]` is used instead.
+    pub fn create(options: &Options) -> Result<Output, String> {
         let mut path = PathBuf::from(options.output_file());
         if !options.force && path.exists() {
             path = PathBuf::from(options.unique_output_file(std::process::id()));
         }
+        let cannot = |error: io::Error| format!("can't write file={}: {error}", path.display());
         let file = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .open(&path)
-            .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+            .map_err(cannot)?;
+        if options.format == OutputFormat::Binary {
+            let sites = options
+                .heap_profile()
+                .is_some_and(|mode| mode != openprof_format::options::HeapMode::Dump);
+            let sampling = options.cpu == Some(openprof_format::options::CpuMode::Samples);
+            let binary = BinaryOutput::new(file, path.clone(), sites, sampling, options.depth)
+                .map_err(cannot)?;
+            return Ok(Output::Binary(Box::new(binary)));
+        }
         let mut writer = TextWriter::new(BufWriter::new(file));
-        writer
-            .header(&hprof_date())
-            .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
-        Ok(TextOutput { writer, path })
+        writer.header(&hprof_date()).map_err(cannot)?;
+        Ok(Output::Text(TextOutput { writer, path }))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        match self {
+            Output::Text(text) => &text.path,
+            Output::Binary(binary) => binary.path(),
+        }
     }
 
-    pub fn thread_events(&mut self, events: &[ThreadEvent]) -> std::io::Result<()> {
-        for event in events {
-            match event {
-                ThreadEvent::Start(start) => self.writer.thread_start(start)?,
-                ThreadEvent::End(serial) => self.writer.thread_end(*serial)?,
+    pub fn thread_events(&mut self, events: &[ThreadEvent]) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for event in events {
+                    match event {
+                        ThreadEvent::Start(start) => text.writer.thread_start(start)?,
+                        ThreadEvent::End(serial) => text.writer.thread_end(*serial)?,
+                    }
+                }
+                Ok(())
             }
+            Output::Binary(binary) => binary.thread_events(events),
         }
+    }
+
+    /// One CPU dump: the new TRACEs, (in text) openprof's CPU SAMPLER record, the table.
+    pub fn cpu_dump(&mut self, dump: &CpuDump, sampler: &SamplerReport) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in &dump.new_traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.sampler(sampler)?;
+                text.writer.cpu_table(&dump.table)?;
+                text.writer.flush()
+            }
+            Output::Binary(binary) => binary.cpu_samples(&dump.new_traces, &dump.table),
+        }
+    }
+
+    /// A CPU TIME dump (text only: format=b refuses cpu=times, as HPROF's did).
+    pub fn cpu_times(&mut self, dump: &CpuDump) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in &dump.new_traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.cpu_table(&dump.table)?;
+                text.writer.flush()
+            }
+            Output::Binary(_) => Ok(()),
+        }
+    }
+
+    /// The allocation sites: SITES in text, HEAP SUMMARY and ALLOC SITES in binary.
+    pub fn sites(
+        &mut self,
+        new_traces: &[Trace],
+        table: &SitesTable,
+        cutoff: f64,
+    ) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in new_traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.sites(table)?;
+                text.writer.flush()
+            }
+            Output::Binary(binary) => binary.alloc_sites(new_traces, table, cutoff),
+        }
+    }
+
+    /// Where a heap dump goes. The text form needs its totals in its first line, so its body
+    /// is written aside first.
+    pub fn heap_sink(&mut self) -> io::Result<Box<dyn HeapSink + '_>> {
+        match self {
+            Output::Text(text) => Ok(Box::new(TextHeap::new(&mut text.writer)?)),
+            Output::Binary(binary) => Ok(Box::new(&mut **binary)),
+        }
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Output::Text(text) => text.writer.flush(),
+            Output::Binary(binary) => binary.flush(),
+        }
+    }
+}
+
+impl<T: HeapSink + ?Sized> HeapSink for &mut T {
+    fn class_id(&mut self, name: &str) -> u64 {
+        (**self).class_id(name)
+    }
+    fn begin(&mut self, classes: &[DumpClass]) -> io::Result<()> {
+        (**self).begin(classes)
+    }
+    fn root(&mut self, root: Root) -> io::Result<()> {
+        (**self).root(root)
+    }
+    fn class_dump(
+        &mut self,
+        class: &DumpClass,
+        statics: &[(u16, StaticValue)],
+        signers_id: u64,
+        domain_id: u64,
+    ) -> io::Result<()> {
+        (**self).class_dump(class, statics, signers_id, domain_id)
+    }
+    fn instance(&mut self, id: u64, size: u64, class: &DumpClass, values: &[u8]) -> io::Result<()> {
+        (**self).instance(id, size, class, values)
+    }
+    fn object_array(
+        &mut self,
+        id: u64,
+        size: u64,
+        class: &DumpClass,
+        elements: &[u64],
+    ) -> io::Result<()> {
+        (**self).object_array(id, size, class, elements)
+    }
+    fn primitive_array(
+        &mut self,
+        id: u64,
+        size: u64,
+        class: &DumpClass,
+        element_type: openprof_format::hprof_binary::BasicType,
+        length: u32,
+        native: &[u8],
+    ) -> io::Result<()> {
+        (**self).primitive_array(id, size, class, element_type, length, native)
+    }
+    fn end(&mut self, summary: &DumpSummary) -> io::Result<()> {
+        (**self).end(summary)
+    }
+}
+
+/// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
+/// counted, then the header and the body to the profile.
+struct TextHeap<'a> {
+    output: &'a mut TextWriter<BufWriter<File>>,
+    body: TextWriter<BufWriter<File>>,
+    last_class_id: u64,
+    /// Class id → name, for the `ROOT … (kind=<system class>, name=…)` lines.
+    names: std::collections::HashMap<u64, String>,
+}
+
+impl<'a> TextHeap<'a> {
+    fn new(output: &'a mut TextWriter<BufWriter<File>>) -> io::Result<Self> {
+        Ok(TextHeap {
+            output,
+            body: TextWriter::new(BufWriter::new(tempfile::tempfile()?)),
+            last_class_id: 0,
+            names: Default::default(),
+        })
+    }
+}
+
+/// Traces of heap objects: the allocation site is not known for a dumped object.
+const UNKNOWN_TRACE: u32 = TRACE_SERIAL_START;
+
+impl HeapSink for TextHeap<'_> {
+    fn class_id(&mut self, _name: &str) -> u64 {
+        self.last_class_id += 1;
+        self.last_class_id
+    }
+
+    fn begin(&mut self, classes: &[DumpClass]) -> io::Result<()> {
+        self.names = classes
+            .iter()
+            .map(|class| (class.id, class.name.clone()))
+            .collect();
         Ok(())
     }
 
-    /// One dump: the new TRACEs, openprof's CPU SAMPLER record, the CPU SAMPLES table.
-    pub fn cpu_dump(&mut self, dump: &CpuDump, sampler: &SamplerReport) -> std::io::Result<()> {
-        for trace in &dump.new_traces {
-            self.writer.trace(trace)?;
-        }
-        self.writer.sampler(sampler)?;
-        self.writer.cpu_table(&dump.table)?;
-        self.writer.flush()
+    fn root(&mut self, root: Root) -> io::Result<()> {
+        let name;
+        let text = match root {
+            Root::JniGlobal { id } => TextRoot::JniGlobal {
+                id,
+                global_ref_id: 0,
+                trace: UNKNOWN_TRACE,
+            },
+            Root::JniLocal { id, thread, depth } => TextRoot::JniLocal {
+                id,
+                thread,
+                frame: depth as i32,
+            },
+            Root::JavaFrame { id, thread, depth } => TextRoot::JavaFrame {
+                id,
+                thread,
+                frame: depth as i32,
+            },
+            Root::StickyClass { id } => {
+                name = self.names.get(&id).cloned().unwrap_or_default();
+                TextRoot::SystemClass { id, name: &name }
+            }
+            Root::MonitorUsed { id } => TextRoot::MonitorUsed { id },
+            Root::ThreadObject { id, thread } => TextRoot::ThreadObject {
+                id,
+                thread,
+                trace: UNKNOWN_TRACE,
+            },
+            Root::Unknown { id } => TextRoot::Unknown { id },
+        };
+        self.body.root(&text)
     }
 
-    /// A CPU TIME dump: the new TRACEs and the table (no sampler record: nothing was sampled).
-    pub fn cpu_times(&mut self, dump: &CpuDump) -> std::io::Result<()> {
-        for trace in &dump.new_traces {
-            self.writer.trace(trace)?;
-        }
-        self.writer.cpu_table(&dump.table)?;
-        self.writer.flush()
+    fn class_dump(
+        &mut self,
+        class: &DumpClass,
+        statics: &[(u16, StaticValue)],
+        signers_id: u64,
+        domain_id: u64,
+    ) -> io::Result<()> {
+        let statics: Vec<(&str, u64)> = statics
+            .iter()
+            .filter_map(|(position, value)| match value {
+                StaticValue::Object(id) if *id != 0 => class
+                    .static_fields
+                    .get(*position as usize)
+                    .map(|field| (field.name.as_str(), *id)),
+                _ => None,
+            })
+            .collect();
+        self.body.class_dump(&TextClass {
+            id: class.id,
+            name: &class.name,
+            trace: UNKNOWN_TRACE,
+            super_id: class.super_id,
+            loader_id: class.loader_id,
+            signers_id,
+            domain_id,
+            statics: &statics,
+            constant_pool: &[],
+        })
     }
 
-    pub fn flush(&mut self) -> std::io::Result<()> {
-        self.writer.flush()
+    fn instance(&mut self, id: u64, size: u64, class: &DumpClass, values: &[u8]) -> io::Result<()> {
+        let fields: Vec<(&str, u64)> = class
+            .reference_slots
+            .iter()
+            .filter_map(|(offset, name)| {
+                let at = *offset as usize;
+                let bytes: [u8; 8] = values.get(at..at + 8)?.try_into().ok()?;
+                let referee = u64::from_be_bytes(bytes);
+                (referee != 0).then_some((name.as_str(), referee))
+            })
+            .collect();
+        self.body.instance(&TextInstance {
+            id,
+            size,
+            trace: UNKNOWN_TRACE,
+            class_name: &class.name,
+            class_id: class.id,
+            fields: &fields,
+        })
+    }
+
+    fn object_array(
+        &mut self,
+        id: u64,
+        size: u64,
+        class: &DumpClass,
+        elements: &[u64],
+    ) -> io::Result<()> {
+        let present: Vec<(u32, u64)> = elements
+            .iter()
+            .enumerate()
+            .filter(|(_, element)| **element != 0)
+            .map(|(index, element)| (index as u32, *element))
+            .collect();
+        self.body.object_array(&TextObjectArray {
+            id,
+            size,
+            trace: UNKNOWN_TRACE,
+            length: elements.len() as u32,
+            class_name: &class.name,
+            class_id: class.id,
+            elements: &present,
+        })
+    }
+
+    fn primitive_array(
+        &mut self,
+        id: u64,
+        size: u64,
+        class: &DumpClass,
+        _element_type: openprof_format::hprof_binary::BasicType,
+        length: u32,
+        _native: &[u8],
+    ) -> io::Result<()> {
+        debug_assert!(matches!(class.kind, ClassKind::PrimitiveArray(_)));
+        self.body.primitive_array(&TextPrimitiveArray {
+            id,
+            size,
+            trace: UNKNOWN_TRACE,
+            length,
+            type_name: &class.name,
+        })
+    }
+
+    fn end(&mut self, summary: &DumpSummary) -> io::Result<()> {
+        self.body.flush()?;
+        let mut file = std::mem::replace(
+            &mut self.body,
+            TextWriter::new(BufWriter::new(tempfile::tempfile()?)),
+        )
+        .into_inner()
+        .into_inner()
+        .map_err(|error| error.into_error())?;
+        file.rewind()?;
+        self.output
+            .heap_dump_begin(summary.objects, summary.bytes, &hprof_date())?;
+        self.output.flush()?;
+        io::copy(&mut file, self.output.get_mut())?;
+        self.output.heap_dump_end()?;
+        self.output.flush()
     }
 }

@@ -75,6 +75,20 @@ impl CpuProfile {
         hits: u64,
         cost: u64,
     ) {
+        let serial = self.intern(jvmti, thread, frames);
+        let counted = self.counts.entry(serial).or_default();
+        counted.0 += hits;
+        counted.1 += cost;
+    }
+
+    /// The serial number of the TRACE of `frames` (innermost first), numbered on first sight:
+    /// CPU samples and allocation sites share one numbering, as in HPROF.
+    pub fn intern(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = (jmethodID, Location)>,
+    ) -> u32 {
         let mut key = TraceKey {
             thread,
             frames: Vec::new(),
@@ -111,9 +125,20 @@ impl CpuProfile {
                 serial
             }
         };
-        let counted = self.counts.entry(serial).or_default();
-        counted.0 += hits;
-        counted.1 += cost;
+        serial
+    }
+
+    /// The TRACEs among `serials` that no earlier output printed, marked printed now.
+    pub fn unprinted_traces(&mut self, serials: impl Iterator<Item = u32>) -> Vec<Trace> {
+        let mut traces = Vec::new();
+        for serial in serials {
+            if let Some(trace) = self.traces.get(&serial) {
+                if self.printed.insert(serial) {
+                    traces.push(trace.clone());
+                }
+            }
+        }
+        traces
     }
 
     /// Counts a sample whose stack walk failed with AsyncGetCallTrace's `code`.
@@ -151,12 +176,7 @@ impl CpuProfile {
             CpuTableKind::Time => total_cost / 1_000_000,
         };
         let table = CpuTable::rank_by_cost(kind, date, entries, cutoff, total);
-        let new_traces = table
-            .rows
-            .iter()
-            .filter(|row| self.printed.insert(row.trace))
-            .map(|row| self.traces[&row.trace].clone())
-            .collect();
+        let new_traces = self.unprinted_traces(table.rows.iter().map(|row| row.trace));
         CpuDump {
             new_traces,
             table,

@@ -1,0 +1,413 @@
+//! The agent's HPROF binary file (`format=b`, "JAVA PROFILE 1.0.2"): the names, classes, stack
+//! frames and traces each record refers to are written once, before their first use.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::{self, BufWriter};
+use std::path::{Path, PathBuf};
+
+use openprof_format::hprof_binary::{
+    AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value,
+};
+use openprof_format::hprof_text::{CpuTable, FrameLine, SiteRow, SitesTable, Trace};
+
+use crate::heap_dump::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::threads::ThreadEvent;
+
+/// CONTROL SETTINGS flags.
+const ALLOC_TRACES_ON: u32 = 0x1;
+const CPU_SAMPLING_ON: u32 = 0x2;
+/// ALLOC SITES flags: a GC was forced before the sites were taken.
+const SITES_AFTER_GC: u16 = 0x4;
+
+pub struct BinaryOutput {
+    writer: HprofWriter<BufWriter<File>>,
+    path: PathBuf,
+    strings: HashMap<String, u64>,
+    /// Class name → (serial, id) of its LOAD CLASS records, in order.
+    classes: HashMap<String, Vec<(u32, u64)>>,
+    last_class_serial: u32,
+    frames: HashMap<(String, String, Option<String>, FrameLine), u64>,
+    written_traces: HashSet<u32>,
+    /// Class ids handed out in the heap dump being written.
+    claimed: HashSet<u64>,
+}
+
+impl BinaryOutput {
+    /// Writes the header and CONTROL SETTINGS to a file created as `crate::output` decides.
+    pub fn new(
+        file: File,
+        path: PathBuf,
+        alloc_traces: bool,
+        cpu_sampling: bool,
+        depth: u32,
+    ) -> io::Result<Self> {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_millis() as u64);
+        let mut writer = HprofWriter::new(BufWriter::new(file), 8, millis)?;
+        let mut flags = 0;
+        if alloc_traces {
+            flags |= ALLOC_TRACES_ON;
+        }
+        if cpu_sampling {
+            flags |= CPU_SAMPLING_ON;
+        }
+        writer.record(&Record::ControlSettings {
+            flags,
+            depth: depth.min(u16::MAX as u32) as u16,
+        })?;
+        Ok(BinaryOutput {
+            writer,
+            path,
+            strings: HashMap::new(),
+            classes: HashMap::new(),
+            last_class_serial: 0,
+            frames: HashMap::new(),
+            written_traces: HashSet::new(),
+            claimed: HashSet::new(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The id of a UTF8 string, writing its record the first time.
+    fn string(&mut self, text: &str) -> io::Result<u64> {
+        if let Some(id) = self.strings.get(text) {
+            return Ok(*id);
+        }
+        let id = self.strings.len() as u64 + 1;
+        self.writer.record(&Record::Utf8 {
+            id,
+            text: text.as_bytes().to_vec(),
+        })?;
+        self.strings.insert(text.to_string(), id);
+        Ok(id)
+    }
+
+    /// A new LOAD CLASS record for `name`: (serial, id). Class ids are small numbers, object
+    /// ids start above them (see heap_dump).
+    fn load_class(&mut self, name: &str) -> io::Result<(u32, u64)> {
+        let name_id = self.string(name)?;
+        self.last_class_serial += 1;
+        let serial = self.last_class_serial;
+        let id = u64::from(serial);
+        self.writer.record(&Record::LoadClass {
+            class_serial: serial,
+            class_id: id,
+            stack_serial: 0,
+            name_id,
+        })?;
+        self.classes
+            .entry(name.to_string())
+            .or_default()
+            .push((serial, id));
+        Ok((serial, id))
+    }
+
+    /// The serial of the (first) class named `name`.
+    fn class_serial(&mut self, name: &str) -> io::Result<u32> {
+        match self.classes.get(name).and_then(|loads| loads.first()) {
+            Some((serial, _)) => Ok(*serial),
+            None => Ok(self.load_class(name)?.0),
+        }
+    }
+
+    pub fn thread_events(&mut self, events: &[ThreadEvent]) -> io::Result<()> {
+        for event in events {
+            match event {
+                ThreadEvent::Start(start) => {
+                    let name_id = self.string(&start.name)?;
+                    let group_name_id = self.string(&start.group)?;
+                    self.writer.record(&Record::StartThread {
+                        thread_serial: start.serial,
+                        object_id: start.object_id,
+                        stack_serial: 0,
+                        name_id,
+                        group_name_id,
+                        parent_group_name_id: 0,
+                    })?;
+                }
+                ThreadEvent::End(serial) => self.writer.record(&Record::EndThread {
+                    thread_serial: *serial,
+                })?,
+            }
+        }
+        Ok(())
+    }
+
+    /// STACK FRAME and STACK TRACE records for traces not written before.
+    pub fn traces(&mut self, traces: &[Trace]) -> io::Result<()> {
+        for trace in traces {
+            if !self.written_traces.insert(trace.serial) {
+                continue;
+            }
+            let mut frame_ids = Vec::with_capacity(trace.frames.len());
+            for frame in &trace.frames {
+                let key = (
+                    frame.class_name.clone(),
+                    frame.method_name.clone(),
+                    frame.source_file.clone(),
+                    frame.line.clone(),
+                );
+                if let Some(id) = self.frames.get(&key) {
+                    frame_ids.push(*id);
+                    continue;
+                }
+                let frame_id = self.frames.len() as u64 + 1;
+                let method_name_id = self.string(&frame.method_name)?;
+                let signature_id = self.string("")?;
+                let source_id = match &frame.source_file {
+                    Some(source) => self.string(source)?,
+                    None => self.string("<Unknown Source>")?,
+                };
+                let class_serial = self.class_serial(&frame.class_name)?;
+                let line = match frame.line {
+                    FrameLine::Line(line) => line as i32,
+                    FrameLine::Unknown => -1,
+                    FrameLine::Compiled => -2,
+                    FrameLine::Native => -3,
+                };
+                self.writer.record(&Record::StackFrame {
+                    frame_id,
+                    method_name_id,
+                    signature_id,
+                    source_id,
+                    class_serial,
+                    line,
+                })?;
+                self.frames.insert(key, frame_id);
+                frame_ids.push(frame_id);
+            }
+            self.writer.record(&Record::StackTrace {
+                stack_serial: trace.serial,
+                thread_serial: trace.thread.unwrap_or(0),
+                frames: frame_ids,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A CPU SAMPLES record: (samples, trace) for each trace of the table.
+    pub fn cpu_samples(&mut self, traces: &[Trace], table: &CpuTable) -> io::Result<()> {
+        self.traces(traces)?;
+        self.writer.record(&Record::CpuSamples {
+            total: table.total.min(u32::MAX as u64) as u32,
+            traces: table
+                .rows
+                .iter()
+                .map(|row| (row.count.min(u32::MAX as u64) as u32, row.trace))
+                .collect(),
+        })?;
+        self.writer.flush()
+    }
+
+    /// HEAP SUMMARY and ALLOC SITES: the sites of a table ranked with `cutoff`.
+    pub fn alloc_sites(
+        &mut self,
+        traces: &[Trace],
+        table: &SitesTable,
+        cutoff: f64,
+    ) -> io::Result<()> {
+        self.traces(traces)?;
+        let totals = table.totals.unwrap_or_default();
+        let mut records = Vec::with_capacity(table.rows.len());
+        for SiteRow { site, .. } in &table.rows {
+            let array_type = array_type_of(&site.class_name);
+            let class_serial = self.class_serial(&site.class_name)?;
+            records.push(AllocSite {
+                array_type,
+                class_serial,
+                stack_serial: site.trace,
+                live_bytes: clamp32(site.live_bytes),
+                live_instances: clamp32(site.live_objects),
+                allocated_bytes: clamp32(site.allocated_bytes),
+                allocated_instances: clamp32(site.allocated_objects),
+            });
+        }
+        self.writer.record(&Record::HeapSummary {
+            live_bytes: clamp32(totals.live_bytes),
+            live_instances: clamp32(totals.live_objects),
+            allocated_bytes: totals.allocated_bytes,
+            allocated_instances: totals.allocated_objects,
+        })?;
+        self.writer.record(&Record::AllocSites {
+            flags: SITES_AFTER_GC,
+            cutoff: cutoff as f32,
+            total_live_bytes: clamp32(totals.live_bytes),
+            total_live_instances: clamp32(totals.live_objects),
+            total_allocated_bytes: totals.allocated_bytes,
+            total_allocated_instances: totals.allocated_objects,
+            sites: records,
+        })?;
+        self.writer.flush()
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.writer.flush()
+    }
+}
+
+fn clamp32(value: u64) -> u32 {
+    value.min(u32::MAX as u64) as u32
+}
+
+/// ALLOC SITES' array indicator: 0 for objects, else the basic type of a one-dimensional
+/// array's elements.
+fn array_type_of(class_name: &str) -> u8 {
+    let Some(element) = class_name.strip_suffix("[]") else {
+        return 0;
+    };
+    let basic_type = match element {
+        "boolean" => BasicType::Boolean,
+        "char" => BasicType::Char,
+        "float" => BasicType::Float,
+        "double" => BasicType::Double,
+        "byte" => BasicType::Byte,
+        "short" => BasicType::Short,
+        "int" => BasicType::Int,
+        "long" => BasicType::Long,
+        _ => BasicType::Object,
+    };
+    basic_type as u8
+}
+
+impl HeapSink for BinaryOutput {
+    fn class_id(&mut self, name: &str) -> u64 {
+        let free = self.classes.get(name).and_then(|loads| {
+            loads
+                .iter()
+                .map(|(_, id)| *id)
+                .find(|id| !self.claimed.contains(id))
+        });
+        let id = match free {
+            Some(id) => id,
+            // An error here shows again, and is reported, when the dump writes its records.
+            None => self.load_class(name).map_or(0, |(_, id)| id),
+        };
+        self.claimed.insert(id);
+        id
+    }
+
+    fn begin(&mut self, classes: &[DumpClass]) -> io::Result<()> {
+        for class in classes {
+            for field in class.instance_fields.iter().chain(&class.static_fields) {
+                self.string(&field.name)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn root(&mut self, root: Root) -> io::Result<()> {
+        let record = match root {
+            Root::JniGlobal { id } => SubRecord::RootJniGlobal {
+                id,
+                global_ref_id: 0,
+            },
+            Root::JniLocal { id, thread, depth } => SubRecord::RootJniLocal {
+                id,
+                thread_serial: thread,
+                frame: depth,
+            },
+            Root::JavaFrame { id, thread, depth } => SubRecord::RootJavaFrame {
+                id,
+                thread_serial: thread,
+                frame: depth,
+            },
+            Root::StickyClass { id } => SubRecord::RootStickyClass { id },
+            Root::MonitorUsed { id } => SubRecord::RootMonitorUsed { id },
+            Root::ThreadObject { id, thread } => SubRecord::RootThreadObject {
+                id,
+                thread_serial: thread,
+                stack_serial: 0,
+            },
+            Root::Unknown { id } => SubRecord::RootUnknown { id },
+        };
+        self.writer.sub_record(&record)
+    }
+
+    fn class_dump(
+        &mut self,
+        class: &DumpClass,
+        statics: &[(u16, StaticValue)],
+        signers_id: u64,
+        domain_id: u64,
+    ) -> io::Result<()> {
+        let mut static_fields = Vec::with_capacity(statics.len());
+        for (position, value) in statics {
+            let Some(field) = class.static_fields.get(*position as usize) else {
+                continue;
+            };
+            let name = self.string(&field.name)?;
+            let value = match value {
+                StaticValue::Object(id) => Value {
+                    basic_type: BasicType::Object,
+                    bytes: id.to_be_bytes().to_vec(),
+                },
+                StaticValue::Primitive(basic_type, bytes) => Value {
+                    basic_type: *basic_type,
+                    bytes: bytes[..basic_type.size(8) as usize].to_vec(),
+                },
+            };
+            static_fields.push((name, value));
+        }
+        let mut instance_fields = Vec::with_capacity(class.instance_fields.len());
+        for field in &class.instance_fields {
+            instance_fields.push((self.string(&field.name)?, field.basic_type));
+        }
+        self.writer
+            .sub_record(&SubRecord::ClassDump(Box::new(ClassDump {
+                class_id: class.id,
+                stack_serial: 0,
+                super_id: class.super_id,
+                loader_id: class.loader_id,
+                signers_id,
+                protection_domain_id: domain_id,
+                instance_size: class.instance_bytes,
+                constant_pool: Vec::new(),
+                static_fields,
+                instance_fields,
+            })))
+    }
+
+    fn instance(
+        &mut self,
+        id: u64,
+        _size: u64,
+        class: &DumpClass,
+        values: &[u8],
+    ) -> io::Result<()> {
+        self.writer.instance_dump(id, 0, class.id, values)
+    }
+
+    fn object_array(
+        &mut self,
+        id: u64,
+        _size: u64,
+        class: &DumpClass,
+        elements: &[u64],
+    ) -> io::Result<()> {
+        self.writer.object_array_dump(id, 0, class.id, elements)
+    }
+
+    fn primitive_array(
+        &mut self,
+        id: u64,
+        _size: u64,
+        _class: &DumpClass,
+        element_type: BasicType,
+        length: u32,
+        native: &[u8],
+    ) -> io::Result<()> {
+        self.writer
+            .primitive_array_dump_native(id, 0, element_type, length, native)
+    }
+
+    fn end(&mut self, _summary: &DumpSummary) -> io::Result<()> {
+        self.claimed.clear();
+        self.writer.end_heap_dump()?;
+        self.writer.flush()
+    }
+}
