@@ -26,17 +26,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, jdk_tool
 
-
-def jdk_tool(name):
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        return os.path.join(home, "bin", name)
-    found = shutil.which(name)
-    if not found:
-        sys.exit(f"cpu_overhead: no {name}: set JAVA_HOME or put a JDK on PATH")
-    return found
 
 
 def main():

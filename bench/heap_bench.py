@@ -18,7 +18,6 @@ import argparse
 import os
 import random
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -26,17 +25,8 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, jdk_tool
 
-
-def jdk_tool(name):
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        return os.path.join(home, "bin", name)
-    found = shutil.which(name)
-    if not found:
-        sys.exit(f"heap_bench: no {name}: set JAVA_HOME or put a JDK on PATH")
-    return found
 
 
 def dump_round(agent, work, megabytes, first):

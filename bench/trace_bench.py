@@ -23,12 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, jdk_tool
 
-
-def jdk_tool(name):
-    home = os.environ.get("JAVA_HOME")
-    return os.path.join(home, "bin", name) if home else (shutil.which(name) or sys.exit(f"no {name}"))
 
 
 def main():

@@ -693,12 +693,14 @@ impl Agent {
         let mut state = lock(state);
         self.collect(&mut state);
         let jvmti = self.jvmti;
-        let result = match state.output.heap_sink() {
-            Ok(mut sink) => crate::heap_dump::dump_heap(self.vm, jni, &mut *sink, |_, thread| {
-                jvmti.thread_word(thread).unwrap_or(0) as u32
-            }),
-            Err(error) => Err(format!("can't write the heap dump: {error}")),
-        };
+        let result = state
+            .output
+            .with_heap_sink(|sink| {
+                crate::heap_dump::dump_heap(self.vm, jni, sink, |thread| {
+                    jvmti.thread_word(thread).unwrap_or(0) as u32
+                })
+            })
+            .unwrap_or_else(|error| Err(format!("can't write the heap dump: {error}")));
         match result {
             Ok(summary) => {
                 if self.options.verbose {

@@ -257,21 +257,23 @@ fn clamp32(value: u64) -> u32 {
 /// ALLOC SITES' array indicator: 0 for objects, else the basic type of a one-dimensional
 /// array's elements.
 fn array_type_of(class_name: &str) -> u8 {
-    let Some(element) = class_name.strip_suffix("[]") else {
+    const PRIMITIVES: [BasicType; 8] = [
+        BasicType::Boolean,
+        BasicType::Char,
+        BasicType::Float,
+        BasicType::Double,
+        BasicType::Byte,
+        BasicType::Short,
+        BasicType::Int,
+        BasicType::Long,
+    ];
+    if !class_name.ends_with("[]") {
         return 0;
-    };
-    let basic_type = match element {
-        "boolean" => BasicType::Boolean,
-        "char" => BasicType::Char,
-        "float" => BasicType::Float,
-        "double" => BasicType::Double,
-        "byte" => BasicType::Byte,
-        "short" => BasicType::Short,
-        "int" => BasicType::Int,
-        "long" => BasicType::Long,
-        _ => BasicType::Object,
-    };
-    basic_type as u8
+    }
+    PRIMITIVES
+        .into_iter()
+        .find(|basic_type| basic_type.array_name() == class_name)
+        .unwrap_or(BasicType::Object) as u8
 }
 
 impl HeapSink for BinaryOutput {

@@ -197,7 +197,7 @@ pub fn dump_heap(
     vm: *mut JavaVM,
     jni: *mut JNIEnv,
     sink: &mut dyn HeapSink,
-    thread_serial: impl Fn(Jvmti, crate::jvmti::jthread) -> u32,
+    thread_serial: impl Fn(crate::jvmti::jthread) -> u32,
 ) -> Result<DumpSummary, String> {
     let env = new_env(vm)?;
     let result = dump_with(env, jni, sink, thread_serial);
@@ -209,12 +209,12 @@ fn dump_with(
     env: Jvmti,
     jni: *mut JNIEnv,
     sink: &mut dyn HeapSink,
-    thread_serial: impl Fn(Jvmti, crate::jvmti::jthread) -> u32,
+    thread_serial: impl Fn(crate::jvmti::jthread) -> u32,
 ) -> Result<DumpSummary, String> {
     env.force_garbage_collection()
         .map_err(|error| error.to_string())?;
     let mut next_object_id = FIRST_OBJECT_ID;
-    let (classes, loaders) = list_classes(env, jni, sink, &mut next_object_id)?;
+    let classes = list_classes(env, jni, sink, &mut next_object_id)?;
     let class_by_id = classes
         .iter()
         .enumerate()
@@ -223,7 +223,7 @@ fn dump_with(
     let mut thread_serial_by_tag = HashMap::new();
     if let Ok(threads) = env.all_threads() {
         for thread in threads {
-            let serial = thread_serial(env, thread);
+            let serial = thread_serial(thread);
             let tag = next_object_id as i64;
             next_object_id += 1;
             if env.set_tag(thread, tag).is_ok() {
@@ -251,7 +251,6 @@ fn dump_with(
         summary: DumpSummary::default(),
         error: None,
     };
-    let _ = loaders;
     walk.class_class = walk
         .classes
         .iter()
@@ -286,7 +285,6 @@ struct Listed {
     id: u64,
     name: String,
     kind: ClassKind,
-    is_interface: bool,
     /// (name, descriptor, static) of the class's own fields, in JVMTI order.
     fields: Vec<(String, String, bool)>,
     fields_known: bool,
@@ -301,11 +299,10 @@ fn list_classes(
     jni: *mut JNIEnv,
     sink: &mut dyn HeapSink,
     next_object_id: &mut u64,
-) -> Result<(Vec<DumpClass>, usize), String> {
+) -> Result<Vec<DumpClass>, String> {
     let loaded = env.loaded_classes().map_err(|error| error.to_string())?;
     let mut listed: Vec<Listed> = Vec::with_capacity(loaded.len());
     let mut index_of_id: HashMap<u64, usize> = HashMap::new();
-    let mut loaders = 0;
     for class in loaded {
         let Ok(signature) = env.class_signature(class) else {
             delete_local_ref(jni, class);
@@ -345,7 +342,6 @@ fn list_classes(
                         let tag = *next_object_id as i64;
                         *next_object_id += 1;
                         let _ = env.set_tag(loader, tag);
-                        loaders += 1;
                         tag
                     }
                     Ok(tag) => tag,
@@ -355,14 +351,12 @@ fn list_classes(
             }
             _ => 0,
         };
-        let is_interface = env.class_modifiers(class).unwrap_or(0) & 0x0200 != 0;
         index_of_id.insert(id, listed.len());
         listed.push(Listed {
             class,
             id,
             name,
             kind,
-            is_interface,
             fields,
             fields_known,
             super_index: None,
@@ -398,7 +392,7 @@ fn list_classes(
     for entry in &listed {
         delete_local_ref(jni, entry.class);
     }
-    Ok((classes, loaders))
+    Ok(classes)
 }
 
 /// Every interface a class implements, directly or through its super classes and
@@ -453,12 +447,9 @@ fn layout(listed: &[Listed], index: usize) -> DumpClass {
     }
     let mut slots: Vec<Option<(u32, BasicType)>> = Vec::new();
     let mut interfaces = Vec::new();
-    if !entry.is_interface {
-        transitive_interfaces(listed, index, &mut interfaces);
-    } else {
-        transitive_interfaces(listed, index, &mut interfaces);
-        interfaces.retain(|&interface| interface != index);
-    }
+    transitive_interfaces(listed, index, &mut interfaces);
+    // An interface's own fields come last, as every class's do, not among its interfaces'.
+    interfaces.retain(|&interface| interface != index);
     for interface in interfaces {
         slots.extend(listed[interface].fields.iter().map(|_| None));
     }

@@ -135,10 +135,13 @@ impl Output {
 
     /// Where a heap dump goes. The text form needs its totals in its first line, so its body
     /// is written aside first.
-    pub fn heap_sink(&mut self) -> io::Result<Box<dyn HeapSink + '_>> {
+    pub fn with_heap_sink<R>(
+        &mut self,
+        dump: impl FnOnce(&mut dyn HeapSink) -> R,
+    ) -> io::Result<R> {
         match self {
-            Output::Text(text) => Ok(Box::new(TextHeap::new(&mut text.writer)?)),
-            Output::Binary(binary) => Ok(Box::new(&mut **binary)),
+            Output::Text(text) => Ok(dump(&mut TextHeap::new(&mut text.writer)?)),
+            Output::Binary(binary) => Ok(dump(&mut **binary)),
         }
     }
 
@@ -150,58 +153,12 @@ impl Output {
     }
 }
 
-impl<T: HeapSink + ?Sized> HeapSink for &mut T {
-    fn class_id(&mut self, name: &str) -> u64 {
-        (**self).class_id(name)
-    }
-    fn begin(&mut self, classes: &[DumpClass]) -> io::Result<()> {
-        (**self).begin(classes)
-    }
-    fn root(&mut self, root: Root) -> io::Result<()> {
-        (**self).root(root)
-    }
-    fn class_dump(
-        &mut self,
-        class: &DumpClass,
-        statics: &[(u16, StaticValue)],
-        signers_id: u64,
-        domain_id: u64,
-    ) -> io::Result<()> {
-        (**self).class_dump(class, statics, signers_id, domain_id)
-    }
-    fn instance(&mut self, id: u64, size: u64, class: &DumpClass, values: &[u8]) -> io::Result<()> {
-        (**self).instance(id, size, class, values)
-    }
-    fn object_array(
-        &mut self,
-        id: u64,
-        size: u64,
-        class: &DumpClass,
-        elements: &[u64],
-    ) -> io::Result<()> {
-        (**self).object_array(id, size, class, elements)
-    }
-    fn primitive_array(
-        &mut self,
-        id: u64,
-        size: u64,
-        class: &DumpClass,
-        element_type: openprof_format::hprof_binary::BasicType,
-        length: u32,
-        native: &[u8],
-    ) -> io::Result<()> {
-        (**self).primitive_array(id, size, class, element_type, length, native)
-    }
-    fn end(&mut self, summary: &DumpSummary) -> io::Result<()> {
-        (**self).end(summary)
-    }
-}
-
 /// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
 /// counted, then the header and the body to the profile.
 struct TextHeap<'a> {
     output: &'a mut TextWriter<BufWriter<File>>,
-    body: TextWriter<BufWriter<File>>,
+    /// Taken when the dump ends.
+    body: Option<TextWriter<BufWriter<File>>>,
     last_class_id: u64,
     /// Class id → name, for the `ROOT … (kind=<system class>, name=…)` lines.
     names: std::collections::HashMap<u64, String>,
@@ -211,10 +168,18 @@ impl<'a> TextHeap<'a> {
     fn new(output: &'a mut TextWriter<BufWriter<File>>) -> io::Result<Self> {
         Ok(TextHeap {
             output,
-            body: TextWriter::new(BufWriter::new(tempfile::tempfile()?)),
+            body: Some(TextWriter::new(BufWriter::new(tempfile::tempfile()?))),
             last_class_id: 0,
             names: Default::default(),
         })
+    }
+}
+
+impl TextHeap<'_> {
+    fn body(&mut self) -> io::Result<&mut TextWriter<BufWriter<File>>> {
+        self.body
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the heap dump has ended"))
     }
 }
 
@@ -265,7 +230,7 @@ impl HeapSink for TextHeap<'_> {
             },
             Root::Unknown { id } => TextRoot::Unknown { id },
         };
-        self.body.root(&text)
+        self.body()?.root(&text)
     }
 
     fn class_dump(
@@ -285,7 +250,7 @@ impl HeapSink for TextHeap<'_> {
                 _ => None,
             })
             .collect();
-        self.body.class_dump(&TextClass {
+        self.body()?.class_dump(&TextClass {
             id: class.id,
             name: &class.name,
             trace: UNKNOWN_TRACE,
@@ -309,7 +274,7 @@ impl HeapSink for TextHeap<'_> {
                 (referee != 0).then_some((name.as_str(), referee))
             })
             .collect();
-        self.body.instance(&TextInstance {
+        self.body()?.instance(&TextInstance {
             id,
             size,
             trace: UNKNOWN_TRACE,
@@ -332,7 +297,7 @@ impl HeapSink for TextHeap<'_> {
             .filter(|(_, element)| **element != 0)
             .map(|(index, element)| (index as u32, *element))
             .collect();
-        self.body.object_array(&TextObjectArray {
+        self.body()?.object_array(&TextObjectArray {
             id,
             size,
             trace: UNKNOWN_TRACE,
@@ -353,7 +318,7 @@ impl HeapSink for TextHeap<'_> {
         _native: &[u8],
     ) -> io::Result<()> {
         debug_assert!(matches!(class.kind, ClassKind::PrimitiveArray(_)));
-        self.body.primitive_array(&TextPrimitiveArray {
+        self.body()?.primitive_array(&TextPrimitiveArray {
             id,
             size,
             trace: UNKNOWN_TRACE,
@@ -363,14 +328,14 @@ impl HeapSink for TextHeap<'_> {
     }
 
     fn end(&mut self, summary: &DumpSummary) -> io::Result<()> {
-        self.body.flush()?;
-        let mut file = std::mem::replace(
-            &mut self.body,
-            TextWriter::new(BufWriter::new(tempfile::tempfile()?)),
-        )
-        .into_inner()
-        .into_inner()
-        .map_err(|error| error.into_error())?;
+        self.body()?.flush()?;
+        let Some(body) = self.body.take() else {
+            return Ok(());
+        };
+        let mut file = body
+            .into_inner()
+            .into_inner()
+            .map_err(|error| error.into_error())?;
         file.rewind()?;
         self.output
             .heap_dump_begin(summary.objects, summary.bytes, &hprof_date())?;

@@ -3,16 +3,16 @@
 //! a reader we did not write (jvm-hprof) reads ours.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use openprof_format::heap::HeapHistogram;
 use openprof_format::hprof_binary::{BasicType, HprofReader, Item, Record, SubRecord};
 use openprof_format::hprof_binary_profile::read_profile;
 use openprof_format::hprof_text;
-use openprof_testkit::{java_command, jdk, wait_with_limit};
+use openprof_testkit::{java_command, jcmd, wait_until_ready, wait_with_limit};
 
 const SHAPES: usize = 3000;
 const BASES: usize = 700;
@@ -31,19 +31,9 @@ fn run_with_jdk_dump(options: &str, jvm_flags: &str) -> (PathBuf, PathBuf, Strin
         command.env("JAVA_TOOL_OPTIONS", jvm_flags);
     }
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    wait_until_ready(&mut child);
     let jdk_dump = dir.join("jcmd.hprof");
-    let status = Command::new(jdk().tool("jcmd").unwrap())
-        .arg(child.id().to_string())
-        .arg("GC.heap_dump")
-        .arg(&jdk_dump)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "jcmd GC.heap_dump failed");
+    jcmd(child.id(), &["GC.heap_dump", jdk_dump.to_str().unwrap()]);
     drop(child.stdin.take().map(|mut stdin| stdin.flush()));
     let output = wait_with_limit(child, Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
@@ -297,10 +287,7 @@ fn sigquit_writes_a_heap_dump_while_running() {
         &["500", "10"],
     );
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    wait_until_ready(&mut child);
     openprof_testkit::send_signal(child.id(), libc_sigquit());
     let path = dir.join("ours.hprof");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);

@@ -2,11 +2,11 @@
 //! keeps a known number of its own objects.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::process::{Command, Stdio};
 
 use openprof_format::hprof_binary::{BasicType, HprofReader, Item, Record, SubRecord};
-use openprof_testkit::{jdk, workload_classes};
+use openprof_testkit::{jcmd, jdk, wait_until_ready, workload_classes};
 
 const NODES: usize = 5000;
 
@@ -21,19 +21,9 @@ fn the_jdks_heap_dump_reads_back_with_the_workloads_exact_counts() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    wait_until_ready(&mut child);
     let dump = dir.path().join("keep.hprof");
-    let status = Command::new(jdk().tool("jcmd").unwrap())
-        .arg(child.id().to_string())
-        .arg("GC.heap_dump")
-        .arg(&dump)
-        .stdout(Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "jcmd GC.heap_dump failed");
+    jcmd(child.id(), &["GC.heap_dump", dump.to_str().unwrap()]);
     drop(child.stdin.take().map(|mut stdin| stdin.flush()));
     assert!(child.wait().unwrap().success());
 

@@ -3,14 +3,14 @@
 //! histogram (`jcmd PID GC.class_histogram`); and `openprof report` on that dump, whole and cut.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use openprof_analysis::ShallowSizes;
 use openprof_format::hprof_binary_profile::read_profile;
-use openprof_testkit::{jdk, wait_with_limit, workload_classes};
+use openprof_testkit::{jcmd, jdk, wait_until_ready, wait_with_limit, workload_classes};
 
 const NODES: u64 = 5000;
 
@@ -40,22 +40,10 @@ fn dump_keep(dir: &Path) -> (PathBuf, HashMap<String, (u64, u64)>) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    let jcmd = |args: &[&str]| {
-        let output = Command::new(jdk().tool("jcmd").unwrap())
-            .arg(child.id().to_string())
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(output.status.success(), "jcmd {args:?} failed");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
-    let histogram = parse_class_histogram(&jcmd(&["GC.class_histogram"]));
+    wait_until_ready(&mut child);
+    let histogram = parse_class_histogram(&jcmd(child.id(), &["GC.class_histogram"]));
     let dump = dir.join("keep.hprof");
-    jcmd(&["GC.heap_dump", dump.to_str().unwrap()]);
+    jcmd(child.id(), &["GC.heap_dump", dump.to_str().unwrap()]);
     drop(child.stdin.take().map(|mut stdin| stdin.flush()));
     assert!(child.wait().unwrap().success());
     (dump, histogram)

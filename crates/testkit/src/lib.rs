@@ -237,3 +237,28 @@ pub fn samples_by_method(profile: &TextProfile) -> std::collections::BTreeMap<St
     }
     by_method
 }
+
+/// Waits for a workload that keeps objects (Keep, HeapShapes, ...) to print "ready". Its
+/// stdout is taken; it exits once its stdin is closed.
+pub fn wait_until_ready(child: &mut std::process::Child) {
+    use std::io::BufRead;
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("read the workload's stdout");
+    assert_eq!(line.trim(), "ready", "the workload did not get ready");
+    // Read the rest in the background: the workload's last line must not meet a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+}
+
+/// Runs `jcmd PID ARGS...` and returns its standard output; fails the test if jcmd fails.
+pub fn jcmd(pid: u32, args: &[&str]) -> String {
+    let output = Command::new(jdk().tool("jcmd").expect("jcmd"))
+        .arg(pid.to_string())
+        .args(args)
+        .output()
+        .expect("run jcmd");
+    assert!(output.status.success(), "jcmd {args:?} failed");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
