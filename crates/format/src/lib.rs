@@ -10,6 +10,7 @@
 //!   estimate for dumps without sizes.
 //! - [`java_names`]: class names from JVM signatures to Java source form.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
+//! - [`wire`]: the agent-collector protocol: frames, messages, HPROF's socket commands.
 
 pub mod heap;
 pub mod hprof_binary;
@@ -20,3 +21,4 @@ pub mod hprof_text;
 pub mod java_names;
 pub mod options;
 pub mod trace;
+pub mod wire;
