@@ -1,11 +1,13 @@
 //! The agent inside the JVM: start-up from the option string, the JVMTI event callbacks, the
 //! agent's own thread that drains samples and writes records, and the dumps.
 
-use std::collections::BTreeMap;
+mod commands;
+
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use crate::jvmti::{
     JNIEnv, JavaVM, Jvmti,
 };
 use crate::methods::Location;
+use crate::net::{NetConfig, NetSink};
 use crate::output::{hprof_date, Output};
 use crate::profile::CpuProfile;
 use crate::ring::SampleRing;
@@ -37,8 +40,12 @@ use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::threads::Threads;
 use crate::times::MethodTimes;
 use crate::tracer::{MonitorEvent, Tracer};
+use commands::SamplingControl;
 use openprof_format::options::OutputFormat;
+use openprof_format::wire::Command;
 
+/// How long the exiting JVM waits for the collector to acknowledge the last data.
+const NET_GOODBYE_PATIENCE: Duration = Duration::from_secs(10);
 /// How the agent's thread drains the ring when sampling with signals.
 const DRAIN_PERIOD: Duration = Duration::from_millis(20);
 
@@ -86,6 +93,11 @@ pub struct Agent {
     /// The agent thread's CPU time so far, and the part of it already reported in a dump.
     worker_cpu_nanos: AtomicU64,
     worker_cpu_reported: AtomicU64,
+    /// net=: the connection to the collector.
+    net: Option<Arc<NetSink>>,
+    /// Commands from the collector waiting for the agent's thread.
+    commands: Mutex<VecDeque<(u32, Command)>>,
+    sampling: SamplingControl,
 }
 
 // SAFETY: the JavaVM pointer is valid for the life of the process and its invoke interface is
@@ -208,10 +220,33 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         CpuTimer::Posix => CpuClock::PosixCpuTimer,
     };
     let monitor = options.monitor;
+    let net = match &options.net {
+        Some(address) => {
+            let token = options.token_value().map_err(|error| error.to_string())?;
+            let tls = match &options.tls_ca {
+                Some(ca) => Some(crate::net::tls_config(ca)?),
+                None => None,
+            };
+            let format = match options.format {
+                OutputFormat::Ascii => "a",
+                OutputFormat::Binary => "b",
+                OutputFormat::Xml => "x",
+            };
+            let hello = crate::net::hello(uuid::Uuid::new_v4(), token, format, options.to_string());
+            Some(Arc::new(NetSink::start(NetConfig {
+                host: address.host.clone(),
+                port: address.port,
+                hello,
+                tls,
+            })?))
+        }
+        None => None,
+    };
+    let _ = options_text;
     let (state, tracer) = if tracing {
-        (None, Some(Tracer::start(jvmti, &options, options_text)?))
+        (None, Some(Tracer::start(jvmti, &options, net.clone())?))
     } else {
-        let output = Output::create(&options)?;
+        let output = Output::create(&options, net.clone())?;
         // cpu=times frames carry no location, as in HPROF: no line numbers.
         let profile = CpuProfile::new(options.lineno && !timing);
         (Some(Mutex::new(State { profile, output })), None)
@@ -236,7 +271,6 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         allocations,
         heap_dumps: matches!(heap, Some(HeapMode::Dump | HeapMode::All)),
         threads: Mutex::new(Threads::new(!tracing)),
-        options,
         stop: Mutex::new(false),
         wake: Condvar::new(),
         worker: Mutex::new(None),
@@ -244,9 +278,20 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         clock: Mutex::new((clock, None)),
         worker_cpu_nanos: AtomicU64::new(0),
         worker_cpu_reported: AtomicU64::new(0),
+        sampling: SamplingControl::new(options.depth),
+        options,
+        net,
+        commands: Mutex::new(VecDeque::new()),
     };
     if AGENT.set(agent).is_err() {
         return Err("the agent is loaded twice; load it once".into());
+    }
+    if let Some(net) = AGENT.get().and_then(|started| started.net.as_ref()) {
+        net.set_handler(Box::new(|serial, command| {
+            if let Some(started) = AGENT.get() {
+                started.queue_command(serial, command);
+            }
+        }));
     }
 
     let mut callbacks = jvmtiEventCallbacks::default();
@@ -465,6 +510,9 @@ impl Agent {
                     tracer.emit_gcs(|| heap_figures(jni));
                     tracer.flush();
                 }
+                if self.net.is_some() {
+                    self.run_commands(jni);
+                }
             });
             self.worker_cpu_nanos
                 .store(signals::thread_cpu_nanos(), Ordering::Relaxed);
@@ -590,14 +638,18 @@ impl Agent {
                 .collect();
             (threads.take_pending(), serials)
         };
+        let depth = self.sampling.max_depth.load(Ordering::Relaxed) as usize;
         for ((_, num_frames, frames), serial) in raw.into_iter().zip(serials) {
+            if !self.sampling.samples(serial) {
+                continue;
+            }
             if num_frames <= 0 {
                 state.profile.add_failure(num_frames);
             } else {
                 let thread = serial.filter(|_| self.options.thread);
                 state
                     .profile
-                    .add_sample(self.jvmti, thread, frames.into_iter());
+                    .add_sample(self.jvmti, thread, frames.into_iter().take(depth));
             }
         }
         if let Err(error) = state.output.thread_events(&events) {
@@ -658,6 +710,11 @@ impl Agent {
 
     /// HPROF's SITES: every allocation site since the start, live figures after a full GC.
     fn dump_sites(&self, state: &Mutex<State>, allocations: &AllocSampler) {
+        self.dump_sites_cut(state, allocations, self.options.cutoff);
+    }
+
+    /// SITES with a cutoff of its own (the ALLOC SITES command carries one).
+    fn dump_sites_cut(&self, state: &Mutex<State>, allocations: &AllocSampler, cutoff: f64) {
         if self.options.verbose {
             eprint!("Dumping allocation sites ...");
         }
@@ -668,12 +725,11 @@ impl Agent {
         let mut state = lock(state);
         self.collect(&mut state);
         let (sites, _samples) = allocations.sites();
-        let table =
-            openprof_format::hprof_text::SitesTable::rank(hprof_date(), sites, self.options.cutoff);
+        let table = openprof_format::hprof_text::SitesTable::rank(hprof_date(), sites, cutoff);
         let new_traces = state
             .profile
             .unprinted_traces(table.rows.iter().map(|row| row.site.trace));
-        if let Err(error) = state.output.sites(&new_traces, &table, self.options.cutoff) {
+        if let Err(error) = state.output.sites(&new_traces, &table, cutoff) {
             eprintln!(
                 "openprof: can't write {}: {error}",
                 state.output.path().display()
@@ -811,13 +867,17 @@ impl Agent {
             let thread = lock(&self.threads).live_serial_of_kernel_id(current);
             tracer.finish(jni, thread);
         }
-        let Some(state) = &self.state else { return };
-        if self.options.doe {
-            self.dump(jni);
-        } else {
+        if let Some(state) = &self.state {
+            if self.options.doe {
+                self.dump(jni);
+            }
             let mut state = lock(state);
             self.collect(&mut state);
             let _ = state.output.flush();
+        }
+        if let Some(net) = &self.net {
+            // Bounded: a collector that is gone must not hold the JVM's exit.
+            net.finish(NET_GOODBYE_PATIENCE);
         }
     }
 }

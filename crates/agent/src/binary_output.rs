@@ -2,9 +2,10 @@
 //! frames and traces each record refers to are written once, before their first use.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
+
+use crate::net::{Sink, SINK_BUFFER};
 
 use openprof_format::hprof_binary::{
     AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value,
@@ -21,7 +22,7 @@ const CPU_SAMPLING_ON: u32 = 0x2;
 const SITES_AFTER_GC: u16 = 0x4;
 
 pub struct BinaryOutput {
-    writer: HprofWriter<BufWriter<File>>,
+    writer: HprofWriter<BufWriter<Sink>>,
     path: PathBuf,
     strings: HashMap<String, u64>,
     /// Class name → (serial, id) of its LOAD CLASS records, in order.
@@ -36,7 +37,7 @@ pub struct BinaryOutput {
 impl BinaryOutput {
     /// Writes the header and CONTROL SETTINGS to a file created as `crate::output` decides.
     pub fn new(
-        file: File,
+        file: Sink,
         path: PathBuf,
         alloc_traces: bool,
         cpu_sampling: bool,
@@ -45,7 +46,7 @@ impl BinaryOutput {
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64);
-        let mut writer = HprofWriter::new(BufWriter::new(file), 8, millis)?;
+        let mut writer = HprofWriter::new(BufWriter::with_capacity(SINK_BUFFER, file), 8, millis)?;
         let mut flags = 0;
         if alloc_traces {
             flags |= ALLOC_TRACES_ON;

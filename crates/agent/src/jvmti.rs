@@ -6,9 +6,10 @@ use std::fmt;
 use std::ptr;
 
 pub use jvmti_bindings::sys::jni::{
-    jclass, jfieldID, jint, jmethodID, jobject, jthread, JNIEnv, JavaVM,
+    jclass, jfieldID, jint, jmethodID, jobject, jthread, jvalue, JNIEnv, JavaVM,
 };
 pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
+pub use jvmti_bindings::sys::jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC;
 pub use jvmti_bindings::sys::jvmti::{
     jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, jvmtiLineNumberEntry, jvmtiStackInfo,
 };

@@ -10,6 +10,7 @@ mod heap_dump;
 mod heap_sites;
 mod jvmti;
 mod methods;
+mod net;
 mod output;
 mod profile;
 mod ring;

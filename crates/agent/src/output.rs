@@ -14,8 +14,10 @@ use openprof_format::options::{Options, OutputFormat};
 
 use crate::binary_output::BinaryOutput;
 use crate::heap_dump::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::net::{NetSink, Sink, SINK_BUFFER};
 use crate::profile::CpuDump;
 use crate::threads::ThreadEvent;
+use std::sync::Arc;
 
 pub enum Output {
     Text(TextOutput),
@@ -23,7 +25,7 @@ pub enum Output {
 }
 
 pub struct TextOutput {
-    writer: TextWriter<BufWriter<File>>,
+    writer: TextWriter<BufWriter<Sink>>,
     path: PathBuf,
 }
 
@@ -37,18 +39,34 @@ pub fn hprof_date() -> String {
 impl Output {
     /// Creates the output file and writes its header. With `force=y` an existing file is
     /// replaced; with `force=n` HPROF's `<name>.<pid>[.txt]` is used instead.
-    pub fn create(options: &Options) -> Result<Output, String> {
-        let mut path = PathBuf::from(options.output_file());
-        if !options.force && path.exists() {
-            path = PathBuf::from(options.unique_output_file(std::process::id()));
-        }
-        let cannot = |error: io::Error| format!("can't write file={}: {error}", path.display());
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(cannot)?;
+    /// With `net=`, the output goes to the collector as HPROF frames instead.
+    pub fn create(options: &Options, net: Option<Arc<NetSink>>) -> Result<Output, String> {
+        let (file, path) = match net {
+            Some(net) => {
+                let address = options
+                    .net
+                    .as_ref()
+                    .map(|net| format!("{}:{}", net.host, net.port));
+                (
+                    Sink::Net(net),
+                    PathBuf::from(format!("net={}", address.unwrap_or_default())),
+                )
+            }
+            None => {
+                let mut path = PathBuf::from(options.output_file());
+                if !options.force && path.exists() {
+                    path = PathBuf::from(options.unique_output_file(std::process::id()));
+                }
+                let file = OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)
+                    .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+                (Sink::File(file), path)
+            }
+        };
+        let cannot = |error: io::Error| format!("can't write {}: {error}", path.display());
         if options.format == OutputFormat::Binary {
             let sites = options
                 .heap_profile()
@@ -58,7 +76,7 @@ impl Output {
                 .map_err(cannot)?;
             return Ok(Output::Binary(Box::new(binary)));
         }
-        let mut writer = TextWriter::new(BufWriter::new(file));
+        let mut writer = TextWriter::new(BufWriter::with_capacity(SINK_BUFFER, file));
         writer.header(&hprof_date()).map_err(cannot)?;
         Ok(Output::Text(TextOutput { writer, path }))
     }
@@ -114,6 +132,19 @@ impl Output {
         }
     }
 
+    /// TRACE records on their own (the DUMP TRACES command).
+    pub fn traces(&mut self, traces: &[Trace]) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.flush()
+            }
+            Output::Binary(binary) => binary.traces(traces),
+        }
+    }
+
     /// The allocation sites: SITES in text, HEAP SUMMARY and ALLOC SITES in binary.
     pub fn sites(
         &mut self,
@@ -156,7 +187,7 @@ impl Output {
 /// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
 /// counted, then the header and the body to the profile.
 struct TextHeap<'a> {
-    output: &'a mut TextWriter<BufWriter<File>>,
+    output: &'a mut TextWriter<BufWriter<Sink>>,
     /// Taken when the dump ends.
     body: Option<TextWriter<BufWriter<File>>>,
     last_class_id: u64,
@@ -165,7 +196,7 @@ struct TextHeap<'a> {
 }
 
 impl<'a> TextHeap<'a> {
-    fn new(output: &'a mut TextWriter<BufWriter<File>>) -> io::Result<Self> {
+    fn new(output: &'a mut TextWriter<BufWriter<Sink>>) -> io::Result<Self> {
         Ok(TextHeap {
             output,
             body: Some(TextWriter::new(BufWriter::new(tempfile::tempfile()?))),

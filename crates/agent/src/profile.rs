@@ -141,6 +141,18 @@ impl CpuProfile {
         traces
     }
 
+    /// Forgets the sample counts since the last dump (CONTROL: clear CPU samples).
+    pub fn clear_counts(&mut self) {
+        self.counts.clear();
+    }
+
+    /// Every TRACE not printed yet, marked printed now.
+    pub fn all_unprinted_traces(&mut self) -> Vec<Trace> {
+        let mut serials: Vec<u32> = self.traces.keys().copied().collect();
+        serials.sort_unstable();
+        self.unprinted_traces(serials.into_iter())
+    }
+
     /// Counts a sample whose stack walk failed with AsyncGetCallTrace's `code`.
     pub fn add_failure(&mut self, code: i32) {
         *self

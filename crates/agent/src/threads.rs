@@ -78,6 +78,11 @@ impl Threads {
         }
     }
 
+    /// Whether a thread of this serial was started (and has not ended).
+    pub fn is_known(&self, serial: u32) -> bool {
+        serial > THREAD_SERIAL_START && serial <= self.last_serial && !self.ended.contains(&serial)
+    }
+
     pub fn serial_of_kernel_id(&self, kernel_id: i32) -> Option<u32> {
         self.serial_by_kernel_id.get(&kernel_id).copied()
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::options::Options;
@@ -19,6 +19,8 @@ use openprof_format::trace::*;
 use uuid::Uuid;
 
 use crate::jvmti::{jclass, jmethodID, jobject, jthread, JNIEnv, Jvmti};
+use crate::net::NetSink;
+use openprof_format::wire::FrameKind;
 
 /// Serialised elements waiting for the agent's thread beyond this are dropped (and counted):
 /// a tracer must not eat the heap of the process it traces.
@@ -36,12 +38,16 @@ struct MethodRecord {
 }
 
 struct ClassRecord {
+    name: String,
     included: bool,
     is_array: IsArray,
 }
 
 struct TraceState {
     pending: String,
+    /// Offsets in `pending` between elements where a fragment for the collector may end.
+    cuts: Vec<usize>,
+    filters: FilterBlock,
     collation: u128,
     dropped: u64,
     classes: HashMap<u32, ClassRecord>,
@@ -86,15 +92,23 @@ pub enum MonitorEvent {
     Waited { timed_out: bool },
 }
 
+/// Where the trace goes: a document in a file, or fragments to the collector.
+enum TraceSink {
+    File(BufWriter<File>),
+    Net(Arc<NetSink>),
+}
+
+/// Fragments sent to the collector stay about this size.
+const FRAGMENT_BYTES: usize = 512 << 10;
+
 pub struct Tracer {
     jvmti: Jvmti,
-    filters: FilterBlock,
     trace_id: Uuid,
     agent_id: Uuid,
     /// cpu=times: methodEntry/methodExit and methodCount.
     methods: bool,
     state: Mutex<TraceState>,
-    file: Mutex<BufWriter<File>>,
+    sink: Mutex<TraceSink>,
     gc: GcLog,
 }
 
@@ -121,7 +135,7 @@ fn node_id() -> Uuid {
         .unwrap_or_else(Uuid::new_v4)
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|name| name.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
@@ -180,27 +194,45 @@ fn is_array_of(signature: &str) -> IsArray {
 }
 
 impl Tracer {
-    /// Opens the trace file and writes the hierarchy, traceStart, the options and the filters.
-    pub fn start(jvmti: Jvmti, options: &Options, options_text: &str) -> Result<Tracer, String> {
+    /// Opens the trace file (or takes the collector's connection) and writes the hierarchy,
+    /// traceStart, the options and the filters.
+    pub fn start(
+        jvmti: Jvmti,
+        options: &Options,
+        net: Option<Arc<NetSink>>,
+    ) -> Result<Tracer, String> {
         let filters = options.filter_block().map_err(|error| error.to_string())?;
-        let mut path = std::path::PathBuf::from(options.output_file());
-        if !options.force && path.exists() {
-            path = options.unique_output_file(std::process::id()).into();
-        }
-        let file = File::create(&path)
-            .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+        let (sink, agent_id, head) = match net {
+            Some(net) => {
+                let agent_id = net.agent_id;
+                (TraceSink::Net(net), agent_id, "")
+            }
+            None => {
+                let mut path = std::path::PathBuf::from(options.output_file());
+                if !options.force && path.exists() {
+                    path = options.unique_output_file(std::process::id()).into();
+                }
+                let file = File::create(&path)
+                    .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+                (
+                    TraceSink::File(BufWriter::new(file)),
+                    Uuid::new_v4(),
+                    DOCUMENT_HEAD,
+                )
+            }
+        };
         let node_id = node_id();
         let process_id = Uuid::new_v4();
-        let agent_id = Uuid::new_v4();
         let trace_id = Uuid::new_v4();
         let tracer = Tracer {
             jvmti,
-            filters,
             trace_id,
             agent_id,
             methods: options.cpu == Some(openprof_format::options::CpuMode::Times),
             state: Mutex::new(TraceState {
-                pending: String::from(DOCUMENT_HEAD),
+                pending: String::from(head),
+                cuts: Vec::new(),
+                filters,
                 collation: 0,
                 dropped: 0,
                 classes: HashMap::new(),
@@ -213,7 +245,7 @@ impl Tracer {
                 last_object_id: 0,
                 finished: false,
             }),
-            file: Mutex::new(BufWriter::new(file)),
+            sink: Mutex::new(sink),
             gc: GcLog {
                 starts: AtomicU64::new(0),
                 finishes: AtomicU64::new(0),
@@ -249,7 +281,8 @@ impl Tracer {
                 process_id_ref: process_id,
                 agent_name: "openprof".into(),
                 time: now(),
-                agent_parameters: Some(options_text.to_string()),
+                // Spelled out from the parsed options: the token never enters a trace.
+                agent_parameters: Some(options.to_string()),
                 version: Some(env!("CARGO_PKG_VERSION").into()),
                 content: NoContent,
             }
@@ -278,7 +311,7 @@ impl Tracer {
                     },
                 );
             }
-            for filter in tracer.filters.to_elements() {
+            for filter in state.filters.to_elements() {
                 tracer.emit(&mut state, filter);
             }
         }
@@ -299,18 +332,43 @@ impl Tracer {
         element.set_context(self.trace_id, MultiPart(state.collation));
         element.write(&mut state.pending);
         state.pending.push('\n');
+        let last_cut = state.cuts.last().copied().unwrap_or(0);
+        if state.pending.len() - last_cut >= FRAGMENT_BYTES {
+            let end = state.pending.len();
+            state.cuts.push(end);
+        }
     }
 
-    /// Writes what is pending to the file; the agent's thread calls this.
+    /// Writes what is pending to the file, or queues it for the collector in fragments of
+    /// whole elements; the agent's thread calls this.
     pub fn flush(&self) {
-        let pending = std::mem::take(&mut lock(&self.state).pending);
-        if !pending.is_empty() {
-            let mut file = lock(&self.file);
-            if let Err(error) = file
-                .write_all(pending.as_bytes())
-                .and_then(|()| file.flush())
-            {
-                eprintln!("openprof: can't write the trace: {error}");
+        let (pending, cuts) = {
+            let mut state = lock(&self.state);
+            (
+                std::mem::take(&mut state.pending),
+                std::mem::take(&mut state.cuts),
+            )
+        };
+        if pending.is_empty() {
+            return;
+        }
+        match &mut *lock(&self.sink) {
+            TraceSink::File(file) => {
+                if let Err(error) = file
+                    .write_all(pending.as_bytes())
+                    .and_then(|()| file.flush())
+                {
+                    eprintln!("openprof: can't write the trace: {error}");
+                }
+            }
+            TraceSink::Net(net) => {
+                let mut start = 0;
+                for end in cuts.into_iter().chain([pending.len()]) {
+                    if end > start {
+                        net.send(FrameKind::Fragment, &pending.as_bytes()[start..end]);
+                        start = end;
+                    }
+                }
             }
         }
     }
@@ -327,10 +385,11 @@ impl Tracer {
         let _ = self.jvmti.set_tag(class, CLASS_TAG | i64::from(id));
         let signature = self.jvmti.class_signature(class).unwrap_or_default();
         let name = class_name_from_signature(&signature);
-        let included = self.filters.includes(&name);
+        let included = state.filters.includes(&name);
         state.classes.insert(
             id,
             ClassRecord {
+                name: name.clone(),
                 included,
                 is_array: is_array_of(&signature),
             },
@@ -410,7 +469,8 @@ impl Tracer {
             .method_declaring_class(method)
             .and_then(|class| self.jvmti.class_signature(class))
             .map(|signature| {
-                self.filters
+                state
+                    .filters
                     .includes(&class_name_from_signature(&signature))
             })
             .unwrap_or(false);
@@ -863,6 +923,39 @@ impl Tracer {
         }
     }
 
+    /// A new filter block, from the collector: it applies to what is traced from now on, and
+    /// is written into the trace.
+    pub fn set_filters(&self, block: &str) -> Result<String, String> {
+        let filters = FilterBlock::parse_inline(block)?;
+        let mut state = lock(&self.state);
+        for class in state.classes.values_mut() {
+            class.included = filters.includes(&class.name);
+        }
+        state.inclusion.clear();
+        let elements = filters.to_elements();
+        let count = elements.len();
+        state.filters = filters;
+        for element in elements {
+            self.emit(&mut state, element);
+        }
+        Ok(format!("{count} filters in force"))
+    }
+
+    /// A snapshot marker (seed 003): what follows it, up to the next one, is a snapshot.
+    pub fn snapshot(&self, name: &str) {
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            Snapshot {
+                name: Some(name.into()),
+                time: Some(now()),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
     /// At VMDeath: runtimeShutdown, a methodCount for every method of every loaded class (when
     /// methods are traced), traceEnd, agentDestroy; then the document is closed and written.
     pub fn finish(&self, jni: *mut JNIEnv, thread_id: Option<u32>) {
@@ -927,7 +1020,9 @@ impl Tracer {
         }
         .write(&mut out);
         out.push('\n');
-        out.push_str(DOCUMENT_TAIL);
+        if matches!(&*lock(&self.sink), TraceSink::File(_)) {
+            out.push_str(DOCUMENT_TAIL);
+        }
         state.pending.push_str(&out);
         state.finished = true;
         drop(state);

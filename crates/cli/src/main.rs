@@ -17,6 +17,8 @@ use openprof_format::hprof_text::{self, SitesOrder, TextProfile};
 use openprof_format::options::{Options, OutputFormat};
 use openprof_jdk::Jdk;
 
+mod collector_commands;
+
 const AGENT_FILE: &str = "libopenprof_agent.so";
 
 #[derive(Parser)]
@@ -37,6 +39,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Commands {
+    /// Collect from agents over the network (agents started with net=HOST:PORT,token=...):
+    /// store what they send, estimate their clocks, forward commands to them.
+    #[command(
+        after_help = "Agents connect with -agentpath:libopenprof_agent.so=format=x,net=127.0.0.1:7911,token=@FILE.\n\
+            The store is one directory: catalog.sqlite and zstd segments of the frames as received.\n\
+            See docs/protocol.md. Stops on Ctrl-C or SIGTERM; what was acknowledged is on disk."
+    )]
+    Serve(collector_commands::ServeArgs),
+    /// Send a command to live agents through a collector (HPROF's socket commands and ours).
+    Control(collector_commands::ControlArgs),
+    /// List what a store holds: nodes, processes, agents (clock offsets, losses), traces
+    /// (elements, duplicates dropped, gaps).
+    Ls(collector_commands::LsArgs),
+    /// Write a stored trace as a document (valid by docs/trace.dtd), elements in collation
+    /// order, each once; or with --agent an agent's HPROF output.
+    Export(collector_commands::ExportArgs),
+    /// Replay a recorded trace to a collector as a new agent (for tests and benchmarks):
+    /// prints elements/s, MB/s and the delay until stored.
+    Replay(collector_commands::ReplayArgs),
     /// Run a Java program with the agent, then print what its profile holds (as `report` does).
     #[command(
         after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -- java -cp classes Main\n\n\
@@ -113,6 +134,11 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             java,
         } => run(&options, agent, top, &java),
         Commands::Validate { file, max } => validate(&file, max),
+        Commands::Serve(args) => collector_commands::serve(args),
+        Commands::Control(args) => collector_commands::control(args),
+        Commands::Ls(args) => collector_commands::ls(args),
+        Commands::Export(args) => collector_commands::export(args),
+        Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Report {
             file,
             top,

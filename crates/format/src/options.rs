@@ -81,6 +81,11 @@ pub struct Options {
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
     pub alloc_interval: u64,
+    /// `token=` as given: the collector's shared secret, or `@FILE` holding it (read by
+    /// [`Options::token_value`]). Never echoed: [`Options`]' text form leaves it out.
+    pub token: Option<String>,
+    /// `tlsca=FILE`: talk TLS to the collector and trust the certificates in this PEM file.
+    pub tls_ca: Option<String>,
 }
 
 impl Default for Options {
@@ -106,6 +111,8 @@ impl Default for Options {
             cputimer: CpuTimer::Perf,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
+            token: None,
+            tls_ca: None,
         }
     }
 }
@@ -143,6 +150,13 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
     ("format", "a|b|x", "text, binary or trace XML output", "a"),
     ("file", "<file>", "write data to file", "java.hprof[{.txt}]"),
     ("net", "<host>:<port>", "send data over a socket", "off"),
+    (
+        "token",
+        "<secret>|@<file>",
+        "collector's shared token (net=)",
+        "none",
+    ),
+    ("tlsca", "<pem file>", "TLS to the collector (net=)", "off"),
     ("depth", "<size>", "stack trace depth", "4"),
     ("interval", "<ms>", "sample interval in ms", "10"),
     ("cutoff", "<value>", "output cutoff point", "0.0001"),
@@ -328,6 +342,21 @@ impl Options {
                     options.file = Some(value.to_string());
                 }
                 "net" => options.net = Some(parse_net(value)?),
+                "token" => {
+                    if value.is_empty() || value == "@" {
+                        return Err(bad(name, "is empty; use token=<secret> or token=@<file>"));
+                    }
+                    options.token = Some(value.to_string());
+                }
+                "tlsca" => {
+                    if value.is_empty() {
+                        return Err(bad(
+                            name,
+                            "is empty; use tlsca=<PEM file of the collector's CA>",
+                        ));
+                    }
+                    options.tls_ca = Some(value.to_string());
+                }
                 "alloc_interval" => options.alloc_interval = parse_bytes(name, value)?,
                 "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
                 "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
@@ -384,6 +413,20 @@ impl Options {
                 "format=x cannot be used with cpu=samples|old: the trace format has no element for samples; use cpu=times, or format=a",
             ));
         }
+        if self.net.is_none() {
+            if self.token.is_some() {
+                return Err(bad(
+                    "token",
+                    "token= is for net=; there is no collector to give it to",
+                ));
+            }
+            if self.tls_ca.is_some() {
+                return Err(bad(
+                    "tlsca",
+                    "tlsca= is for net=; there is no collector to talk TLS to",
+                ));
+            }
+        }
         if self.file.is_some() && self.net.is_some() {
             return Err(bad(
                 "net",
@@ -416,6 +459,20 @@ impl Options {
                         .map_err(|problem| bad("filter", format!("{path}: {problem}")))
                 }
                 None => FilterBlock::parse_inline(value).map_err(|problem| bad("filter", problem)),
+            },
+        }
+    }
+
+    /// The collector's token: `token=` itself, or the first line of its `@FILE` (so that the
+    /// secret need not show in the process list). Empty when none was given.
+    pub fn token_value(&self) -> Result<String, OptionError> {
+        match self.token.as_deref() {
+            None => Ok(String::new()),
+            Some(value) => match value.strip_prefix('@') {
+                Some(path) => std::fs::read_to_string(path)
+                    .map(|text| text.lines().next().unwrap_or("").trim().to_string())
+                    .map_err(|error| bad("token", format!("can't read {path}: {error}"))),
+                None => Ok(value.to_string()),
             },
         }
     }
@@ -481,9 +538,6 @@ impl Options {
                 "filter= limits format=x and cpu=times; with cpu=samples it has no effect, so it is refused",
             ));
         }
-        if self.net.is_some() {
-            return Err(bad("net", "net= is not implemented yet; use file=<file>"));
-        }
         if self.msa {
             return Err(bad(
                 "msa",
@@ -535,7 +589,9 @@ impl Options {
             "    allocation); figures are estimates scaled from the samples.\n",
             "  - heap=dump writes every live object at exit and on SIGQUIT (kill -QUIT <pid>);\n",
             "    format=b writes HPROF binary (JAVA PROFILE 1.0.2) to java.hprof.\n",
-            "  - Not implemented yet, and refused: cpu=old, net=; monitor=y in text output\n",
+            "  - net=<host>:<port> streams to `openprof serve` (docs/protocol.md); the collector\n",
+            "    needs token=<secret> or token=@<file>; tlsca=<pem> turns on TLS.\n",
+            "  - Not implemented yet, and refused: cpu=old; monitor=y in text output\n",
             "    (use format=x); heap= with format=x. msa=y is refused on Linux.\n",
         ));
         text
@@ -575,6 +631,10 @@ impl fmt::Display for Options {
         }
         if let Some(net) = &self.net {
             parts.push(format!("net={}:{}", net.host, net.port));
+        }
+        // token= is left out on purpose: this text is echoed into traces and logs.
+        if let Some(ca) = &self.tls_ca {
+            parts.push(format!("tlsca={ca}"));
         }
         parts.push(format!("depth={}", self.depth));
         parts.push(format!("interval={}", self.interval_ms));
@@ -703,7 +763,6 @@ mod tests {
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
             ("cpu=samples,monitor=y", "monitor"),
-            ("cpu=samples,net=localhost:9000", "net"),
             ("cpu=samples,msa=y", "msa"),
         ] {
             let error = Options::parse(text)

@@ -145,6 +145,35 @@ pub fn read_frame(input: &mut impl Read) -> Result<Option<Frame>, WireError> {
     Ok(Some(Frame { kind, payload }))
 }
 
+/// Frames from a byte stream read in pieces (a socket with a read timeout): bytes go in as
+/// they arrive, whole frames come out.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+}
+
+impl FrameBuffer {
+    pub fn push(&mut self, data: &[u8]) {
+        self.bytes.extend_from_slice(data);
+    }
+
+    /// The next whole frame, if one has arrived.
+    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+        if self.bytes.len() < HEADER_LEN {
+            return Ok(None);
+        }
+        let header: [u8; HEADER_LEN] = self.bytes[..HEADER_LEN].try_into().expect("5 bytes");
+        let (kind, length) = parse_header(header)?;
+        let end = HEADER_LEN + length as usize;
+        if self.bytes.len() < end {
+            return Ok(None);
+        }
+        let payload = self.bytes[HEADER_LEN..end].to_vec();
+        self.bytes.drain(..end);
+        Ok(Some(Frame { kind, payload }))
+    }
+}
+
 /// Who is saying hello.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -419,7 +448,8 @@ impl Command {
             }
         };
         let u16_at = |at: usize| u16::from_be_bytes([body[at], body[at + 1]]);
-        let f32_at = |at: usize| f32::from_bits(u32::from_be_bytes(body[at..at + 4].try_into().expect("4")));
+        let f32_at =
+            |at: usize| f32::from_bits(u32::from_be_bytes(body[at..at + 4].try_into().expect("4")));
         let text = || {
             String::from_utf8(body.to_vec())
                 .map_err(|_| fault(format!("command 0x{tag:02x}'s text is not UTF-8")))
@@ -528,8 +558,14 @@ mod tests {
             Command::CpuSamples { cutoff: 0.0 },
             Command::AllocTraces { on: true },
             Command::AllocTraces { on: false },
-            Command::CpuSampling { on: false, thread: 0 },
-            Command::CpuSampling { on: true, thread: 7 },
+            Command::CpuSampling {
+                on: false,
+                thread: 0,
+            },
+            Command::CpuSampling {
+                on: true,
+                thread: 7,
+            },
             Command::ClearCpuSamples,
             Command::SetMaxDepth { depth: 2 },
             Command::TraceStart,
@@ -553,7 +589,10 @@ mod tests {
             );
             // Every truncation is an error, never a panic.
             for cut in 0..record.len() {
-                assert!(Command::decode(&record[..cut]).is_err(), "{command:?} cut at {cut}");
+                assert!(
+                    Command::decode(&record[..cut]).is_err(),
+                    "{command:?} cut at {cut}"
+                );
             }
         }
     }
@@ -611,6 +650,29 @@ mod tests {
         // A header cut short is an error, not a clean end.
         assert!(read_frame(&mut &[4u8, 0][..]).is_err());
         assert!(split_sequence(FrameKind::Fragment, &[0; 8]).is_err());
+    }
+
+    #[test]
+    fn frames_arrive_in_pieces() {
+        let mut bytes = Vec::new();
+        write_frame(&mut bytes, FrameKind::Ping, &encode_pair(1, 2)).unwrap();
+        write_frame(&mut bytes, FrameKind::Ack, &7u64.to_be_bytes()).unwrap();
+        let mut buffer = FrameBuffer::default();
+        let mut frames = Vec::new();
+        for byte in &bytes {
+            buffer.push(&[*byte]);
+            while let Some(frame) = buffer.next_frame().unwrap() {
+                frames.push(frame);
+            }
+        }
+        assert_eq!(frames.len(), 2);
+        assert_eq!(
+            decode_pair(FrameKind::Ping, &frames[0].payload).unwrap(),
+            (1, 2)
+        );
+        let mut bad = FrameBuffer::default();
+        bad.push(&[200, 0, 0, 0, 0]);
+        assert!(bad.next_frame().is_err());
     }
 
     #[test]

@@ -134,6 +134,9 @@ pub struct ExportSummary {
     pub gaps: Vec<(u128, u128)>,
 }
 
+/// What [`Store::replay_agent`] calls for each frame: kind, sequence, body.
+pub type FrameVisitor<'a> = dyn FnMut(FrameKind, u64, &[u8]) -> Result<(), StoreError> + 'a;
+
 /// The collector's storage. Implementations are shared between connections.
 pub trait Store: Send + Sync + 'static {
     /// Registers an agent's (re)connection; returns the highest sequence stored for it (0: none).
@@ -154,9 +157,5 @@ pub trait Store: Send + Sync + 'static {
         out: &mut dyn Write,
     ) -> Result<ExportSummary, StoreError>;
     /// Every data frame of an agent exactly as received, in sequence order.
-    fn replay_agent(
-        &self,
-        agent: Uuid,
-        visit: &mut dyn FnMut(FrameKind, u64, &[u8]) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError>;
+    fn replay_agent(&self, agent: Uuid, visit: &mut FrameVisitor) -> Result<(), StoreError>;
 }

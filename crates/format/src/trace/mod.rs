@@ -762,6 +762,14 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
+    /// (openprof, seed 003) a snapshot marker the collector asked for: the elements after it,
+    /// up to the next marker, form the snapshot of that name.
+    Snapshot = "snapshot" [NoContent] {
+        name: opt String = "name",
+        time: opt Seconds = "time",
+        collation_value: opt MultiPart = "collationValue",
+        trace_id_ref: opt Uuid = "traceIdRef",
+    }
     /// (openprof) Object.wait ends; timedOut is "true" when the timeout ran out.
     MonitorWaited = "monitorWaited" [NoContent] {
         transient_thread_id_ref: opt u32 = "transientThreadIdRef",
@@ -875,6 +883,7 @@ top_level!(
     MonitorContendedEntered,
     MonitorWait,
     MonitorWaited,
+    Snapshot,
 );
 
 /// Calls `$then!` with the elements that stand inside a trace and carry traceIdRef and
@@ -913,7 +922,8 @@ macro_rules! in_trace {
             MonitorContendedEnter,
             MonitorContendedEntered,
             MonitorWait,
-            MonitorWaited
+            MonitorWaited,
+            Snapshot
         )
     };
 }

@@ -415,6 +415,7 @@ fn common_references(element: &TraceElement) -> (Option<Uuid>, Option<MultiPart>
         E::MonitorContendedEntered(e) => (e.trace_id_ref, e.collation_value, e.thread_id_ref),
         E::MonitorWait(e) => (e.trace_id_ref, e.collation_value, e.thread_id_ref),
         E::MonitorWaited(e) => (e.trace_id_ref, e.collation_value, e.thread_id_ref),
+        E::Snapshot(e) => (e.trace_id_ref, e.collation_value, None),
         _ => (None, None, None),
     }
 }

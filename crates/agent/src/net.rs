@@ -1,0 +1,501 @@
+//! `net=host:port`: the agent's side of the wire (docs/protocol.md). Data waits in a bounded
+//! queue until the collector acknowledges it as stored; one thread of ours connects (with
+//! backoff), says hello, resends what the collector lacks, sends new data, answers heartbeats
+//! and hands commands to the agent. Nothing here ever blocks an application thread: when the
+//! queue is full the oldest data goes, and the loss is reported once the collector is back.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use openprof_format::wire::{
+    self, Command, FrameBuffer, FrameKind, Hello, Loss, Reply, Role, Welcome, PROTOCOL_VERSION,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use uuid::Uuid;
+
+/// Unacknowledged data kept for the collector; beyond it the oldest is dropped.
+const MAX_QUEUED_BYTES: usize = 64 << 20;
+/// How long a read waits before the thread looks for data to send.
+const POLL: Duration = Duration::from_millis(10);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// Where commands from the collector go.
+pub type CommandHandler = Box<dyn Fn(u32, Command) + Send + Sync>;
+
+struct Queued {
+    sequence: u64,
+    frame: Vec<u8>,
+}
+
+#[derive(Default)]
+struct NetState {
+    next_sequence: u64,
+    queue: VecDeque<Queued>,
+    queued_bytes: usize,
+    /// The highest sequence written on the current connection.
+    sent_up_to: u64,
+    acked: u64,
+    /// Pongs and replies: sent once, never acknowledged.
+    control: VecDeque<Vec<u8>>,
+    /// Dropped since the last Loss frame was queued.
+    loss: Loss,
+    connected: bool,
+    stopping: bool,
+    /// The collector's last refusal, reported once per distinct reason.
+    last_problem: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<NetState>,
+    changed: Condvar,
+    handler: Mutex<Option<CommandHandler>>,
+}
+
+/// The agent's connection to its collector.
+pub struct NetSink {
+    shared: Arc<Shared>,
+    pub agent_id: Uuid,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn encode(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(wire::HEADER_LEN + payload.len());
+    wire::encode_frame(kind, payload, &mut bytes);
+    bytes
+}
+
+/// How to reach the collector.
+pub struct NetConfig {
+    pub host: String,
+    pub port: u16,
+    pub hello: Hello,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// Builds a TLS client trusting the CA certificates of a PEM file.
+pub fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    let certificates = CertificateDer::pem_file_iter(ca_file)
+        .map_err(|error| format!("tlsca={ca_file}: {error}"))?;
+    for certificate in certificates {
+        let certificate = certificate.map_err(|error| format!("tlsca={ca_file}: {error}"))?;
+        roots
+            .add(certificate)
+            .map_err(|error| format!("tlsca={ca_file}: {error}"))?;
+    }
+    if roots.is_empty() {
+        return Err(format!("tlsca={ca_file} holds no certificate"));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+impl NetSink {
+    /// Starts the connection thread; data can be queued at once.
+    pub fn start(config: NetConfig) -> Result<NetSink, String> {
+        let agent_id = config
+            .hello
+            .agent_id
+            .ok_or("the hello carries no agent id")?;
+        if let Some(_tls) = &config.tls {
+            ServerName::try_from(config.host.clone())
+                .map_err(|error| format!("net={}: not a TLS server name: {error}", config.host))?;
+        }
+        let shared = Arc::new(Shared {
+            state: Mutex::new(NetState {
+                next_sequence: 1,
+                ..NetState::default()
+            }),
+            changed: Condvar::new(),
+            handler: Mutex::new(None),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name("openprof-net".into())
+            .spawn(move || run(&thread_shared, &config))
+            .map_err(|error| format!("can't start the network thread: {error}"))?;
+        Ok(NetSink { shared, agent_id })
+    }
+
+    /// Where commands go from now on.
+    pub fn set_handler(&self, handler: CommandHandler) {
+        *lock(&self.shared.handler) = Some(handler);
+    }
+
+    /// Queues a data frame (Fragment or Hprof). Never blocks on the network.
+    pub fn send(&self, kind: FrameKind, body: &[u8]) {
+        let mut state = lock(&self.shared.state);
+        queue_data(&mut state, kind, body);
+        drop(state);
+        self.shared.changed.notify_all();
+    }
+
+    /// Sends a command's reply.
+    pub fn reply(&self, reply: &Reply) {
+        lock(&self.shared.state)
+            .control
+            .push_back(encode(FrameKind::Reply, &reply.encode()));
+        self.shared.changed.notify_all();
+    }
+
+    /// Says goodbye and waits, at most `patience`, for the collector to acknowledge everything;
+    /// then stops. Returns whether everything was acknowledged.
+    pub fn finish(&self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        let mut state = lock(&self.shared.state);
+        let goodbye = state.next_sequence;
+        queue_data(&mut state, FrameKind::Goodbye, &[]);
+        self.shared.changed.notify_all();
+        while state.acked < goodbye {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .shared
+                .changed
+                .wait_timeout(state, left.min(POLL))
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .0;
+        }
+        let done = state.acked >= goodbye;
+        if !done {
+            eprintln!(
+                "openprof: the collector did not acknowledge the last {} frames in time; they are lost",
+                state.queue.len()
+            );
+        }
+        state.stopping = true;
+        self.shared.changed.notify_all();
+        done
+    }
+}
+
+/// Appends a data frame, dropping the oldest while the queue is over its bound.
+fn queue_data(state: &mut NetState, kind: FrameKind, body: &[u8]) {
+    let sequence = state.next_sequence;
+    state.next_sequence += 1;
+    let frame = encode(kind, &wire::with_sequence(sequence, body));
+    state.queued_bytes += frame.len();
+    state.queue.push_back(Queued { sequence, frame });
+    while state.queued_bytes > MAX_QUEUED_BYTES && state.queue.len() > 1 {
+        let dropped = state.queue.pop_front().expect("more than one queued");
+        state.queued_bytes -= dropped.frame.len();
+        let loss = &mut state.loss;
+        if loss.frames == 0 {
+            loss.first_sequence = dropped.sequence;
+        }
+        loss.frames += 1;
+        loss.bytes += dropped.frame.len() as u64;
+        loss.last_sequence = dropped.sequence;
+    }
+}
+
+/// The connection thread: connect, serve until the connection fails, back off, again.
+fn run(shared: &Shared, config: &NetConfig) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if lock(&shared.state).stopping {
+            return;
+        }
+        let outcome = connect(config).and_then(|stream| serve(shared, config, stream));
+        {
+            let mut state = lock(&shared.state);
+            if std::mem::take(&mut state.connected) {
+                // It worked for a while: reconnect quickly.
+                backoff = Duration::from_millis(50);
+            }
+            match outcome {
+                Ok(Finished) => return,
+                Err(problem) => {
+                    if state.last_problem.as_deref() != Some(problem.as_str()) {
+                        eprintln!(
+                            "openprof: collector {}:{}: {problem}; retrying",
+                            config.host, config.port
+                        );
+                        state.last_problem = Some(problem);
+                    }
+                }
+            }
+            if state.stopping {
+                return;
+            }
+            let _ = shared.changed.wait_timeout(state, backoff);
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+trait Connection: Read + Write + Send {}
+impl<T: Read + Write + Send> Connection for T {}
+
+fn connect(config: &NetConfig) -> Result<Box<dyn Connection>, String> {
+    let address = (config.host.as_str(), config.port)
+        .to_socket_addrs()
+        .map_err(|error| format!("can't resolve: {error}"))?
+        .next()
+        .ok_or("the name resolves to no address")?;
+    let socket = TcpStream::connect_timeout(&address, Duration::from_secs(5))
+        .map_err(|error| format!("can't connect: {error}"))?;
+    let _ = socket.set_nodelay(true);
+    socket
+        .set_read_timeout(Some(POLL))
+        .map_err(|error| error.to_string())?;
+    match &config.tls {
+        None => Ok(Box::new(socket)),
+        Some(tls) => {
+            let name =
+                ServerName::try_from(config.host.clone()).map_err(|error| error.to_string())?;
+            let client = rustls::ClientConnection::new(tls.clone(), name)
+                .map_err(|error| format!("TLS: {error}"))?;
+            Ok(Box::new(rustls::StreamOwned::new(client, socket)))
+        }
+    }
+}
+
+/// Goodbye acknowledged, or the agent is stopping.
+struct Finished;
+
+fn is_timeout(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+/// Reads what has arrived (waiting at most one poll interval) into `buffer`.
+fn read_some(stream: &mut dyn Connection, buffer: &mut FrameBuffer) -> Result<(), String> {
+    let mut chunk = [0u8; 16 * 1024];
+    match stream.read(&mut chunk) {
+        Ok(0) => Err("the collector closed the connection".into()),
+        Ok(read) => {
+            buffer.push(&chunk[..read]);
+            Ok(())
+        }
+        Err(error) if is_timeout(&error) => Ok(()),
+        Err(error) => Err(format!("reading: {error}")),
+    }
+}
+
+fn serve(
+    shared: &Shared,
+    config: &NetConfig,
+    mut stream: Box<dyn Connection>,
+) -> Result<Finished, String> {
+    let write_error = |error: io::Error| format!("writing: {error}");
+    stream
+        .write_all(&encode(FrameKind::Hello, &wire::to_json(&config.hello)))
+        .and_then(|()| stream.flush())
+        .map_err(write_error)?;
+    let mut buffer = FrameBuffer::default();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let welcome: Welcome = loop {
+        if let Some(frame) = buffer.next_frame().map_err(|error| error.to_string())? {
+            match frame.kind {
+                FrameKind::Welcome => {
+                    break wire::parse_json(frame.kind, &frame.payload)
+                        .map_err(|error| error.to_string())?
+                }
+                FrameKind::Refused => {
+                    return Err(format!(
+                        "refused: {}",
+                        String::from_utf8_lossy(&frame.payload)
+                    ))
+                }
+                other => return Err(format!("answered the hello with {other:?}")),
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("no answer to the hello".into());
+        }
+        read_some(stream.as_mut(), &mut buffer)?;
+    };
+    {
+        let mut state = lock(&shared.state);
+        state.connected = true;
+        state.last_problem = None;
+        acknowledge(&mut state, welcome.resume_after);
+        state.sent_up_to = welcome.resume_after;
+        state.control.clear();
+    }
+    shared.changed.notify_all();
+    loop {
+        // What to write, taken under the lock and written outside it.
+        let (control, data, finished) = {
+            let mut state = lock(&shared.state);
+            if state.loss.frames > 0 {
+                let loss = std::mem::take(&mut state.loss);
+                eprintln!(
+                    "openprof: {} frames ({} bytes) were dropped while the collector was slow or away",
+                    loss.frames, loss.bytes
+                );
+                queue_data(&mut state, FrameKind::Loss, &wire::to_json(&loss));
+            }
+            let control: Vec<Vec<u8>> = state.control.drain(..).collect();
+            let mut data = Vec::new();
+            let mut bytes = 0;
+            let sent_up_to = state.sent_up_to;
+            for queued in state
+                .queue
+                .iter()
+                .filter(|queued| queued.sequence > sent_up_to)
+            {
+                if bytes > 1 << 20 {
+                    break;
+                }
+                bytes += queued.frame.len();
+                data.push((queued.sequence, queued.frame.clone()));
+            }
+            if let Some((last, _)) = data.last() {
+                state.sent_up_to = *last;
+            }
+            // `finish` sets stopping once the goodbye is acknowledged, or it gave up waiting.
+            (control, data, state.stopping)
+        };
+        if finished {
+            return Ok(Finished);
+        }
+        for frame in control.iter().chain(data.iter().map(|(_, frame)| frame)) {
+            stream.write_all(frame).map_err(write_error)?;
+        }
+        if !control.is_empty() || !data.is_empty() {
+            stream.flush().map_err(write_error)?;
+        }
+        read_some(stream.as_mut(), &mut buffer)?;
+        while let Some(frame) = buffer.next_frame().map_err(|error| error.to_string())? {
+            handle(shared, frame)?;
+        }
+    }
+}
+
+fn acknowledge(state: &mut NetState, sequence: u64) {
+    state.acked = state.acked.max(sequence);
+    while state
+        .queue
+        .front()
+        .is_some_and(|queued| queued.sequence <= sequence)
+    {
+        let done = state.queue.pop_front().expect("front exists");
+        state.queued_bytes -= done.frame.len();
+    }
+}
+
+fn handle(shared: &Shared, frame: wire::Frame) -> Result<(), String> {
+    let fault = |error: wire::WireError| error.to_string();
+    match frame.kind {
+        FrameKind::Ack => {
+            let sequence = wire::decode_u64(frame.kind, &frame.payload).map_err(fault)?;
+            acknowledge(&mut lock(&shared.state), sequence);
+            shared.changed.notify_all();
+        }
+        FrameKind::Ping => {
+            let (number, _collector_ns) =
+                wire::decode_pair(frame.kind, &frame.payload).map_err(fault)?;
+            let pong = encode(FrameKind::Pong, &wire::encode_pair(number, now_ns()));
+            lock(&shared.state).control.push_back(pong);
+        }
+        FrameKind::Command => match Command::decode(&frame.payload) {
+            Ok((serial, command)) => match lock(&shared.handler).as_ref() {
+                Some(handler) => handler(serial, command),
+                None => lock(&shared.state).control.push_back(encode(
+                    FrameKind::Reply,
+                    &Reply {
+                        serial,
+                        ok: false,
+                        message: "the agent is not ready for commands yet".into(),
+                    }
+                    .encode(),
+                )),
+            },
+            Err(error) => {
+                // The serial is readable even when the rest is not.
+                let serial = frame
+                    .payload
+                    .get(1..5)
+                    .map(|bytes| u32::from_be_bytes(bytes.try_into().expect("4 bytes")))
+                    .unwrap_or(0);
+                lock(&shared.state).control.push_back(encode(
+                    FrameKind::Reply,
+                    &Reply {
+                        serial,
+                        ok: false,
+                        message: error.to_string(),
+                    }
+                    .encode(),
+                ));
+            }
+        },
+        FrameKind::Refused => {
+            return Err(format!(
+                "closed by the collector: {}",
+                String::from_utf8_lossy(&frame.payload)
+            ))
+        }
+        other => return Err(format!("the collector sent an unexpected {other:?} frame")),
+    }
+    Ok(())
+}
+
+/// The hello of this agent.
+pub fn hello(agent_id: Uuid, token: String, format: &str, options: String) -> Hello {
+    Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Agent,
+        token,
+        agent_id: Some(agent_id),
+        hostname: crate::tracer::hostname(),
+        pid: std::process::id(),
+        format: format.into(),
+        options,
+    }
+}
+
+/// The buffer in front of a [`Sink`]: large enough that HPROF output goes to the collector in
+/// frames of a useful size.
+pub const SINK_BUFFER: usize = 256 << 10;
+
+/// Where HPROF output goes: its file, or the collector as Hprof frames.
+pub enum Sink {
+    File(std::fs::File),
+    Net(Arc<NetSink>),
+}
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        match self {
+            Sink::File(file) => file.write(bytes),
+            Sink::Net(net) => {
+                net.send(FrameKind::Hprof, bytes);
+                Ok(bytes.len())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sink::File(file) => file.flush(),
+            Sink::Net(_) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The collector's commands: `serve`, `control`, `ls`, `export`, `replay`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use openprof_collector::replay::{replay, ReplayPlan};
+use openprof_collector::server::{parse_command, send_control, Server, ServerConfig};
+use openprof_collector::store::sqlite::SqliteStore;
+use openprof_collector::store::{ExportOptions, Store};
+use openprof_format::wire::ControlRequest;
+use uuid::Uuid;
+
+/// The shared token, from the command line, a file or $OPENPROF_TOKEN.
+#[derive(Args, Clone, Debug)]
+pub struct TokenArgs {
+    /// The shared token (prefer --token-file or $OPENPROF_TOKEN: a command line is visible to
+    /// every user of the machine).
+    #[arg(long, env = "OPENPROF_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A file whose first line is the token.
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<PathBuf>,
+}
+
+impl TokenArgs {
+    fn value(&self) -> Result<String> {
+        match (&self.token, &self.token_file) {
+            (Some(token), _) if !token.is_empty() => Ok(token.clone()),
+            (_, Some(file)) => {
+                let text = std::fs::read_to_string(file)
+                    .with_context(|| format!("can't read --token-file {}", file.display()))?;
+                let token = text.lines().next().unwrap_or("").trim().to_string();
+                if token.is_empty() {
+                    bail!("--token-file {} is empty", file.display());
+                }
+                Ok(token)
+            }
+            _ => bail!(
+                "a token is needed: --token, --token-file or $OPENPROF_TOKEN (agents give it with token=)"
+            ),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen. Loopback by default: give an outside address on purpose.
+    #[arg(long, default_value = "127.0.0.1:7911")]
+    listen: SocketAddr,
+    /// The store's directory (created if missing).
+    #[arg(long, default_value = "openprof-store")]
+    store: PathBuf,
+    #[command(flatten)]
+    token: TokenArgs,
+    /// TLS: the collector's certificate chain (PEM); agents then need tlsca=.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Milliseconds between heartbeats (clock samples) to each agent.
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_ms: u64,
+    /// Seconds an agent has to answer a command.
+    #[arg(long, default_value_t = 120)]
+    command_timeout: u64,
+}
+
+pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    let token = args.token.value()?;
+    let store = SqliteStore::open(&args.store)
+        .with_context(|| format!("can't open the store {}", args.store.display()))?;
+    let mut config = ServerConfig::new(token);
+    config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
+    config.command_timeout = Duration::from_secs(args.command_timeout.max(1));
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(openprof_collector::tls::server_config(cert, key)?);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("can't start the runtime")?;
+    runtime.block_on(async move {
+        let server = Server::start(args.listen, config, Arc::new(store))
+            .await
+            .with_context(|| format!("can't listen on {}", args.listen))?;
+        // The address on stdout, so that scripts and tests can find an ephemeral port.
+        println!("openprof collector listening on {}", server.local_addr);
+        let terminate = async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .expect("SIGTERM can be watched");
+            term.recv().await;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate => {}
+        }
+        server.shutdown().await;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct ControlArgs {
+    /// The collector.
+    #[arg(long, default_value = "127.0.0.1:7911")]
+    collector: String,
+    #[command(flatten)]
+    token: TokenArgs,
+    /// The agent (its agentId, as `openprof ls` shows); all connected agents if left out.
+    #[arg(long)]
+    agent: Option<Uuid>,
+    /// For cpu-sampling-on/off: the thread's serial number (as the output numbers threads);
+    /// 0 for all threads.
+    #[arg(long, default_value_t = 0)]
+    thread: u64,
+    /// For alloc-sites and cpu-samples: the output cutoff ratio.
+    #[arg(long, default_value_t = 0.0)]
+    cutoff: f32,
+    /// gc, dump-heap, alloc-sites, heap-summary, exit, dump-traces, cpu-samples,
+    /// alloc-traces-on, alloc-traces-off, cpu-sampling-on, cpu-sampling-off,
+    /// clear-cpu-samples, depth N, trace-start, trace-end, filter BLOCK, snapshot NAME.
+    command: String,
+    /// The command's argument (depth, filter block, snapshot name).
+    argument: Option<String>,
+}
+
+pub fn control(args: ControlArgs) -> Result<ExitCode> {
+    let token = args.token.value()?;
+    let command = parse_command(
+        &args.command,
+        args.argument.as_deref(),
+        args.thread,
+        args.cutoff,
+    )
+    .map_err(anyhow::Error::msg)?;
+    let request = ControlRequest {
+        agent: args.agent,
+        command,
+    };
+    let response = send_control(&args.collector, &token, &request).map_err(anyhow::Error::msg)?;
+    if let Some(error) = response.error {
+        bail!("{error}");
+    }
+    let mut failed = false;
+    for reply in &response.replies {
+        let status = if reply.ok { "ok" } else { "FAILED" };
+        println!("{} {status}: {}", reply.agent, reply.message);
+        failed |= !reply.ok;
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn open_store(dir: &Path) -> Result<SqliteStore> {
+    if !dir.join("catalog.sqlite").exists() {
+        bail!(
+            "{} is not an openprof store (no catalog.sqlite)",
+            dir.display()
+        );
+    }
+    SqliteStore::open(dir).with_context(|| format!("can't open the store {}", dir.display()))
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// The store's directory.
+    #[arg(long, default_value = "openprof-store")]
+    store: PathBuf,
+}
+
+pub fn ls(args: LsArgs) -> Result<ExitCode> {
+    let store = open_store(&args.store)?;
+    let catalog = store.catalog()?;
+    for node in &catalog.nodes {
+        println!("node {} {}", node.node, node.hostname);
+        for process in catalog.processes.iter().filter(|p| p.node == node.node) {
+            println!(
+                "  process {} pid {} {}",
+                process.process,
+                process.pid,
+                process.name.as_deref().unwrap_or("")
+            );
+            for agent in catalog
+                .agents
+                .iter()
+                .filter(|a| a.process == Some(process.process))
+            {
+                print_agent(agent, &catalog, "    ");
+            }
+        }
+    }
+    let orphans: Vec<_> = catalog
+        .agents
+        .iter()
+        .filter(|agent| {
+            agent
+                .process
+                .is_none_or(|process| !catalog.processes.iter().any(|p| p.process == process))
+        })
+        .collect();
+    if !orphans.is_empty() {
+        println!("agents without a process element (HPROF output, or not yet arrived):");
+        for agent in orphans {
+            print_agent(agent, &catalog, "  ");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_agent(
+    agent: &openprof_collector::store::AgentEntry,
+    catalog: &openprof_collector::store::Catalog,
+    indent: &str,
+) {
+    let clock = agent
+        .clock
+        .map(|clock| {
+            format!(
+                ", clock offset {:+.3} ms ± {:.3} ms ({} samples)",
+                clock.offset_ns as f64 / 1e6,
+                clock.error_ns as f64 / 1e6,
+                clock.samples
+            )
+        })
+        .unwrap_or_default();
+    let lost = if agent.lost_frames > 0 {
+        format!(
+            ", LOST {} frames ({} bytes)",
+            agent.lost_frames, agent.lost_bytes
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "{indent}agent {} pid {} on {} format={}: {} frames, {} bytes{}{}{}",
+        agent.agent,
+        agent.pid,
+        agent.hostname,
+        agent.format,
+        agent.frames,
+        agent.bytes,
+        clock,
+        lost,
+        if agent.finished { ", finished" } else { "" }
+    );
+    for trace in catalog.traces.iter().filter(|t| t.agent == agent.agent) {
+        let gaps = if trace.gaps.is_empty() {
+            String::new()
+        } else {
+            let ranges: Vec<String> = trace
+                .gaps
+                .iter()
+                .map(|(first, last)| format!("{first}-{last}"))
+                .collect();
+            format!(", GAPS {}", ranges.join(" "))
+        };
+        println!(
+            "{indent}  trace {}: {} elements, {} duplicates dropped{}{}",
+            trace.trace,
+            trace.elements,
+            trace.duplicates,
+            gaps,
+            if trace.ended { ", ended" } else { ", open" }
+        );
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// The trace's id (as `openprof ls` shows), or with --agent an agent's id.
+    id: Uuid,
+    /// The store's directory.
+    #[arg(long, default_value = "openprof-store")]
+    store: PathBuf,
+    /// Write to this file instead of standard output.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Shift every time onto the collector's clock (by the agent's measured offset).
+    #[arg(long)]
+    align_clock: bool,
+    /// ID is an agent: write its HPROF output (format=a or b) exactly as received.
+    #[arg(long)]
+    agent: bool,
+}
+
+pub fn export(args: ExportArgs) -> Result<ExitCode> {
+    let store = open_store(&args.store)?;
+    let mut out: Box<dyn std::io::Write> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("can't write {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    if args.agent {
+        store.replay_agent(args.id, &mut |kind, _sequence, body| {
+            if kind == openprof_format::wire::FrameKind::Hprof {
+                out.write_all(body)?;
+            }
+            Ok(())
+        })?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let summary = store.export_trace(
+        args.id,
+        ExportOptions {
+            align_clock: args.align_clock,
+        },
+        &mut out,
+    )?;
+    out.flush()?;
+    if !summary.gaps.is_empty() {
+        eprintln!(
+            "openprof: trace {} has {} gaps in its collation values; the document lacks those elements",
+            args.id,
+            summary.gaps.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A recorded trace (format=x document or fragments).
+    file: PathBuf,
+    /// The collector.
+    #[arg(long, default_value = "127.0.0.1:7911")]
+    collector: String,
+    #[command(flatten)]
+    token: TokenArgs,
+    /// Elements per fragment frame.
+    #[arg(long, default_value_t = 256)]
+    elements_per_fragment: usize,
+    /// Shuffle the elements with this seed.
+    #[arg(long)]
+    shuffle: Option<u64>,
+    /// Send every N-th fragment twice.
+    #[arg(long, default_value_t = 0)]
+    duplicate_every: usize,
+}
+
+pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
+    let token = args.token.value()?;
+    let recording =
+        std::fs::read(&args.file).with_context(|| format!("can't read {}", args.file.display()))?;
+    let plan = ReplayPlan {
+        elements_per_fragment: args.elements_per_fragment,
+        shuffle: args.shuffle,
+        duplicate_every: args.duplicate_every,
+    };
+    let report = replay(&args.collector, &token, &recording, &plan).map_err(anyhow::Error::msg)?;
+    let seconds = report.elapsed.as_secs_f64().max(1e-9);
+    let percentile = |p: f64| {
+        report
+            .ack_delays
+            .get(((report.ack_delays.len() as f64 - 1.0) * p) as usize)
+            .map(|delay| delay.as_secs_f64() * 1000.0)
+            .unwrap_or(0.0)
+    };
+    println!(
+        "replayed as agent {}: {} elements in {} frames, {} bytes, {:.3} s: {:.0} elements/s, {:.1} MB/s; acknowledged after p50 {:.1} ms, p99 {:.1} ms",
+        report.agent,
+        report.elements,
+        report.frames,
+        report.bytes,
+        seconds,
+        report.elements as f64 / seconds,
+        report.bytes as f64 / seconds / 1e6,
+        percentile(0.5),
+        percentile(0.99)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,574 @@
+//! `openprof serve` with real JVMs streaming to it over loopback: the hierarchy of three agents,
+//! a collector killed and restarted mid-stream, a shuffled replay with duplicates, malformed
+//! frames, tokens, and commands that change a running agent.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use openprof_format::trace::reader::read_all;
+use openprof_format::trace::TraceElement;
+use openprof_format::wire::{self, FrameKind, Hello, Role, PROTOCOL_VERSION};
+use openprof_testkit::{java_command, wait_with_limit, workspace_root};
+
+const TOKEN: &str = "test-token-4d1f";
+
+fn openprof(args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start openprof");
+    wait_with_limit(child, Duration::from_secs(120))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `openprof serve` as a child process, so that it can be killed for real.
+struct Collector {
+    child: Child,
+    address: String,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Collector {
+    fn start(store: &Path, listen: &str) -> Collector {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_openprof"))
+            .args([
+                "serve",
+                "--heartbeat-ms",
+                "100",
+                "--listen",
+                listen,
+                "--store",
+            ])
+            .arg(store)
+            .env("OPENPROF_TOKEN", TOKEN)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start openprof serve");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        let address = line
+            .trim()
+            .strip_prefix("openprof collector listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_string();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
+                sink.lock().unwrap().push_str(&line);
+                line.clear();
+            }
+        });
+        Collector {
+            child,
+            address,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ls(store: &Path) -> String {
+    let output = openprof(&["ls", "--store", store.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    text(&output.stdout)
+}
+
+/// The trace ids `openprof ls` lists.
+fn trace_ids(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("trace "))
+        .map(|rest| rest.split(':').next().unwrap().to_string())
+        .collect()
+}
+
+fn export(store: &Path, trace: &str, into: &Path) -> Vec<u8> {
+    let output = openprof(&[
+        "export",
+        trace,
+        "--store",
+        store.to_str().unwrap(),
+        "-o",
+        into.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    std::fs::read(into).unwrap()
+}
+
+fn xmllint(file: &Path) {
+    let output = Command::new("xmllint")
+        .args(["--noout", "--dtdvalid"])
+        .arg(workspace_root().join("docs/trace.dtd"))
+        .arg(file)
+        .output()
+        .expect("xmllint");
+    assert!(
+        output.status.success(),
+        "xmllint on {}: {}",
+        file.display(),
+        text(&output.stderr)
+    );
+}
+
+fn validate(file: &Path) {
+    let output = openprof(&["validate", file.to_str().unwrap()]);
+    assert!(
+        output.status.success(),
+        "openprof validate {}: {}{}",
+        file.display(),
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// How often the document's methodCount says `name` was entered.
+fn method_count(document: &[u8], name: &str) -> Option<u64> {
+    let elements: Vec<TraceElement> = read_all(document).collect::<Result<_, _>>().unwrap();
+    let mut names = HashMap::new();
+    for element in &elements {
+        if let TraceElement::MethodDef(def) = element {
+            names.insert(def.method_id, def.name.clone());
+        }
+    }
+    elements.iter().find_map(|element| match element {
+        TraceElement::MethodCount(count)
+            if names.get(&count.method_id_ref).and_then(|n| n.as_deref()) == Some(name) =>
+        {
+            count.count
+        }
+        _ => None,
+    })
+}
+
+fn agent_options(address: &str, extra: &str) -> String {
+    format!("net={address},token={TOKEN},{extra}")
+}
+
+/// Starts a JVM running Ticker for `seconds` with the agent streaming to `address`.
+fn ticker(address: &str, seconds: &str) -> (Child, PathBuf) {
+    let options = agent_options(address, "format=x,cpu=times,filter=+Ticker");
+    let (mut command, dir) = java_command(Some(&options), "Ticker", &[seconds]);
+    (command.spawn().expect("start java"), dir)
+}
+
+fn calls_printed(output: &Output) -> u64 {
+    text(&output.stdout)
+        .lines()
+        .find_map(|line| line.strip_prefix("calls="))
+        .unwrap_or_else(|| panic!("no calls= line: {}", text(&output.stderr)))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn three_jvms_stream_to_one_collector_and_each_trace_exports_valid() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let runs: Vec<_> = ["1", "1.5", "2"]
+        .iter()
+        .map(|seconds| ticker(&collector.address, seconds))
+        .collect();
+    let mut calls = Vec::new();
+    for (child, _) in runs {
+        let output = wait_with_limit(child, Duration::from_secs(120));
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        calls.push(calls_printed(&output));
+    }
+    let listing = ls(store.path());
+    assert_eq!(listing.matches("agent ").count(), 3, "{listing}");
+    assert_eq!(listing.matches("process ").count(), 3, "{listing}");
+    // One machine: the three processes hang under one node.
+    assert_eq!(listing.matches("node ").count(), 1, "{listing}");
+    assert_eq!(listing.matches(", finished").count(), 3, "{listing}");
+    assert!(!listing.contains("GAPS"), "{listing}");
+    assert!(!listing.contains("LOST"), "{listing}");
+    assert!(listing.contains("clock offset"), "{listing}");
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 3, "{listing}");
+    let mut counted = Vec::new();
+    for trace in traces {
+        let file = store.path().join(format!("{trace}.xml"));
+        let document = export(store.path(), &trace, &file);
+        xmllint(&file);
+        validate(&file);
+        counted.push(method_count(&document, "work").expect("a methodCount for work()"));
+    }
+    // Ground truth: each exported trace counts exactly the calls its JVM made.
+    calls.sort_unstable();
+    counted.sort_unstable();
+    assert_eq!(counted, calls);
+    drop(collector);
+}
+
+#[test]
+fn a_collector_killed_mid_stream_loses_nothing_it_acknowledged() {
+    let store = tempfile::tempdir().unwrap();
+    let first = Collector::start(store.path(), "127.0.0.1:0");
+    let address = first.address.clone();
+    let (mut child, _dir) = ticker(&address, "6");
+    openprof_testkit::wait_until_ready(&mut child);
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = ls(store.path());
+    first.kill();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The JVM runs on without its collector, then gets it back on the same address.
+    let second = Collector::start(store.path(), &address);
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_printed(&output);
+    let listing = ls(store.path());
+    assert!(
+        before.contains("trace "),
+        "data was stored before the kill: {before}"
+    );
+    assert!(
+        listing.contains(", finished"),
+        "{listing}\n{}",
+        second.log()
+    );
+    assert!(!listing.contains("GAPS"), "{listing}");
+    assert!(!listing.contains("LOST"), "{listing}");
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = store.path().join("trace.xml");
+    let document = export(store.path(), &traces[0], &file);
+    xmllint(&file);
+    validate(&file);
+    assert_eq!(method_count(&document, "work"), Some(calls));
+    assert!(
+        second.log().contains("resuming after sequence"),
+        "{}",
+        second.log()
+    );
+}
+
+#[test]
+fn a_shuffled_replay_with_duplicates_stores_the_original_trace() {
+    // A recorded trace: Ticker traced to a file.
+    let (mut command, dir) = java_command(
+        Some("format=x,cpu=times,filter=+Ticker,file=trace.xml"),
+        "Ticker",
+        &["0.5"],
+    );
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let recording = dir.join("trace.xml");
+    let original = std::fs::read(&recording).unwrap();
+
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let replayed = openprof(&[
+        "replay",
+        recording.to_str().unwrap(),
+        "--collector",
+        &collector.address,
+        "--token",
+        TOKEN,
+        "--shuffle",
+        "7",
+        "--duplicate-every",
+        "3",
+        "--elements-per-fragment",
+        "40",
+    ]);
+    assert!(replayed.status.success(), "{}", text(&replayed.stderr));
+    let listing = ls(store.path());
+    assert!(!listing.contains("GAPS"), "{listing}");
+    assert!(
+        !listing.contains(" 0 duplicates"),
+        "duplicates were sent: {listing}"
+    );
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let exported = export(store.path(), &traces[0], &store.path().join("out.xml"));
+    assert!(
+        exported == original,
+        "the stored trace differs from the recording ({} vs {} bytes)",
+        exported.len(),
+        original.len()
+    );
+}
+
+/// A raw connection that says hello as an agent.
+fn raw_agent(address: &str, token: &str) -> (TcpStream, wire::Frame) {
+    let mut socket = TcpStream::connect(address).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Agent,
+        token: token.into(),
+        agent_id: Some(uuid::Uuid::new_v4()),
+        hostname: "test".into(),
+        pid: 1,
+        format: "x".into(),
+        options: String::new(),
+    };
+    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).unwrap();
+    let answer = wire::read_frame(&mut socket).unwrap().unwrap();
+    (socket, answer)
+}
+
+/// Reads frames until the collector refuses (and closes); returns the reason.
+fn refusal(socket: &mut TcpStream) -> String {
+    loop {
+        match wire::read_frame(socket) {
+            Ok(Some(frame)) if frame.kind == FrameKind::Refused => return text(&frame.payload),
+            Ok(Some(_)) => continue,
+            other => panic!("no refusal, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn malformed_frames_close_only_their_own_connection() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let (mut healthy, _dir) = ticker(&collector.address, "3");
+    openprof_testkit::wait_until_ready(&mut healthy);
+
+    let (mut socket, answer) = raw_agent(&collector.address, TOKEN);
+    assert_eq!(answer.kind, FrameKind::Welcome);
+    wire::write_frame(
+        &mut socket,
+        FrameKind::Fragment,
+        &wire::with_sequence(1, b"<threadStart threadId=\"1\"><oops></threadStart>"),
+    )
+    .unwrap();
+    let reason = refusal(&mut socket);
+    assert!(reason.contains("fragment 1 is malformed"), "{reason}");
+
+    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    socket.write_all(&[99, 0, 0, 0, 0]).unwrap();
+    let reason = refusal(&mut socket);
+    assert!(reason.contains("frame kind 99 is unknown"), "{reason}");
+
+    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    socket.write_all(&[4, 0x7f, 0, 0, 0]).unwrap();
+    let reason = refusal(&mut socket);
+    assert!(reason.contains("longer than"), "{reason}");
+
+    // A frame cut short by a vanishing peer.
+    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    socket.write_all(&[4, 0, 0, 1, 0, 1, 2]).unwrap();
+    drop(socket);
+
+    let output = wait_with_limit(healthy, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_printed(&output);
+    let log = collector.log();
+    assert!(log.contains("fragment 1 is malformed"), "logged: {log}");
+    assert!(log.contains("frame kind 99 is unknown"), "logged: {log}");
+    let listing = ls(store.path());
+    let traces = trace_ids(&listing);
+    assert_eq!(
+        traces.len(),
+        1,
+        "only the healthy agent has a trace: {listing}"
+    );
+    let file = store.path().join("healthy.xml");
+    let document = export(store.path(), &traces[0], &file);
+    validate(&file);
+    assert_eq!(method_count(&document, "work"), Some(calls));
+}
+
+#[test]
+fn a_wrong_or_missing_token_is_refused_and_never_logged() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    for token in ["wrong-token-xyz", ""] {
+        let (mut socket, answer) = raw_agent(&collector.address, token);
+        assert_eq!(answer.kind, FrameKind::Refused);
+        assert!(text(&answer.payload).contains("wrong or missing token"));
+        let mut rest = Vec::new();
+        let _ = socket.read_to_end(&mut rest);
+    }
+    // A control client with a wrong token can't run a command.
+    let output = openprof(&[
+        "control",
+        "--collector",
+        &collector.address,
+        "--token",
+        "wrong-token-xyz",
+        "gc",
+    ]);
+    assert!(!output.status.success());
+    assert!(text(&output.stderr).contains("wrong or missing token"));
+
+    // A JVM with the wrong token runs to its end unharmed and says why nothing was sent.
+    let options = format!(
+        "net={},token=wrong-token-xyz,format=x,cpu=times,filter=+Ticker",
+        collector.address
+    );
+    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["0.5"]);
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("wrong or missing token"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(trace_ids(&ls(store.path())).is_empty());
+    let log = collector.log();
+    assert!(log.contains("wrong or missing token"), "{log}");
+    assert!(
+        !log.contains("wrong-token-xyz") && !log.contains(TOKEN),
+        "{log}"
+    );
+    // Nor is the right one stored anywhere.
+    for entry in walk(store.path()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()),
+            "{} holds the token",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+fn control(address: &str, args: &[&str]) -> Output {
+    let mut all = vec!["control", "--collector", address, "--token", TOKEN];
+    all.extend_from_slice(args);
+    openprof(&all)
+}
+
+/// Sends a command until an agent is there to take it.
+fn control_when_connected(address: &str, args: &[&str]) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let output = control(address, args);
+        if output.status.success() || Instant::now() > deadline {
+            return output;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn commands_change_a_running_agent_and_the_data_shows_it() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(&collector.address, "cpu=samples,interval=1,depth=8");
+    let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["6"]);
+    let child = command.spawn().unwrap();
+
+    let depth = control_when_connected(&collector.address, &["depth", "2"]);
+    assert!(
+        depth.status.success(),
+        "{}{}",
+        text(&depth.stdout),
+        text(&depth.stderr)
+    );
+    assert!(text(&depth.stdout).contains("ok: stack depth 2"));
+    // Counts from before the change go; what is counted from now on is at most two deep.
+    let clear = control(&collector.address, &["clear-cpu-samples"]);
+    assert!(clear.status.success(), "{}", text(&clear.stderr));
+    std::thread::sleep(Duration::from_secs(1));
+    let dump = control(&collector.address, &["cpu-samples"]);
+    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    let off = control(&collector.address, &["cpu-sampling-off"]);
+    assert!(off.status.success(), "{}", text(&off.stderr));
+    std::thread::sleep(Duration::from_secs(1));
+    let quiet = control(&collector.address, &["cpu-samples"]);
+    assert!(quiet.status.success(), "{}", text(&quiet.stderr));
+    // A bad command gets a clear error, and the agent carries on.
+    let deeper = control(&collector.address, &["depth", "50"]);
+    assert!(!deeper.status.success());
+    assert!(
+        text(&deeper.stdout).contains("deeper than the depth=8"),
+        "{}",
+        text(&deeper.stdout)
+    );
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+
+    // The agent's HPROF text as stored, read with our HPROF reader.
+    let listing = ls(store.path());
+    let agent = listing
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("agent "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{listing}"))
+        .to_string();
+    let file = store.path().join("agent.hprof.txt");
+    let exported = openprof(&[
+        "export",
+        &agent,
+        "--agent",
+        "--store",
+        store.path().to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let hprof = std::fs::read_to_string(&file).unwrap();
+    let tables: Vec<&str> = hprof.split("CPU SAMPLES BEGIN (total = ").skip(1).collect();
+    assert_eq!(
+        tables.len(),
+        3,
+        "two commanded dumps and the one at exit:\n{hprof}"
+    );
+    let total = |table: &str| -> u64 { table.split(')').next().unwrap().parse().unwrap() };
+    assert!(
+        total(tables[0]) > 100,
+        "samples before sampling was turned off"
+    );
+    assert_eq!(total(tables[1]), 0, "sampling off: no samples");
+    assert_eq!(total(tables[2]), 0, "still off at exit");
+    // Every trace printed after the depth change has at most two frames.
+    let traces = hprof.split("\nTRACE ").skip(1);
+    let mut checked = 0;
+    for trace in traces {
+        let frames = trace
+            .lines()
+            .skip(1)
+            .take_while(|line| line.starts_with('\t'))
+            .count();
+        assert!(frames <= 2, "a trace deeper than 2: TRACE {trace}");
+        checked += 1;
+    }
+    assert!(checked > 0, "{hprof}");
+}

@@ -1,0 +1,193 @@
+//! A replay client: sends a recorded trace to a collector as an agent would, optionally with
+//! its elements shuffled and some sent twice, to test collation and to measure ingest.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
+use openprof_format::wire::{self, FrameKind, Hello, Role, Welcome, PROTOCOL_VERSION};
+use uuid::Uuid;
+
+use crate::scan::scan_fragment;
+
+/// How to replay.
+#[derive(Clone, Debug)]
+pub struct ReplayPlan {
+    /// Elements per fragment frame.
+    pub elements_per_fragment: usize,
+    /// Shuffle the elements with this seed.
+    pub shuffle: Option<u64>,
+    /// Send every n-th fragment a second time (0: never).
+    pub duplicate_every: usize,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug)]
+pub struct ReplayReport {
+    pub agent: Uuid,
+    pub elements: usize,
+    pub frames: usize,
+    pub bytes: usize,
+    /// From the first frame sent to the acknowledgement of the last.
+    pub elapsed: Duration,
+    /// Time from sending a frame to its acknowledgement, sorted.
+    pub ack_delays: Vec<Duration>,
+}
+
+/// The top-level elements of a recorded trace (document or fragments), as byte slices.
+pub fn recorded_elements(recording: &[u8]) -> Result<Vec<&[u8]>, String> {
+    let mut body = recording;
+    if let Some(rest) = body.strip_prefix(DOCUMENT_HEAD.as_bytes()) {
+        body = rest
+            .strip_suffix(DOCUMENT_TAIL.as_bytes())
+            .ok_or("the document does not end with </TRACE>")?;
+    }
+    let summary = scan_fragment(body)?;
+    Ok(summary
+        .elements
+        .iter()
+        .map(|element| &body[element.range.clone()])
+        .collect())
+}
+
+/// A small deterministic generator (xorshift), so that a shuffle is repeatable from its seed.
+fn shuffle<T>(items: &mut [T], seed: u64) {
+    let mut state = seed.max(1);
+    for i in (1..items.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        items.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Sends `recording` to the collector at `address` as a new agent and waits until the
+/// collector has acknowledged all of it.
+pub fn replay(
+    address: &str,
+    token: &str,
+    recording: &[u8],
+    plan: &ReplayPlan,
+) -> Result<ReplayReport, String> {
+    let mut elements = recorded_elements(recording)?;
+    if let Some(seed) = plan.shuffle {
+        shuffle(&mut elements, seed);
+    }
+    let per = plan.elements_per_fragment.max(1);
+    let mut fragments: Vec<Vec<u8>> = Vec::new();
+    for (index, chunk) in elements.chunks(per).enumerate() {
+        let mut fragment = Vec::new();
+        for element in chunk {
+            fragment.extend_from_slice(element);
+            fragment.push(b'\n');
+        }
+        if plan.duplicate_every > 0 && index % plan.duplicate_every == plan.duplicate_every - 1 {
+            fragments.push(fragment.clone());
+        }
+        fragments.push(fragment);
+    }
+    let agent = Uuid::new_v4();
+    let mut socket = TcpStream::connect(address)
+        .map_err(|error| format!("can't connect to {address}: {error}"))?;
+    let _ = socket.set_nodelay(true);
+    let io = |error: std::io::Error| format!("talking to {address}: {error}");
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Agent,
+        token: token.to_string(),
+        agent_id: Some(agent),
+        hostname: "replay".into(),
+        pid: std::process::id(),
+        format: "x".into(),
+        options: "replay".into(),
+    };
+    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).map_err(io)?;
+    let answer = wire::read_frame(&mut socket)
+        .map_err(|error| error.to_string())?
+        .ok_or("the collector closed the connection")?;
+    match answer.kind {
+        FrameKind::Welcome => {
+            let _: Welcome = wire::parse_json(answer.kind, &answer.payload)
+                .map_err(|error| error.to_string())?;
+        }
+        FrameKind::Refused => {
+            return Err(format!(
+                "refused: {}",
+                String::from_utf8_lossy(&answer.payload)
+            ))
+        }
+        other => return Err(format!("the collector answered with {other:?}")),
+    }
+    // Acknowledgements are read on a thread of their own while frames go out.
+    let mut reader = socket.try_clone().map_err(io)?;
+    let total = fragments.len() as u64 + 1;
+    let acks = std::thread::spawn(move || -> Result<Vec<(u64, Instant)>, String> {
+        let mut seen = Vec::new();
+        loop {
+            let frame = wire::read_frame(&mut reader)
+                .map_err(|error| error.to_string())?
+                .ok_or("the collector closed the connection before acknowledging everything")?;
+            match frame.kind {
+                FrameKind::Ack => {
+                    let sequence = wire::decode_u64(frame.kind, &frame.payload)
+                        .map_err(|error| error.to_string())?;
+                    seen.push((sequence, Instant::now()));
+                    if sequence >= total {
+                        return Ok(seen);
+                    }
+                }
+                FrameKind::Ping => {}
+                FrameKind::Refused => {
+                    return Err(format!(
+                        "closed by the collector: {}",
+                        String::from_utf8_lossy(&frame.payload)
+                    ))
+                }
+                other => return Err(format!("unexpected {other:?} frame")),
+            }
+        }
+    });
+    let started = Instant::now();
+    let mut sent_at = Vec::with_capacity(fragments.len() + 1);
+    let mut bytes = 0;
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, &socket);
+    for (index, fragment) in fragments.iter().enumerate() {
+        let payload = wire::with_sequence(index as u64 + 1, fragment);
+        bytes += payload.len();
+        wire::write_frame(&mut out, FrameKind::Fragment, &payload).map_err(io)?;
+        sent_at.push(Instant::now());
+    }
+    wire::write_frame(
+        &mut out,
+        FrameKind::Goodbye,
+        &wire::with_sequence(total, &[]),
+    )
+    .map_err(io)?;
+    out.flush().map_err(io)?;
+    sent_at.push(Instant::now());
+    drop(out);
+    let acked = acks
+        .join()
+        .map_err(|_| "the acknowledgement reader failed".to_string())??;
+    let elapsed = started.elapsed();
+    // Each ack covers every sequence up to it.
+    let mut ack_delays = Vec::new();
+    let mut next = 1u64;
+    for (sequence, at) in acked {
+        while next <= sequence {
+            let sent = sent_at[(next - 1) as usize];
+            ack_delays.push(at.saturating_duration_since(sent));
+            next += 1;
+        }
+    }
+    ack_delays.sort();
+    Ok(ReplayReport {
+        agent,
+        elements: elements.len(),
+        frames: fragments.len(),
+        bytes,
+        elapsed,
+        ack_delays,
+    })
+}
