@@ -66,6 +66,9 @@ struct TraceState {
 #[derive(Default)]
 struct ThreadTrace {
     thread_id: u32,
+    /// Set by ThreadEnd, which JVMTI posts on the ending thread: HotSpot still runs Java code
+    /// (shutdown hooks) on the DestroyJavaVM thread after its ThreadEnd.
+    ended: bool,
     last_ticket: u128,
     open: Vec<(usize, u128)>,
 }
@@ -172,7 +175,25 @@ fn command_line() -> Option<String> {
         .filter(|part| !part.is_empty())
         .map(|part| String::from_utf8_lossy(part).into_owned())
         .collect();
-    Some(parts.join(" "))
+    Some(redact_token(&parts.join(" ")))
+}
+
+/// The command line with the value of every `token=` option replaced: the collector's secret
+/// must not travel into traces.
+fn redact_token(command_line: &str) -> String {
+    let mut redacted = String::with_capacity(command_line.len());
+    let mut rest = command_line;
+    while let Some(at) = rest.find("token=") {
+        let value_start = at + "token=".len();
+        redacted.push_str(&rest[..value_start]);
+        redacted.push_str("(hidden)");
+        let value_end = rest[value_start..]
+            .find([',', ' '])
+            .map_or(rest.len(), |end| value_start + end);
+        rest = &rest[value_end..];
+    }
+    redacted.push_str(rest);
+    redacted
 }
 
 fn is_array_of(signature: &str) -> IsArray {
@@ -560,6 +581,7 @@ impl Tracer {
     }
 
     pub fn thread_end(&self, thread_id: u32) {
+        THREAD_TRACE.with(|trace| trace.borrow_mut().ended = true);
         let mut state = lock(&self.state);
         self.emit(
             &mut state,
@@ -583,6 +605,13 @@ impl Tracer {
                 return;
             }
         }
+        let thread_id = self.thread_id(thread);
+        if thread_id == 0 || THREAD_TRACE.with(|trace| trace.borrow().ended) {
+            // Before VMInit (the start phase) threads are not numbered yet, so no element could
+            // name its thread; the entry still counts for methodCount. Its exit finds no open
+            // entry and is left out too.
+            return;
+        }
         let time = now();
         let cpu = thread_cpu_time();
         let depth = self.jvmti.frame_count(thread).ok();
@@ -594,7 +623,6 @@ impl Tracer {
                 .local_instance(thread, 0)
                 .unwrap_or(std::ptr::null_mut())
         };
-        let thread_id = self.thread_id(thread);
         let ticket = THREAD_TRACE.with(|trace| {
             let mut trace = trace.borrow_mut();
             trace.last_ticket += 1;
@@ -642,6 +670,9 @@ impl Tracer {
     pub fn method_exit(&self, thread: jthread, method: jmethodID) {
         let ticket = THREAD_TRACE.with(|trace| {
             let mut trace = trace.borrow_mut();
+            if trace.ended {
+                return None;
+            }
             match trace.open.last() {
                 Some(&(open, ticket)) if open == method as usize => {
                     trace.open.pop();
@@ -1027,5 +1058,16 @@ impl Tracer {
         state.finished = true;
         drop(state);
         self.flush();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn tokens_are_cut_out_of_command_lines() {
+        assert_eq!(
+            super::redact_token("java -agentpath:a.so=net=h:1,token=s3cret,format=x Main token=x"),
+            "java -agentpath:a.so=net=h:1,token=(hidden),format=x Main token=(hidden)"
+        );
     }
 }

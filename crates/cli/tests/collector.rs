@@ -180,6 +180,28 @@ fn ticker(address: &str, seconds: &str) -> (Child, PathBuf) {
     (command.spawn().expect("start java"), dir)
 }
 
+/// Waits for a workload's "ready" and keeps the rest of its standard output.
+fn wait_for_ready(child: &mut Child) -> std::thread::JoinHandle<String> {
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        rest
+    })
+}
+
+fn calls_in(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("calls="))
+        .unwrap_or_else(|| panic!("no calls= line in {stdout}"))
+        .parse()
+        .unwrap()
+}
+
 fn calls_printed(output: &Output) -> u64 {
     text(&output.stdout)
         .lines()
@@ -235,7 +257,7 @@ fn a_collector_killed_mid_stream_loses_nothing_it_acknowledged() {
     let first = Collector::start(store.path(), "127.0.0.1:0");
     let address = first.address.clone();
     let (mut child, _dir) = ticker(&address, "6");
-    openprof_testkit::wait_until_ready(&mut child);
+    let stdout = wait_for_ready(&mut child);
     std::thread::sleep(Duration::from_millis(1500));
     let before = ls(store.path());
     first.kill();
@@ -244,7 +266,7 @@ fn a_collector_killed_mid_stream_loses_nothing_it_acknowledged() {
     let second = Collector::start(store.path(), &address);
     let output = wait_with_limit(child, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_printed(&output);
+    let calls = calls_in(&stdout.join().unwrap());
     let listing = ls(store.path());
     assert!(
         before.contains("trace "),
@@ -355,7 +377,7 @@ fn malformed_frames_close_only_their_own_connection() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
     let (mut healthy, _dir) = ticker(&collector.address, "3");
-    openprof_testkit::wait_until_ready(&mut healthy);
+    let stdout = wait_for_ready(&mut healthy);
 
     let (mut socket, answer) = raw_agent(&collector.address, TOKEN);
     assert_eq!(answer.kind, FrameKind::Welcome);
@@ -385,7 +407,7 @@ fn malformed_frames_close_only_their_own_connection() {
 
     let output = wait_with_limit(healthy, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_printed(&output);
+    let calls = calls_in(&stdout.join().unwrap());
     let log = collector.log();
     assert!(log.contains("fragment 1 is malformed"), "logged: {log}");
     assert!(log.contains("frame kind 99 is unknown"), "logged: {log}");
@@ -511,6 +533,9 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     assert!(dump.status.success(), "{}", text(&dump.stderr));
     let off = control(&collector.address, &["cpu-sampling-off"]);
     assert!(off.status.success(), "{}", text(&off.stderr));
+    // What was counted between the dump and the switch goes too.
+    let clear = control(&collector.address, &["clear-cpu-samples"]);
+    assert!(clear.status.success(), "{}", text(&clear.stderr));
     std::thread::sleep(Duration::from_secs(1));
     let quiet = control(&collector.address, &["cpu-samples"]);
     assert!(quiet.status.success(), "{}", text(&quiet.stderr));

@@ -336,7 +336,20 @@ async fn agent_connection(
         .map_err(|error| protocol(format!("store task failed: {error}")))??;
     info!("{peer}: {hello} connected; resuming after sequence {resume_after}");
 
-    let (mut input, mut output) = tokio::io::split(stream);
+    let (input, mut output) = tokio::io::split(stream);
+    // Frames are read by a task of their own: a read cut off by select! would lose the bytes
+    // of a frame half read.
+    let (frames_in, mut incoming_frames) = mpsc::channel::<Result<Option<wire::Frame>, Fault>>(16);
+    let reader = tokio::spawn(async move {
+        let mut input = input;
+        loop {
+            let frame = read_frame(&mut input).await;
+            let last = !matches!(frame, Ok(Some(_)));
+            if frames_in.send(frame).await.is_err() || last {
+                return;
+            }
+        }
+    });
     let (outgoing, mut to_write) = mpsc::unbounded_channel::<Vec<u8>>();
     let welcome = Welcome {
         version: PROTOCOL_VERSION,
@@ -374,11 +387,11 @@ async fn agent_connection(
     let mut last_sequence = resume_after;
     let result: Result<(), Fault> = loop {
         tokio::select! {
-            incoming = read_frame(&mut input) => {
+            incoming = incoming_frames.recv() => {
                 let frame = match incoming {
-                    Ok(Some(frame)) => frame,
-                    Ok(None) => break Ok(()),
-                    Err(fault) => break Err(fault),
+                    Some(Ok(Some(frame))) => frame,
+                    Some(Ok(None)) | None => break Ok(()),
+                    Some(Err(fault)) => break Err(fault),
                 };
                 last_heard = tokio::time::Instant::now();
                 match frame.kind {
@@ -474,6 +487,7 @@ async fn agent_connection(
     }
     drop(outgoing);
     drop(live);
+    reader.abort();
     let _ = writer.await;
     info!("{peer}: agent {agent} disconnected");
     result
