@@ -153,9 +153,14 @@ fn unbuilt_features_are_refused_not_ignored() {
         "cpu=samples,monitor=y",
         "option monitor: monitor=y in HPROF text output is not implemented yet; use format=x",
     );
+    assert_refused("cpu=samples,token=abc", "option token: token= is for net=");
     assert_refused(
-        "cpu=samples,net=localhost:9000",
-        "option net: net= is not implemented yet",
+        "cpu=samples,net=localhost:9000,token=@/nonexistent/token",
+        "option token: can't read /nonexistent/token",
+    );
+    assert_refused(
+        "cpu=samples,net=localhost:9000,tlsca=/nonexistent/ca.pem",
+        "tlsca=/nonexistent/ca.pem",
     );
     assert_refused(
         "cpu=samples,msa=y",

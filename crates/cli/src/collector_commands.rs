@@ -353,6 +353,10 @@ pub struct ReplayArgs {
     /// Send every N-th fragment twice.
     #[arg(long, default_value_t = 0)]
     duplicate_every: usize,
+    /// Replace the recording's process, agent and trace ids with fresh ones (to replay one
+    /// recording as many agents).
+    #[arg(long)]
+    fresh_ids: bool,
 }
 
 pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
@@ -363,6 +367,7 @@ pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
         elements_per_fragment: args.elements_per_fragment,
         shuffle: args.shuffle,
         duplicate_every: args.duplicate_every,
+        fresh_ids: args.fresh_ids,
     };
     let report = replay(&args.collector, &token, &recording, &plan).map_err(anyhow::Error::msg)?;
     let seconds = report.elapsed.as_secs_f64().max(1e-9);

@@ -39,6 +39,10 @@ struct Collector {
 
 impl Collector {
     fn start(store: &Path, listen: &str) -> Collector {
+        Collector::start_with(store, listen, &[])
+    }
+
+    fn start_with(store: &Path, listen: &str, extra: &[&str]) -> Collector {
         let mut child = Command::new(env!("CARGO_BIN_EXE_openprof"))
             .args([
                 "serve",
@@ -49,6 +53,7 @@ impl Collector {
                 "--store",
             ])
             .arg(store)
+            .args(extra)
             .env("OPENPROF_TOKEN", TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -596,4 +601,134 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
         checked += 1;
     }
     assert!(checked > 0, "{hprof}");
+}
+
+#[test]
+fn fifty_agents_at_once_each_get_their_own_complete_trace() {
+    let (mut command, dir) = java_command(
+        Some("format=x,cpu=times,filter=+Ticker,file=trace.xml"),
+        "Ticker",
+        &["0.2"],
+    );
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let recording = dir.join("trace.xml");
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let replays: Vec<Child> = (0..50)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_openprof"))
+                .args(["replay", recording.to_str().unwrap(), "--fresh-ids"])
+                .args(["--collector", &collector.address, "--token", TOKEN])
+                .args(["--elements-per-fragment", "100"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for replay in replays {
+        let output = wait_with_limit(replay, Duration::from_secs(120));
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    let listing = ls(store.path());
+    assert_eq!(trace_ids(&listing).len(), 50, "{listing}");
+    assert_eq!(listing.matches(", finished").count(), 50, "{listing}");
+    assert_eq!(listing.matches(", ended").count(), 50, "{listing}");
+    assert!(!listing.contains("GAPS"), "{listing}");
+    let original =
+        openprof_collector::replay::recorded_elements(&std::fs::read(&recording).unwrap())
+            .unwrap()
+            .len();
+    for trace in trace_ids(&listing).iter().step_by(10) {
+        let file = store.path().join(format!("{trace}.xml"));
+        let document = export(store.path(), trace, &file);
+        validate(&file);
+        assert_eq!(
+            openprof_collector::replay::recorded_elements(&document)
+                .unwrap()
+                .len(),
+            original
+        );
+    }
+}
+
+#[test]
+fn tls_agents_stream_and_plain_ones_are_turned_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let store = dir.path().join("store");
+    let collector = Collector::start_with(
+        &store,
+        "127.0.0.1:0",
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let port = collector.address.rsplit(':').next().unwrap().to_string();
+    let options = format!(
+        "net=localhost:{port},token={TOKEN},tlsca={},format=x,cpu=times,filter=+Ticker",
+        cert.display()
+    );
+    let (mut command, _run) = java_command(Some(&options), "Ticker", &["0.5"]);
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_printed(&output);
+    // A plain connection gets no further than the handshake.
+    let mut plain = TcpStream::connect(&collector.address).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        role: Role::Agent,
+        token: TOKEN.into(),
+        agent_id: Some(uuid::Uuid::new_v4()),
+        hostname: "plain".into(),
+        pid: 1,
+        format: "x".into(),
+        options: String::new(),
+    };
+    let _ = wire::write_frame(&mut plain, FrameKind::Hello, &wire::to_json(&hello));
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(
+        !answer.starts_with(&[FrameKind::Welcome as u8]),
+        "a plain client was welcomed"
+    );
+    let listing = ls(&store);
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = dir.path().join("tls.xml");
+    let document = export(&store, &traces[0], &file);
+    validate(&file);
+    assert_eq!(method_count(&document, "work"), Some(calls));
+    assert!(
+        collector.log().contains("TLS handshake failed"),
+        "{}",
+        collector.log()
+    );
+}
+
+#[test]
+fn a_jvm_whose_collector_never_answers_still_runs_and_exits() {
+    // A port nobody listens on: the agent retries in the background and gives up at exit.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    drop(listener);
+    let options = agent_options(&address, "format=x,cpu=times,filter=+Ticker");
+    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["0.5"]);
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(60));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(calls_printed(&output) > 0);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("can't connect"), "{stderr}");
+    assert!(stderr.contains("did not acknowledge"), "{stderr}");
 }

@@ -20,6 +20,33 @@ pub struct ReplayPlan {
     pub shuffle: Option<u64>,
     /// Send every n-th fragment a second time (0: never).
     pub duplicate_every: usize,
+    /// Give the recording's process, agent and trace fresh ids, so that one recording can be
+    /// replayed as many distinct agents.
+    pub fresh_ids: bool,
+}
+
+/// The recording with its processId, agentId and traceId replaced by fresh ones.
+fn with_fresh_ids(recording: &[u8]) -> Result<Vec<u8>, String> {
+    use openprof_format::trace::TraceElement;
+    let mut body = recording;
+    if let Some(rest) = body.strip_prefix(DOCUMENT_HEAD.as_bytes()) {
+        body = rest;
+    }
+    let body = body.strip_suffix(DOCUMENT_TAIL.as_bytes()).unwrap_or(body);
+    let mut old = Vec::new();
+    for element in scan_fragment(body)?.elements {
+        match element.hierarchy {
+            Some(TraceElement::ProcessCreate(e)) => old.push(e.process_id),
+            Some(TraceElement::AgentCreate(e)) => old.push(e.agent_id),
+            Some(TraceElement::TraceStart(e)) => old.push(e.trace_id),
+            _ => {}
+        }
+    }
+    let mut text = String::from_utf8(recording.to_vec()).map_err(|_| "not UTF-8")?;
+    for id in old {
+        text = text.replace(&id.to_string(), &Uuid::new_v4().to_string());
+    }
+    Ok(text.into_bytes())
 }
 
 /// What a replay did.
@@ -70,6 +97,13 @@ pub fn replay(
     recording: &[u8],
     plan: &ReplayPlan,
 ) -> Result<ReplayReport, String> {
+    let renamed;
+    let recording = if plan.fresh_ids {
+        renamed = with_fresh_ids(recording)?;
+        renamed.as_slice()
+    } else {
+        recording
+    };
     let mut elements = recorded_elements(recording)?;
     if let Some(seed) = plan.shuffle {
         shuffle(&mut elements, seed);
