@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use openprof_collector::scan::scan_fragment;
-use openprof_collector::store::sqlite::SqliteStore;
+use openprof_collector::store::sqlite::{SqliteOptions, SqliteStore};
 use openprof_collector::store::{
     AgentInfo, Catalog, ClockEstimate, ExportOptions, Received, Store, StoreError, TraceEntry,
 };
@@ -790,6 +790,226 @@ fn aligned_clocks_shift_times_by_the_offset() {
     );
 }
 
+#[test]
+fn the_first_received_of_a_collation_value_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let recording = recording(Uuid::new_v4(), "build-7", 50, None);
+    store.open_agent(&recording.info()).unwrap();
+    // A different element sent with collationValue 10 after the real one, in the same commit
+    // and in a later one: dropped on export, counted as duplicates.
+    let impostor = |seconds: u64| {
+        let mut element = method_event(8, recording.trace);
+        element.set_context(recording.trace, MultiPart(10));
+        if let TraceElement::MethodEntry(entry) = &mut element {
+            entry.time = Some(time(seconds, 0));
+        }
+        let mut text = String::new();
+        element.write(&mut text);
+        text.push('\n');
+        text.into_bytes()
+    };
+    let mut bodies = recording.fragments(10);
+    bodies.insert(2, impostor(1));
+    bodies.push(impostor(2));
+    let all = frames(recording.agent, 1, &bodies);
+    store.append(&all[..4]).unwrap();
+    store.append(&all[4..]).unwrap();
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+    assert_eq!(
+        trace_entry(&store.catalog().unwrap(), recording.trace).duplicates,
+        2
+    );
+}
+
+#[test]
+fn a_failed_append_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let recording = recording(Uuid::new_v4(), "build-7", 100, Some(12));
+    store.open_agent(&recording.info()).unwrap();
+    let bodies = recording.fragments(10);
+    let all = frames(recording.agent, 1, &bodies);
+    store.append(&all[..3]).unwrap();
+    let catalog = store.catalog().unwrap();
+    let segment = dir.path().join("segments/000000.zst");
+    let length = std::fs::metadata(&segment).unwrap().len();
+
+    // The block is written before the catalog finds that a summary does not fit its body.
+    let mut broken = all[3..6].to_vec();
+    broken[2].summary = all[0].summary.clone();
+    broken[2].body.truncate(10);
+    assert!(store.append(&broken).is_err());
+    assert_eq!(store.catalog().unwrap(), catalog);
+    assert_eq!(store.last_sequence(recording.agent).unwrap(), 3);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), length);
+
+    store.append(&all[3..]).unwrap();
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+    drop(store);
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+}
+
+#[test]
+fn segments_roll_over_and_reopen_across_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions {
+        segment_bytes: 4096,
+        ..SqliteOptions::default()
+    };
+    let recording = recording(Uuid::new_v4(), "build-7", 600, Some(13));
+    let bodies = recording.fragments(7);
+    let all = frames(recording.agent, 1, &bodies);
+    {
+        let store = SqliteStore::open_with(dir.path(), options).unwrap();
+        for group in all[..60].chunks(4) {
+            store.append(group).unwrap();
+        }
+    }
+    let segments = || {
+        let mut names: Vec<_> = std::fs::read_dir(dir.path().join("segments"))
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = segments();
+    assert!(before.len() > 3, "{before:?}");
+    // A torn tail on the last segment only.
+    let last = dir.path().join("segments").join(before.last().unwrap());
+    let length = std::fs::metadata(&last).unwrap().len();
+    let mut torn = std::fs::read(&last).unwrap();
+    torn.extend_from_slice(b"\x28\xb5\x2f\xfd torn");
+    std::fs::write(&last, torn).unwrap();
+
+    let store = SqliteStore::open_with(dir.path(), options).unwrap();
+    assert_eq!(std::fs::metadata(&last).unwrap().len(), length);
+    for group in all[60..].chunks(4) {
+        store.append(group).unwrap();
+    }
+    assert!(segments().len() > before.len());
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+    let mut replayed = Vec::new();
+    store
+        .replay_agent(recording.agent, &mut |_, _, body| {
+            replayed.push(body.to_vec());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(replayed, bodies);
+}
+
+#[test]
+fn a_second_opener_reads_while_the_writer_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = recording(Uuid::new_v4(), "build-7", 200, Some(14));
+    let all = frames(recording.agent, 1, &recording.fragments(20));
+    let writer = SqliteStore::open(dir.path()).unwrap();
+    assert!(!writer.is_read_only());
+    writer.open_agent(&recording.info()).unwrap();
+    writer.append(&all[..4]).unwrap();
+
+    // The writer is between writing a block and committing it.
+    let segment = dir.path().join("segments/000000.zst");
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap();
+    std::io::Write::write_all(&mut file, b"a block being committed").unwrap();
+    let length = std::fs::metadata(&segment).unwrap().len();
+
+    let reader = SqliteStore::open(dir.path()).unwrap();
+    assert!(reader.is_read_only());
+    assert_eq!(
+        std::fs::metadata(&segment).unwrap().len(),
+        length,
+        "a reader cuts nothing"
+    );
+    assert_eq!(reader.catalog().unwrap(), writer.catalog().unwrap());
+    assert!(reader.append(&all[4..5]).is_err());
+    assert!(reader.open_agent(&recording.info()).is_err());
+
+    // The reader follows the writer.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap()
+        .set_len(length - 23)
+        .unwrap();
+    writer.append(&all[4..]).unwrap();
+    assert_eq!(reader.catalog().unwrap(), writer.catalog().unwrap());
+    assert_eq!(
+        reader.last_sequence(recording.agent).unwrap(),
+        all.len() as u64
+    );
+    assert_eq!(
+        export(&reader, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+    let explicit = SqliteStore::open_read_only(dir.path()).unwrap();
+    assert!(explicit.is_read_only());
+    assert_eq!(explicit.catalog().unwrap(), writer.catalog().unwrap());
+
+    // Once the writer is gone, the next opener writes.
+    drop(writer);
+    drop(reader);
+    let next = SqliteStore::open(dir.path()).unwrap();
+    assert!(!next.is_read_only());
+    assert!(explicit.catalog().is_ok());
+
+    let empty = tempfile::tempdir().unwrap();
+    assert!(SqliteStore::open_read_only(empty.path()).is_err());
+}
+
+#[test]
+fn exports_run_while_another_thread_appends() {
+    fn shared<T: Send + Sync + 'static>() {}
+    shared::<SqliteStore>();
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let first = recording(Uuid::new_v4(), "build-7", 300, None);
+    let second = recording(first.node, "build-7", 3000, None);
+    store
+        .append(&frames(first.agent, 1, &first.fragments(50)))
+        .unwrap();
+    let writer = {
+        let store = store.clone();
+        let all = frames(second.agent, 1, &second.fragments(30));
+        std::thread::spawn(move || {
+            for group in all.chunks(2) {
+                store.append(group).unwrap();
+            }
+        })
+    };
+    for _ in 0..20 {
+        assert_eq!(
+            export(&store, first.trace, ExportOptions::default()),
+            first.document()
+        );
+        store.catalog().unwrap();
+    }
+    writer.join().unwrap();
+    assert_eq!(
+        export(&store, second.trace, ExportOptions::default()),
+        second.document()
+    );
+}
+
 /// Scan and append throughput on realistic method events; run with
 /// `cargo test --release -p openprof-collector --test store -- --ignored --nocapture`.
 #[test]
@@ -832,9 +1052,13 @@ fn throughput() {
         bytes as f64 / best / 1e6
     );
 
-    for per_commit in [1, 16, 64] {
+    for (per_commit, zstd_level) in [(1, 1), (16, 1), (64, 1), (64, 3)] {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(dir.path()).unwrap();
+        let options = SqliteOptions {
+            zstd_level,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(dir.path(), options).unwrap();
         let all = frames(agent, 1, &bodies);
         let started = Instant::now();
         for group in all.chunks(per_commit) {
@@ -846,20 +1070,26 @@ fn throughput() {
             .map(|entry| entry.unwrap().metadata().unwrap().len())
             .sum();
         println!(
-            "append, {per_commit} frames per commit: {:.2} M elements/s, {:.0} MB/s, {:.1} ms per \
-             commit, compressed to {:.1}%",
+            "append, {per_commit} frames per commit, zstd {zstd_level}: {:.2} M elements/s, \
+             {:.0} MB/s, {:.1} ms per commit, compressed to {:.1}%",
             elements as f64 / seconds / 1e6,
             bytes as f64 / seconds / 1e6,
             seconds * 1e3 / all.chunks(per_commit).len() as f64,
             stored as f64 * 100.0 / bytes as f64
         );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(&frames(agent, 1, &bodies)).unwrap();
+    for align_clock in [false, true] {
         let started = Instant::now();
         let mut out = Vec::new();
         store
-            .export_trace(trace, ExportOptions::default(), &mut out)
+            .export_trace(trace, ExportOptions { align_clock }, &mut out)
             .unwrap();
         println!(
-            "export: {:.2} M elements/s",
+            "export{}: {:.2} M elements/s",
+            if align_clock { ", clock aligned" } else { "" },
             elements as f64 / started.elapsed().as_secs_f64() / 1e6
         );
     }

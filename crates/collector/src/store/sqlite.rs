@@ -17,13 +17,14 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use openprof_format::trace::attrs::Seconds;
 use openprof_format::trace::reader::FragmentDecoder;
 use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Loss};
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension, Transaction};
 use tracing::warn;
 use uuid::Uuid;
 
@@ -33,11 +34,24 @@ use super::{
 };
 use crate::scan::scan_fragment;
 
-/// A segment past this size is closed and the next one started.
-const SEGMENT_BYTES: u64 = 64 << 20;
-/// zstd level 1: ingest speed matters more than the last few percent of size (see the
-/// measurements in `tests/store.rs`'s `throughput`).
-const ZSTD_LEVEL: i32 = 1;
+/// How a store writes. [`SqliteStore::open`] takes the defaults; tests take small segments.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SqliteOptions {
+    /// A segment past this size is closed and the next one started (64 MiB).
+    pub segment_bytes: u64,
+    /// 1: on method events level 3 took twice as long and compressed no better (see
+    /// `throughput` in tests/store.rs); the writer thread's time is the ingest rate.
+    pub zstd_level: i32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            segment_bytes: 64 << 20,
+            zstd_level: 1,
+        }
+    }
+}
 /// The catalog's layout (`PRAGMA user_version`).
 const SCHEMA_VERSION: i64 = 1;
 
@@ -229,23 +243,37 @@ impl SegmentReader {
     }
 }
 
-struct Inner {
-    db: Connection,
-    dir: PathBuf,
+/// The writing side of a store, in the one process that holds its writer lock.
+struct Writer {
+    /// Held for the store's life: see [`writer_lock`].
+    _lock: Connection,
+    segment_bytes: u64,
     segment: u64,
-    segment_file: File,
-    /// Every agent in the catalog and its highest stored sequence.
-    last_sequence: HashMap<Uuid, u64>,
-    traces: HashMap<Uuid, Collation>,
+    file: File,
     /// Kept from one append to the next: the block, its compressed form, zstd's context.
     block: Vec<u8>,
     compressed: Vec<u8>,
     compressor: zstd::bulk::Compressor<'static>,
 }
 
+struct Inner {
+    db: Connection,
+    dir: PathBuf,
+    /// `None` when another process writes the store: this one only reads, and re-reads the
+    /// state below from the catalog for each query.
+    writer: Option<Writer>,
+    /// Every agent in the catalog and its highest stored sequence.
+    last_sequence: HashMap<Uuid, u64>,
+    traces: HashMap<Uuid, Collation>,
+}
+
 /// The embedded store. `Send + Sync`: one mutex guards the connection and the segment being
 /// written. Appends hold it for a whole group commit; exports and replays hold it only to read
 /// the catalog and then read the segments without it, so they never stall ingest for long.
+///
+/// One process writes a store: [`SqliteStore::open`] takes the writer lock if it is free and
+/// opens the store read-only if another process holds it (a live collector), so that tools can
+/// list and export while it runs without touching what it is writing.
 pub struct SqliteStore {
     dir: PathBuf,
     inner: Mutex<Inner>,
@@ -261,6 +289,82 @@ fn uuid_of(text: String) -> Result<Uuid, StoreError> {
 
 fn segment_path(dir: &Path, segment: u64) -> PathBuf {
     dir.join("segments").join(format!("{segment:06}.zst"))
+}
+
+/// The store's writer lock: an exclusive SQLite transaction on `writer.lock`, held as long as
+/// the connection is. SQLite's file locks go with the process, so a killed collector leaves no
+/// stale lock (and `File::try_lock` is newer than the workspace's minimum Rust). `None`: another
+/// connection, in this process or another, holds it.
+fn writer_lock(dir: &Path) -> Result<Option<Connection>, StoreError> {
+    let lock = Connection::open(dir.join("writer.lock"))?;
+    lock.busy_timeout(Duration::ZERO)?;
+    match lock.execute_batch("BEGIN EXCLUSIVE") {
+        Ok(()) => Ok(Some(lock)),
+        Err(rusqlite::Error::SqliteFailure(error, _))
+            if error.code == rusqlite::ErrorCode::DatabaseBusy =>
+        {
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Runs a catalog write that need not be on disk at once (an agent's hello, a clock estimate)
+/// without the fsync of a FULL commit, which would hold up the group commits waiting on the
+/// lock; the next group commit's sync makes it durable along with its own.
+fn lazily<T>(
+    db: &Connection,
+    write: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+) -> Result<T, StoreError> {
+    db.pragma_update(None, "synchronous", "NORMAL")?;
+    let written = write(db);
+    db.pragma_update(None, "synchronous", "FULL")?;
+    Ok(written?)
+}
+
+/// The agents' sequences and the traces' collation state, as the catalog has them.
+type State = (HashMap<Uuid, u64>, HashMap<Uuid, Collation>);
+
+fn load_state(db: &Connection) -> Result<State, StoreError> {
+    let mut last_sequence = HashMap::new();
+    let mut query = db.prepare_cached("SELECT agent, last_sequence FROM agents")?;
+    let rows = query.query_map([], |row| {
+        Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+    })?;
+    for row in rows {
+        let (agent, sequence) = row?;
+        last_sequence.insert(uuid_of(agent)?, sequence as u64);
+    }
+    let mut traces = HashMap::new();
+    let mut query = db.prepare_cached(
+        "SELECT trace, agent, creator, elements, duplicates, ranges, ended FROM traces",
+    )?;
+    let rows = query.query_map([], |row| {
+        Ok((
+            row.get::<_, String>(0)?,
+            row.get::<_, String>(1)?,
+            row.get::<_, Option<String>>(2)?,
+            row.get::<_, i64>(3)?,
+            row.get::<_, i64>(4)?,
+            row.get::<_, String>(5)?,
+            row.get::<_, bool>(6)?,
+        ))
+    })?;
+    for row in rows {
+        let (trace, agent, creator, elements, duplicates, ranges, ended) = row?;
+        traces.insert(
+            uuid_of(trace)?,
+            Collation {
+                agent: uuid_of(agent)?,
+                creator: creator.map(uuid_of).transpose()?,
+                ranges: Collation::parse_ranges(&ranges)?,
+                elements: elements as u64,
+                duplicates: duplicates as u64,
+                ended,
+            },
+        );
+    }
+    Ok((last_sequence, traces))
 }
 
 /// Opens a segment for appending, creating it if needed, with its directory entry durable.
@@ -300,10 +404,59 @@ fn migrate(db: &Connection) -> Result<(), StoreError> {
 }
 
 impl SqliteStore {
-    /// Opens the store in `dir`, creating it if needed; cuts any segment tail a crash left
-    /// unindexed, and rebuilds the in-memory state from the catalog.
+    /// Opens the store in `dir`, creating it if needed, as its writer: cuts any segment tail a
+    /// crash left unindexed and rebuilds the in-memory state from the catalog. If another
+    /// process writes the store, opens it read-only instead (see [`SqliteStore::is_read_only`]).
     pub fn open(dir: &Path) -> Result<SqliteStore, StoreError> {
+        Self::open_with(dir, SqliteOptions::default())
+    }
+
+    /// [`SqliteStore::open`] with options of one's own.
+    pub fn open_with(dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
         std::fs::create_dir_all(dir.join("segments"))?;
+        match writer_lock(dir)? {
+            Some(lock) => Self::open_writer(dir, lock, options),
+            None => Self::open_read_only(dir),
+        }
+    }
+
+    /// Opens an existing store only to read it (list, export, replay), whether or not a
+    /// collector writes it meanwhile; changes nothing on disk.
+    pub fn open_read_only(dir: &Path) -> Result<SqliteStore, StoreError> {
+        let path = dir.join("catalog.sqlite");
+        if !path.exists() {
+            return Err(other(format!("{} holds no catalog", dir.display())));
+        }
+        let db = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // The writer's commits are short; wait for one rather than fail.
+        db.busy_timeout(Duration::from_secs(10))?;
+        let (last_sequence, traces) = load_state(&db)?;
+        Ok(SqliteStore {
+            dir: dir.to_path_buf(),
+            inner: Mutex::new(Inner {
+                db,
+                dir: dir.to_path_buf(),
+                writer: None,
+                last_sequence,
+                traces,
+            }),
+        })
+    }
+
+    /// Whether this store only reads (another process writes it): then `append`, `open_agent`
+    /// and `record_clock` fail.
+    pub fn is_read_only(&self) -> bool {
+        self.lock().writer.is_none()
+    }
+
+    fn open_writer(
+        dir: &Path,
+        lock: Connection,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
         let db = Connection::open(dir.join("catalog.sqlite"))?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         // A commit is on disk when it returns: acknowledged data must survive a power cut too.
@@ -367,62 +520,25 @@ impl SqliteStore {
         if damaged {
             segment += 1;
         }
-        let segment_file = create_segment(dir, segment)?;
+        let file = create_segment(dir, segment)?;
 
-        let mut last_sequence = HashMap::new();
-        {
-            let mut query = db.prepare("SELECT agent, last_sequence FROM agents")?;
-            let rows = query.query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-            })?;
-            for row in rows {
-                let (agent, sequence) = row?;
-                last_sequence.insert(uuid_of(agent)?, sequence as u64);
-            }
-        }
-        let mut traces = HashMap::new();
-        {
-            let mut query = db.prepare(
-                "SELECT trace, agent, creator, elements, duplicates, ranges, ended FROM traces",
-            )?;
-            let rows = query.query_map([], |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, Option<String>>(2)?,
-                    row.get::<_, i64>(3)?,
-                    row.get::<_, i64>(4)?,
-                    row.get::<_, String>(5)?,
-                    row.get::<_, bool>(6)?,
-                ))
-            })?;
-            for row in rows {
-                let (trace, agent, creator, elements, duplicates, ranges, ended) = row?;
-                traces.insert(
-                    uuid_of(trace)?,
-                    Collation {
-                        agent: uuid_of(agent)?,
-                        creator: creator.map(uuid_of).transpose()?,
-                        ranges: Collation::parse_ranges(&ranges)?,
-                        elements: elements as u64,
-                        duplicates: duplicates as u64,
-                        ended,
-                    },
-                );
-            }
-        }
+        let (last_sequence, traces) = load_state(&db)?;
         Ok(SqliteStore {
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
                 db,
                 dir: dir.to_path_buf(),
-                segment,
-                segment_file,
+                writer: Some(Writer {
+                    _lock: lock,
+                    segment_bytes: options.segment_bytes,
+                    segment,
+                    file,
+                    block: Vec::new(),
+                    compressed: Vec::new(),
+                    compressor: zstd::bulk::Compressor::new(options.zstd_level)?,
+                }),
                 last_sequence,
                 traces,
-                block: Vec::new(),
-                compressed: Vec::new(),
-                compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL)?,
             }),
         })
     }
@@ -437,7 +553,8 @@ impl SqliteStore {
 
     /// What an export needs from the catalog, read under the lock.
     fn export_plan(&self, trace: Uuid, options: ExportOptions) -> Result<ExportPlan, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.refresh()?;
         let collation = inner
             .traces
             .get(&trace)
@@ -613,41 +730,48 @@ struct Staged {
 }
 
 impl Inner {
-    /// The agent's stored sequence, counting what this append keeps already.
-    fn stored_sequence(&self, staged: &Staged, agent: Uuid) -> u64 {
-        staged
-            .last_sequence
-            .get(&agent)
-            .or_else(|| self.last_sequence.get(&agent))
-            .copied()
-            .unwrap_or(0)
+    /// A read-only store's view of the catalog is re-read for each query: the writer moves on.
+    fn refresh(&mut self) -> Result<(), StoreError> {
+        if self.writer.is_none() {
+            (self.last_sequence, self.traces) = load_state(&self.db)?;
+        }
+        Ok(())
     }
 
+    fn read_only(&self) -> StoreError {
+        other(format!(
+            "the store in {} is written by another process; this one only reads it",
+            self.dir.display()
+        ))
+    }
+}
+
+impl Writer {
     /// Appends the compressed block to the current segment (or a new one) and syncs it;
     /// returns where it went.
-    fn write_block(&mut self) -> Result<(u64, u64), StoreError> {
+    fn write_block(&mut self, dir: &Path) -> Result<(u64, u64), StoreError> {
         // The file's own length, not a count kept in memory: a failed write must not shift
         // the offsets of later blocks.
-        let mut offset = self.segment_file.metadata()?.len();
-        if offset > 0 && offset + self.compressed.len() as u64 > SEGMENT_BYTES {
-            self.segment_file = create_segment(&self.dir, self.segment + 1)?;
+        let mut offset = self.file.metadata()?.len();
+        if offset > 0 && offset + self.compressed.len() as u64 > self.segment_bytes {
+            self.file = create_segment(dir, self.segment + 1)?;
             self.segment += 1;
-            offset = self.segment_file.metadata()?.len();
+            offset = self.file.metadata()?.len();
         }
         let written = self
-            .segment_file
+            .file
             .write_all(&self.compressed)
-            .and_then(|()| self.segment_file.sync_data());
+            .and_then(|()| self.file.sync_data());
         if let Err(error) = written {
-            self.cut_segment(offset);
+            self.cut(offset);
             return Err(error.into());
         }
         Ok((self.segment, offset))
     }
 
     /// Takes a block no row points to back off the segment's end.
-    fn cut_segment(&mut self, offset: u64) {
-        if let Err(error) = self.segment_file.set_len(offset) {
+    fn cut(&mut self, offset: u64) {
+        if let Err(error) = self.file.set_len(offset) {
             // Harmless but for the space: no row points there, and the next open cuts it.
             warn!(
                 "store: can't cut a failed block off segment {}: {error}",
@@ -661,12 +785,11 @@ impl Inner {
 /// the caller's transaction; the in-memory changes go to `staged`.
 fn index(
     transaction: &Transaction,
-    inner: &Inner,
+    traces: &HashMap<Uuid, Collation>,
     staged: &mut Staged,
     kept: &[(&Received, usize)],
-    (segment, block_offset): (u64, u64),
+    (segment, block_offset, block_length): (u64, u64, u64),
 ) -> Result<(), StoreError> {
-    let block_length = inner.compressed.len() as i64;
     let mut insert_frame = transaction.prepare_cached(
         "INSERT INTO frames (agent, sequence, kind, segment, block_offset, block_length,
          inner_offset, inner_length, received_ns, trace, elements)
@@ -772,18 +895,15 @@ fn index(
                 _ => {}
             }
             let Some(trace) = element.trace else { continue };
-            let collation =
-                match staged.traces.entry(trace) {
-                    Entry::Occupied(entry) => entry.into_mut(),
-                    Entry::Vacant(entry) => {
-                        entry.insert(inner.traces.get(&trace).cloned().unwrap_or_else(|| {
-                            Collation {
-                                agent: frame.agent,
-                                ..Collation::default()
-                            }
-                        }))
-                    }
-                };
+            let collation = match staged.traces.entry(trace) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => {
+                    entry.insert(traces.get(&trace).cloned().unwrap_or_else(|| Collation {
+                        agent: frame.agent,
+                        ..Collation::default()
+                    }))
+                }
+            };
             match &element.hierarchy {
                 Some(TraceElement::TraceStart(start)) => {
                     collation.creator = Some(start.agent_id_ref)
@@ -812,7 +932,7 @@ fn index(
             frame.kind as u8,
             segment as i64,
             block_offset as i64,
-            block_length,
+            block_length as i64,
             inner_offset as i64,
             frame.body.len() as i64,
             frame.received_ns as i64,
@@ -860,91 +980,121 @@ fn index(
 impl Store for SqliteStore {
     fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError> {
         let mut inner = self.lock();
-        inner.db.execute(
-            "INSERT INTO agents (agent, hostname, pid, format, options) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT(agent) DO UPDATE SET hostname = ?2, pid = ?3, format = ?4, options = ?5",
-            params![
-                info.agent.to_string(),
-                info.hostname,
-                info.pid,
-                info.format,
-                info.options
-            ],
-        )?;
+        if inner.writer.is_none() {
+            return Err(inner.read_only());
+        }
+        lazily(&inner.db, |db| {
+            db.execute(
+                "INSERT INTO agents (agent, hostname, pid, format, options)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(agent) DO UPDATE SET hostname = ?2,
+                 pid = ?3, format = ?4, options = ?5",
+                params![
+                    info.agent.to_string(),
+                    info.hostname,
+                    info.pid,
+                    info.format,
+                    info.options
+                ],
+            )
+        })?;
         Ok(*inner.last_sequence.entry(info.agent).or_insert(0))
     }
 
     fn append(&self, frames: &[Received]) -> Result<(), StoreError> {
         let mut guard = self.lock();
-        let inner = &mut *guard;
+        let Inner {
+            db,
+            dir,
+            writer,
+            last_sequence,
+            traces,
+        } = &mut *guard;
+        let Some(writer) = writer.as_mut() else {
+            return Err(guard.read_only());
+        };
         // Resends of what is stored already are left out; the rest goes into one block.
         let mut staged = Staged::default();
         let mut kept: Vec<(&Received, usize)> = Vec::with_capacity(frames.len());
-        inner.block.clear();
+        writer.block.clear();
         for frame in frames {
-            if frame.sequence > inner.stored_sequence(&staged, frame.agent) {
+            let stored = staged
+                .last_sequence
+                .get(&frame.agent)
+                .or_else(|| last_sequence.get(&frame.agent))
+                .copied()
+                .unwrap_or(0);
+            if frame.sequence > stored {
                 staged.last_sequence.insert(frame.agent, frame.sequence);
-                kept.push((frame, inner.block.len()));
-                inner.block.extend_from_slice(&frame.body);
+                kept.push((frame, writer.block.len()));
+                writer.block.extend_from_slice(&frame.body);
             }
         }
         if kept.is_empty() {
             return Ok(());
         }
-        inner.compressed.clear();
-        inner
+        writer.compressed.clear();
+        writer
             .compressed
-            .reserve(zstd::zstd_safe::compress_bound(inner.block.len()));
-        inner
+            .reserve(zstd::zstd_safe::compress_bound(writer.block.len()));
+        writer
             .compressor
-            .compress_to_buffer(&inner.block, &mut inner.compressed)?;
-        let placed = inner.write_block()?;
+            .compress_to_buffer(&writer.block, &mut writer.compressed)?;
+        let (segment, block_offset) = writer.write_block(dir)?;
+        let placed = (segment, block_offset, writer.compressed.len() as u64);
 
-        let indexed = inner
-            .db
-            .unchecked_transaction()
+        let indexed = db
+            .transaction()
             .map_err(StoreError::from)
             .and_then(|transaction| {
-                index(&transaction, inner, &mut staged, &kept, placed)?;
+                index(&transaction, traces, &mut staged, &kept, placed)?;
                 transaction.commit()?;
                 Ok(())
             });
         if let Err(error) = indexed {
             // Nothing of this append stays: the transaction rolled back, the block goes.
-            inner.cut_segment(placed.1);
+            writer.cut(block_offset);
             return Err(error);
         }
-        inner.last_sequence.extend(staged.last_sequence);
-        inner.traces.extend(staged.traces);
+        last_sequence.extend(staged.last_sequence);
+        traces.extend(staged.traces);
         // A very large batch is not worth keeping buffers for.
-        if inner.block.capacity() > 64 << 20 {
-            inner.block = Vec::new();
-            inner.compressed = Vec::new();
+        if writer.block.capacity() > 64 << 20 {
+            writer.block = Vec::new();
+            writer.compressed = Vec::new();
         }
         Ok(())
     }
 
     fn last_sequence(&self, agent: Uuid) -> Result<u64, StoreError> {
-        Ok(self.lock().last_sequence.get(&agent).copied().unwrap_or(0))
+        let mut inner = self.lock();
+        inner.refresh()?;
+        Ok(inner.last_sequence.get(&agent).copied().unwrap_or(0))
     }
 
     fn record_clock(&self, agent: Uuid, estimate: ClockEstimate) -> Result<(), StoreError> {
-        self.lock().db.execute(
-            "INSERT INTO agents (agent, clock_offset, clock_error, clock_samples)
-             VALUES (?1, ?2, ?3, ?4) ON CONFLICT(agent) DO UPDATE SET clock_offset = ?2,
-             clock_error = ?3, clock_samples = ?4",
-            params![
-                agent.to_string(),
-                estimate.offset_ns,
-                estimate.error_ns as i64,
-                estimate.samples
-            ],
-        )?;
+        let inner = self.lock();
+        if inner.writer.is_none() {
+            return Err(inner.read_only());
+        }
+        lazily(&inner.db, |db| {
+            db.execute(
+                "INSERT INTO agents (agent, clock_offset, clock_error, clock_samples)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT(agent) DO UPDATE SET clock_offset = ?2,
+                 clock_error = ?3, clock_samples = ?4",
+                params![
+                    agent.to_string(),
+                    estimate.offset_ns,
+                    estimate.error_ns as i64,
+                    estimate.samples
+                ],
+            )
+        })?;
         Ok(())
     }
 
     fn catalog(&self) -> Result<Catalog, StoreError> {
-        let inner = self.lock();
+        let mut inner = self.lock();
+        inner.refresh()?;
         let mut catalog = Catalog::default();
         let mut query = inner
             .db
@@ -1110,7 +1260,8 @@ impl Store for SqliteStore {
 
     fn replay_agent(&self, agent: Uuid, visit: &mut FrameVisitor) -> Result<(), StoreError> {
         let frames = {
-            let inner = self.lock();
+            let mut inner = self.lock();
+            inner.refresh()?;
             if !inner.last_sequence.contains_key(&agent) {
                 return Err(StoreError::NoSuchAgent(agent));
             }
@@ -1192,6 +1343,36 @@ mod tests {
             let covered: u128 = collation.ranges.iter().map(|(s, e)| e - s + 1).sum();
             assert_eq!(covered, set.len() as u128);
         }
+    }
+
+    #[test]
+    fn a_catalog_of_layout_0_gains_the_frame_columns() {
+        let db = Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE TABLE frames (
+                agent TEXT NOT NULL, sequence INTEGER NOT NULL, kind INTEGER NOT NULL,
+                segment INTEGER NOT NULL, block_offset INTEGER NOT NULL,
+                block_length INTEGER NOT NULL, inner_offset INTEGER NOT NULL,
+                inner_length INTEGER NOT NULL, received_ns INTEGER NOT NULL,
+                PRIMARY KEY (agent, sequence));",
+        )
+        .unwrap();
+        db.execute_batch(SCHEMA).unwrap();
+        migrate(&db).unwrap();
+        db.execute(
+            "INSERT INTO frames VALUES ('a', 1, 4, 0, 0, 10, 0, 10, 5, 't', 3)",
+            [],
+        )
+        .unwrap();
+        let version: i64 = db
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        // Again: nothing to do.
+        migrate(&db).unwrap();
+        db.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+            .unwrap();
+        assert!(migrate(&db).is_err(), "a newer layout is refused");
     }
 
     #[test]
