@@ -1011,6 +1011,10 @@ impl Agent {
                     threads.stop_stranger_timer(*kernel_id);
                 }
             }
+            // And those that ended, before their kernel ids go to new threads.
+            threads.stop_gone_stranger_timers(|kernel_id| {
+                signals::task_cpu_nanos(kernel_id).is_some()
+            });
             (threads.take_pending(), serials)
         };
         let depth = self.sampling.max_depth.load(Ordering::Relaxed) as usize;

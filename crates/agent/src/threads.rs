@@ -95,6 +95,15 @@ impl Threads {
             && self.timers.remove(&kernel_id).is_some()
     }
 
+    /// Stops the timers of threads that are no Java thread the agent knows and have ended (a
+    /// native thread timed at attach ends without ThreadEnd): their kernel ids may be given to
+    /// new threads, which must then get timers of their own.
+    pub fn stop_gone_stranger_timers(&mut self, alive: impl Fn(i32) -> bool) {
+        let known = &self.serial_by_kernel_id;
+        self.timers
+            .retain(|kernel_id, _| known.contains_key(kernel_id) || alive(*kernel_id));
+    }
+
     /// How many threads have a CPU timer.
     pub fn timer_count(&self) -> usize {
         self.timers.len()
@@ -236,6 +245,20 @@ mod tests {
             threads.stop_stranger_timer(12),
             "a thread no Java thread matched"
         );
+        for kernel_id in [13, 14] {
+            let timer = crate::signals::ThreadTimer::start(
+                crate::signals::CpuClock::PosixCpuTimer,
+                1000,
+                crate::signals::current_thread_id(),
+            )
+            .unwrap();
+            threads.attach_timer(kernel_id, timer);
+        }
+        // 11 is a Java thread's: kept whatever `alive` says; 13 lives on, 14 is gone.
+        threads.stop_gone_stranger_timers(|kernel_id| kernel_id == 13);
+        assert!(!threads.wants_timer(11) && !threads.wants_timer(13));
+        assert!(threads.wants_timer(14));
+        assert!(threads.stop_stranger_timer(13));
         threads.end(main, 11);
         assert_eq!(threads.timer_count(), 0);
         assert!(threads.wants_timer(11));
