@@ -140,10 +140,18 @@ fn agent() -> Option<&'static Agent> {
     AGENT.get()
 }
 
+/// When the agent starts: with the JVM (Agent_OnLoad, before VMInit) or in a JVM that is
+/// already running (Agent_OnAttach, in JVMTI's live phase).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    OnLoad,
+    Live,
+}
+
 /// Agent_OnLoad: parse and check the options, set everything up, or refuse to start the JVM.
 pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
-    match start(vm, options_text) {
-        Ok(()) => JNI_OK,
+    match start(vm, options_text, Phase::OnLoad) {
+        Ok(_) => JNI_OK,
         Err(message) => {
             eprintln!("openprof ERROR: {message}");
             JNI_ERR
@@ -151,21 +159,64 @@ pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
     }
 }
 
-/// Agent_OnAttach: the options are checked, but attaching is not built yet.
-pub fn on_attach(options_text: &str) -> jint {
-    let message = match checked_options(options_text) {
-        Err(message) => message,
-        Ok(_) => "attaching to a running JVM is not implemented yet; start the JVM with -agentpath"
-            .into(),
+/// Agent_OnAttach: the same start in the live phase. A refusal leaves the JVM running as it
+/// was; what happened is also written where `openprof attach` reads it (the attach protocol
+/// carries only Agent_OnAttach's return code back).
+pub fn on_attach(vm: *mut JavaVM, options_text: &str) -> jint {
+    let outcome = start(vm, options_text, Phase::Live);
+    let (code, report) = match outcome {
+        Ok(summary) => (JNI_OK, summary),
+        Err(message) => {
+            eprintln!("openprof ERROR: {message}");
+            (JNI_ERR, format!("openprof ERROR: {message}"))
+        }
     };
-    eprintln!("openprof ERROR: {message}");
-    JNI_ERR
+    write_attach_report(&report);
+    code
 }
 
-/// Parses the options; `help` prints the usage table and ends the process, as HPROF's does.
-fn checked_options(options_text: &str) -> Result<Options, String> {
+/// Leaves what the attach did in `/tmp/.openprof_attach<pid>` (the JVM's own /tmp and pid,
+/// which `openprof attach` reaches through /proc, as it reaches the attach socket). Created
+/// afresh and private to the JVM's user; a file someone else put there is not written through.
+fn write_attach_report(report: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = format!(
+        "/tmp/{}{}",
+        openprof_format::options::ATTACH_REPORT_FILE_PREFIX,
+        std::process::id()
+    );
+    let open = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+    };
+    // A stale report of an earlier attach is ours to replace; /tmp's sticky bit keeps anyone
+    // else's.
+    let file = open().or_else(|_| {
+        let _ = std::fs::remove_file(&path);
+        open()
+    });
+    if let Ok(mut file) = file {
+        let _ = writeln!(file, "{report}");
+    }
+}
+
+/// Parses the options; `help` prints the usage table and ends the process, as HPROF's does,
+/// except in a running JVM, which the agent must not end.
+fn checked_options(options_text: &str, phase: Phase) -> Result<Options, String> {
     let options = Options::parse(options_text).map_err(|error| error.to_string())?;
     if options.help {
+        if phase == Phase::Live {
+            return Err(
+                "help would end the JVM after printing the options; `openprof attach --help` \
+                 and `java -agentpath:libopenprof_agent.so=help -version` list them"
+                    .into(),
+            );
+        }
         print!("{}", Options::help_text());
         std::process::exit(0);
     }
@@ -175,43 +226,206 @@ fn checked_options(options_text: &str) -> Result<Options, String> {
     Ok(options)
 }
 
-fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
-    let options = checked_options(options_text)?;
-    let jvmti = Jvmti::from_vm(vm).ok_or("this JVM offers no JVMTI 1.2 environment")?;
+/// A JVMTI capability the options need, and which option needs it (to name it in a refusal).
+struct Need {
+    capability: &'static str,
+    needed_for: &'static str,
+    set: fn(&mut jvmtiCapabilities),
+    has: fn(&jvmtiCapabilities) -> bool,
+}
 
-    let mut capabilities = jvmtiCapabilities::default();
-    capabilities.set_can_get_line_numbers(true);
-    capabilities.set_can_get_source_file_name(true);
-    // HotSpot keeps debug information at every instruction, not only at safepoints, once an
-    // agent can receive CompiledMethodLoad events: without it sampled frames in compiled code
-    // would be attributed to the nearest safepoint.
-    capabilities.set_can_generate_compiled_method_load_events(true);
+macro_rules! need {
+    ($capability:ident, $set:ident, $needed_for:expr) => {
+        Need {
+            capability: stringify!($capability),
+            needed_for: $needed_for,
+            set: |capabilities| capabilities.$set(true),
+            has: |capabilities| capabilities.$capability(),
+        }
+    };
+}
+
+/// The capabilities the options call for.
+fn capability_needs(options: &Options) -> Vec<Need> {
+    let mut needs = vec![
+        need!(
+            can_get_line_numbers,
+            set_can_get_line_numbers,
+            "line numbers in traces"
+        ),
+        need!(
+            can_get_source_file_name,
+            set_can_get_source_file_name,
+            "source file names in traces"
+        ),
+        // HotSpot keeps debug information at every instruction, not only at safepoints, once an
+        // agent can receive CompiledMethodLoad events: without it sampled frames in compiled
+        // code would be attributed to the nearest safepoint.
+        need!(
+            can_generate_compiled_method_load_events,
+            set_can_generate_compiled_method_load_events,
+            "exact frames in compiled code"
+        ),
+    ];
     let tracing = options.format == OutputFormat::Xml;
-    let timing = options.cpu == Some(openprof_format::options::CpuMode::Times);
+    let timing = options.cpu == Some(CpuMode::Times);
     if timing {
-        capabilities.set_can_generate_method_entry_events(true);
-        capabilities.set_can_generate_method_exit_events(true);
+        needs.push(need!(
+            can_generate_method_entry_events,
+            set_can_generate_method_entry_events,
+            "cpu=times"
+        ));
+        needs.push(need!(
+            can_generate_method_exit_events,
+            set_can_generate_method_exit_events,
+            "cpu=times"
+        ));
     }
-    let heap = options.heap_profile();
-    let sites = matches!(heap, Some(HeapMode::Sites | HeapMode::All));
-    if sites {
-        capabilities.set_can_tag_objects(true);
-        capabilities.set_can_generate_sampled_object_alloc_events(true);
-        capabilities.set_can_generate_object_free_events(true);
+    if matches!(
+        options.heap_profile(),
+        Some(HeapMode::Sites | HeapMode::All)
+    ) {
+        needs.push(need!(can_tag_objects, set_can_tag_objects, "heap=sites"));
+        needs.push(need!(
+            can_generate_sampled_object_alloc_events,
+            set_can_generate_sampled_object_alloc_events,
+            "heap=sites"
+        ));
+        needs.push(need!(
+            can_generate_object_free_events,
+            set_can_generate_object_free_events,
+            "heap=sites"
+        ));
     }
     if tracing {
-        capabilities.set_can_tag_objects(true);
-        capabilities.set_can_generate_exception_events(true);
-        capabilities.set_can_generate_garbage_collection_events(true);
-        capabilities.set_can_generate_monitor_events(options.monitor);
-        capabilities.set_can_access_local_variables(timing);
+        needs.push(need!(can_tag_objects, set_can_tag_objects, "format=x"));
+        needs.push(need!(
+            can_generate_exception_events,
+            set_can_generate_exception_events,
+            "format=x (exception elements)"
+        ));
+        needs.push(need!(
+            can_generate_garbage_collection_events,
+            set_can_generate_garbage_collection_events,
+            "format=x (GC elements)"
+        ));
+        if options.monitor {
+            needs.push(need!(
+                can_generate_monitor_events,
+                set_can_generate_monitor_events,
+                "monitor=y"
+            ));
+        }
+        if timing {
+            needs.push(need!(
+                can_access_local_variables,
+                set_can_access_local_variables,
+                "format=x with cpu=times (object ids of `this`)"
+            ));
+        }
     }
+    needs
+}
+
+/// The refusal when some needed capability is not to be had now, naming what needs it.
+fn refuse_missing(needs: &[Need], potential: &jvmtiCapabilities) -> Result<(), String> {
+    // (what needs them, the capabilities), in the order of the needs.
+    let mut missing: Vec<(&str, Vec<&str>)> = Vec::new();
+    for need in needs.iter().filter(|need| !(need.has)(potential)) {
+        match missing
+            .iter_mut()
+            .find(|(what, _)| *what == need.needed_for)
+        {
+            Some((_, capabilities)) => capabilities.push(need.capability),
+            None => missing.push((need.needed_for, vec![need.capability])),
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<String> = missing
+        .iter()
+        .map(|(what, capabilities)| format!("{what} needs JVMTI's {}", capabilities.join(" and ")))
+        .collect();
+    Err(format!(
+        "{}, which this JVM grants only to agents loaded at its start; start the JVM with \
+         -agentpath:libopenprof_agent.so=... for these options (attached, cpu=samples and heap= \
+         work)",
+        missing.join("; ")
+    ))
+}
+
+/// Keeps this library loaded for the rest of the process. HotSpot unloads an agent whose
+/// Agent_OnAttach fails; once a signal handler, JVMTI callbacks or threads point into the
+/// library, unloading it would leave them pointing at unmapped code.
+fn pin_library() -> Result<(), String> {
+    // SAFETY: Dl_info is plain C data; dladdr fills it for an address inside this library.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads the dynamic loader's tables.
+    let found = unsafe { libc::dladdr(pin_library as *const () as *const c_void, &mut info) };
+    if found == 0 || info.dli_fname.is_null() {
+        return Err("can't find the agent library's own path to keep it loaded".into());
+    }
+    // SAFETY: RTLD_NOLOAD only looks up the library already loaded; RTLD_NODELETE marks it
+    // never to be unloaded. The handle is deliberately never closed.
+    let handle = unsafe {
+        libc::dlopen(
+            info.dli_fname,
+            libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+        )
+    };
+    if handle.is_null() {
+        return Err("can't keep the agent library loaded (dlopen RTLD_NODELETE failed)".into());
+    }
+    Ok(())
+}
+
+/// Sets the agent up from its options, at either phase; returns what it set up, in words.
+fn start(vm: *mut JavaVM, options_text: &str, phase: Phase) -> Result<String, String> {
+    let options = checked_options(options_text, phase)?;
+    if AGENT.get().is_some() {
+        return Err(
+            "openprof is already loaded in this JVM; it profiles once per JVM (its profile is \
+             written at exit, or on kill -QUIT)"
+                .into(),
+        );
+    }
+    let jvmti = Jvmti::from_vm(vm).ok_or("this JVM offers no JVMTI 1.2 environment")?;
+    let result = set_up(vm, jvmti, options, phase);
+    if result.is_err() && phase == Phase::Live && AGENT.get().is_none() {
+        // The JVM runs on: give back the environment, and with it any callback and event.
+        let _ = jvmti.dispose();
+    }
+    result
+}
+
+fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Result<String, String> {
+    let needs = capability_needs(&options);
+    let mut capabilities = jvmtiCapabilities::default();
+    if phase == Phase::Live {
+        let potential = jvmti
+            .potential_capabilities()
+            .map_err(|error| format!("can't ask the JVM what it can do: {error}"))?;
+        refuse_missing(&needs, &potential)?;
+        // Only to tell which running Java thread is which kernel thread (see
+        // `register_running_threads`); without it the threads are still sampled.
+        capabilities.set_can_get_thread_cpu_time(potential.can_get_thread_cpu_time());
+        // From here on signal handlers, callbacks and threads point into this library.
+        pin_library()?;
+    }
+    for need in &needs {
+        (need.set)(&mut capabilities);
+    }
+    let tracing = options.format == OutputFormat::Xml;
+    let timing = options.cpu == Some(CpuMode::Times);
+    let heap = options.heap_profile();
+    let sites = matches!(heap, Some(HeapMode::Sites | HeapMode::All));
     jvmti
         .add_capabilities(&capabilities)
         .map_err(|error| format!("the JVM refused the capabilities openprof needs: {error}"))?;
 
-    let sampler = if options.cpu == Some(openprof_format::options::CpuMode::Samples) {
-        choose_sampler(vm, &options)?
+    let sampler = if options.cpu == Some(CpuMode::Samples) {
+        choose_sampler(vm, &options, phase)?
     } else {
         SamplerKind::None
     };
@@ -242,7 +456,6 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
         }
         None => None,
     };
-    let _ = options_text;
     let (state, tracer) = if tracing {
         (None, Some(Tracer::start(jvmti, &options, net.clone())?))
     } else {
@@ -370,13 +583,36 @@ fn start(vm: *mut JavaVM, options_text: &str) -> Result<(), String> {
             .set_event(event, true)
             .map_err(|error| error.to_string())?;
     }
-    Ok(())
+    match phase {
+        // VMInit does the rest.
+        Phase::OnLoad => Ok(String::new()),
+        // VMInit is long past: do now what it does, on this (the attach listener's) thread.
+        Phase::Live => {
+            let agent = AGENT.get().ok_or("the agent was not set up")?;
+            let jni = current_jni(vm);
+            if jni.is_null() {
+                return Err("the attaching thread has no JNI environment".into());
+            }
+            let mut threads = String::new();
+            with_local_frame(jni, || threads = agent.begin(jni, None));
+            Ok(agent.attach_summary(&threads))
+        }
+    }
 }
 
-fn choose_sampler(vm: *mut JavaVM, options: &Options) -> Result<SamplerKind, String> {
+fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> Result<SamplerKind, String> {
     if options.sampler == Sampler::GetAllStackTraces {
         return Ok(SamplerKind::Jvmti {
             note: "sampler=jvmti asked for; samples are biased towards safepoints".into(),
+        });
+    }
+    // At start-up nothing else can have taken SIGPROF yet; in a running JVM another profiler
+    // may have, and replacing its handler would break it.
+    if phase == Phase::Live && signals::sigprof_taken() {
+        return Ok(SamplerKind::Jvmti {
+            note: "SIGPROF already has a handler in this JVM (another profiler?); sampling with \
+                   GetAllStackTraces, biased towards safepoints"
+                .into(),
         });
     }
     // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
@@ -401,68 +637,112 @@ impl Agent {
         self.sampler == SamplerKind::Signals && self.options.depth > 0
     }
 
-    /// Numbers a thread seen for the first time and, on its own thread, starts its CPU timer.
-    fn register_thread(&self, thread: jthread, on_this_thread: bool) {
-        if self.jvmti.thread_word(thread).unwrap_or(0) != 0 {
-            return;
-        }
+    /// Numbers a thread seen for the first time (its serial number is kept in its JVMTI thread
+    /// word) and returns its serial; `kernel_id` is its kernel thread, when known.
+    fn register_thread(&self, thread: jthread, kernel_id: Option<i32>) -> u32 {
         let (name, group) = self.jvmti.thread_names(thread).unwrap_or_default();
-        let kernel_id = on_this_thread.then(signals::current_thread_id);
-        let serial = lock(&self.threads).start(name.clone(), group.clone(), kernel_id);
-        let _ = self.jvmti.set_thread_word(thread, serial as usize);
+        let serial = {
+            // Checked and numbered under one lock: at attach, the attaching thread and the
+            // thread's own ThreadStart may both see it first.
+            let mut threads = lock(&self.threads);
+            let known = self.jvmti.thread_word(thread).unwrap_or(0) as u32;
+            if known != 0 {
+                if let Some(kernel_id) = kernel_id {
+                    threads.set_kernel_id(known, kernel_id);
+                }
+                return known;
+            }
+            let serial = threads.start(name.clone(), group.clone(), kernel_id);
+            let _ = self.jvmti.set_thread_word(thread, serial as usize);
+            serial
+        };
         if let Some(tracer) = &self.tracer {
             tracer.thread_start(serial, &name, &group);
         }
-        if on_this_thread && self.samples_with_signals() && !self.dying.load(Ordering::Acquire) {
-            match self.start_timer() {
-                Ok(timer) => {
-                    lock(&self.threads).attach_timer(serial, timer);
-                }
-                Err(error) => eprintln!("openprof: can't sample thread {serial}: {error}"),
+        serial
+    }
+
+    /// Starts a CPU timer for a thread of this process, unless it has one or nothing is sampled
+    /// with signals.
+    fn time_thread(&self, kernel_id: i32) {
+        if !self.samples_with_signals() || self.dying.load(Ordering::Acquire) {
+            return;
+        }
+        let mut threads = lock(&self.threads);
+        if !threads.wants_timer(kernel_id) {
+            return;
+        }
+        match self.start_timer(kernel_id) {
+            Ok(timer) => {
+                threads.attach_timer(kernel_id, timer);
             }
+            // A thread that ended meanwhile needs no timer and no message.
+            Err(_) if signals::task_cpu_nanos(kernel_id).is_none() => {}
+            Err(error) => eprintln!("openprof: can't sample thread {kernel_id}: {error}"),
         }
     }
 
-    /// A CPU timer for the calling thread. When the kernel refuses perf events, every thread
-    /// from then on gets a POSIX CPU timer, and the output says why.
-    fn start_timer(&self) -> std::io::Result<ThreadTimer> {
+    /// A CPU timer for a thread. When the kernel refuses perf events, every thread from then on
+    /// gets a POSIX CPU timer, and the output says why.
+    fn start_timer(&self, kernel_id: i32) -> std::io::Result<ThreadTimer> {
         let interval = self.options.interval_ms;
         let clock = lock(&self.clock).0;
-        match ThreadTimer::start_for_current_thread(clock, interval) {
-            Err(error) if clock == CpuClock::PerfTaskClock => {
+        match ThreadTimer::start(clock, interval, kernel_id) {
+            // A thread that is gone says nothing about the kernel's perf events.
+            Err(error)
+                if clock == CpuClock::PerfTaskClock
+                    && signals::task_cpu_nanos(kernel_id).is_some() =>
+            {
                 *lock(&self.clock) = (
                     CpuClock::PosixCpuTimer,
                     Some(format!(
                         "perf_event_open failed ({error}); POSIX CPU timers sample at most once per scheduler tick"
                     )),
                 );
-                ThreadTimer::start_for_current_thread(CpuClock::PosixCpuTimer, interval)
+                ThreadTimer::start(CpuClock::PosixCpuTimer, interval, kernel_id)
             }
             result => result,
         }
     }
 
-    fn vm_init(&self, jni: *mut JNIEnv, thread: jthread) {
-        self.register_thread(thread, true);
+    /// What follows VMInit, or the attach: number the threads already running, name the
+    /// methods of the classes already loaded (AsyncGetCallTrace needs their jmethodIDs), start
+    /// sampling and the agent's thread. `vm_init_thread` is the thread VMInit came on, which
+    /// then gets its timer on itself; when attaching there is none. Returns what was set up.
+    fn begin(&self, jni: *mut JNIEnv, vm_init_thread: Option<jthread>) -> String {
+        if let Some(thread) = vm_init_thread {
+            let current = signals::current_thread_id();
+            self.register_thread(thread, Some(current));
+            self.time_thread(current);
+        }
         if let Ok(classes) = self.jvmti.loaded_classes() {
             for class in classes {
                 let _ = self.jvmti.preload_method_ids(class);
                 delete_local_ref(jni, class);
             }
         }
-        // Threads started before VMInit: recorded, but their kernel ids are unknown, so they are
-        // not sampled (they are the VM's housekeeping threads).
-        if let Ok(threads) = self.jvmti.all_threads() {
-            for other in threads {
-                self.register_thread(other, false);
-                delete_local_ref(jni, other);
+        let threads = self.jvmti.all_threads().unwrap_or_default();
+        let summary = match vm_init_thread {
+            // Threads started before VMInit: recorded, but their kernel ids are unknown, so they
+            // are not sampled (they are the VM's housekeeping threads).
+            Some(_) => {
+                for other in &threads {
+                    self.register_thread(*other, None);
+                }
+                String::new()
             }
+            None => self.register_running_threads(&threads),
+        };
+        for thread in threads {
+            delete_local_ref(jni, thread);
         }
         if self.samples_with_signals() {
             signals::set_enabled(true);
         }
         if let Some(tracer) = &self.tracer {
-            tracer.runtime_init(self.jvmti.thread_word(thread).unwrap_or(0) as u32);
+            let thread = vm_init_thread.or_else(|| self.jvmti.current_thread().ok());
+            let serial = thread.map_or(0, |thread| self.jvmti.thread_word(thread).unwrap_or(0));
+            tracer.runtime_init(serial as u32);
         }
         let spawned = std::thread::Builder::new()
             .name("openprof".into())
@@ -475,6 +755,94 @@ impl Agent {
             Ok(handle) => *lock(&self.worker) = Some(handle),
             Err(error) => eprintln!("openprof: can't start the agent thread: {error}"),
         }
+        summary
+    }
+
+    /// What an attach set up, for `openprof attach` to print.
+    fn attach_summary(&self, threads: &str) -> String {
+        let mut lines = vec![format!("openprof agent attached with {}", self.options)];
+        if let Some(net) = &self.options.net {
+            lines.push(format!(
+                "sending to the collector at {}:{}",
+                net.host, net.port
+            ));
+        } else {
+            let path = match &self.state {
+                Some(state) => lock(state).output.path().to_path_buf(),
+                None => self.options.output_file().into(),
+            };
+            // The JVM's working directory is not the attaching command's.
+            let path = std::path::absolute(&path).unwrap_or(path);
+            let when = if self.options.doe {
+                "at exit and on each kill -QUIT"
+            } else {
+                "on each kill -QUIT"
+            };
+            lines.push(format!("profile: {} (written {when})", path.display()));
+        }
+        match &self.sampler {
+            SamplerKind::Signals => lines.push(format!(
+                "sampling with AsyncGetCallTrace every {} ms of each thread's CPU time ({})",
+                self.options.interval_ms,
+                lock(&self.clock).0.describe()
+            )),
+            SamplerKind::Jvmti { note } => {
+                lines.push(format!("sampling with GetAllStackTraces: {note}"))
+            }
+            SamplerKind::None => {}
+        }
+        lines.push(threads.to_string());
+        lines.join("\n")
+    }
+
+    /// At attach: numbers the Java threads already running and, sampling with signals, starts
+    /// a CPU timer for every thread of the process. A thread cannot start a timer for itself
+    /// that late, and JVMTI does not say which kernel thread a Java thread is; so each Java
+    /// thread is matched to the kernel thread whose CPU time (read just before and just after)
+    /// brackets the CPU time JVMTI gives for it, the same clock. Unmatched Java threads are
+    /// still sampled, their samples only lack a thread; kernel threads that prove not to be
+    /// the VM's lose their timers at their first sample.
+    fn register_running_threads(&self, threads: &[jthread]) -> String {
+        let read_tasks = || -> Vec<(i32, Option<u64>)> {
+            signals::process_threads()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|id| (id, signals::task_cpu_nanos(id)))
+                .collect()
+        };
+        let before = read_tasks();
+        let java: Vec<Option<u64>> = threads
+            .iter()
+            .map(|thread| self.jvmti.thread_cpu_time(*thread).ok())
+            .collect();
+        let after: std::collections::HashMap<i32, Option<u64>> = read_tasks().into_iter().collect();
+        let brackets: Vec<(i32, u64, u64)> = before
+            .iter()
+            .filter_map(|(id, early)| Some((*id, (*early)?, (*after.get(id)?)?)))
+            .collect();
+        let matches = crate::threads::match_by_cpu_time(&java, &brackets);
+        for (thread, kernel_id) in threads.iter().zip(&matches) {
+            self.register_thread(*thread, *kernel_id);
+        }
+        let matched = matches.iter().flatten().count();
+        let timed_before = lock(&self.threads).timer_count();
+        for (kernel_id, _) in &before {
+            self.time_thread(*kernel_id);
+        }
+        let timed = lock(&self.threads)
+            .timer_count()
+            .saturating_sub(timed_before);
+        let mut summary = format!(
+            "{} Java threads were running; {matched} of them matched to their kernel threads",
+            threads.len()
+        );
+        if self.samples_with_signals() {
+            summary.push_str(&format!(
+                "; CPU timers started on {timed} of the {} threads of the process",
+                before.len()
+            ));
+        }
+        summary
     }
 
     /// The agent's thread: drains the ring (or samples through JVMTI) and writes thread records.
@@ -632,10 +1000,21 @@ impl Agent {
         }
         let (events, serials): (_, Vec<Option<u32>>) = {
             let mut threads = lock(&self.threads);
-            let serials = raw
+            let serials: Vec<Option<u32>> = raw
                 .iter()
                 .map(|(kernel_id, ..)| threads.serial_of_kernel_id(*kernel_id))
                 .collect();
+            // Threads timed at attach that are not the VM's (GC workers, native threads) have
+            // shown it with their first sample: their timers go.
+            for ((kernel_id, num_frames, _), serial) in raw.iter().zip(&serials) {
+                if serial.is_none() && *num_frames == signals::NOT_A_VM_THREAD {
+                    threads.stop_stranger_timer(*kernel_id);
+                }
+            }
+            // And those that ended, before their kernel ids go to new threads.
+            threads.stop_gone_stranger_timers(|kernel_id| {
+                signals::task_cpu_nanos(kernel_id).is_some()
+            });
             (threads.take_pending(), serials)
         };
         let depth = self.sampling.max_depth.load(Ordering::Relaxed) as usize;
@@ -644,7 +1023,12 @@ impl Agent {
                 continue;
             }
             if num_frames <= 0 {
-                state.profile.add_failure(num_frames);
+                // A failed walk on a thread that is no Java thread the agent knows comes from a
+                // thread timed at attach that is the VM's own (a compiler thread, say): no Java
+                // code was interrupted, so it is neither a sample nor a failure to report.
+                if serial.is_some() {
+                    state.profile.add_failure(num_frames);
+                }
             } else {
                 let thread = serial.filter(|_| self.options.thread);
                 state
@@ -962,7 +1346,7 @@ fn attach_current_thread(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
 unsafe extern "system" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
     guarded("VMInit", || {
         if let Some(agent) = agent() {
-            agent.vm_init(jni, thread);
+            agent.begin(jni, Some(thread));
         }
     });
 }
@@ -1142,7 +1526,9 @@ unsafe extern "system" fn on_thread_start(
             return;
         }
         if let Some(agent) = agent() {
-            agent.register_thread(thread, true);
+            let current = signals::current_thread_id();
+            agent.register_thread(thread, Some(current));
+            agent.time_thread(current);
         }
     });
 }
@@ -1155,7 +1541,8 @@ unsafe extern "system" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv
         if let Some(agent) = agent() {
             let serial = agent.jvmti.thread_word(thread).unwrap_or(0) as u32;
             if serial != 0 {
-                lock(&agent.threads).end(serial);
+                // ThreadEnd comes on the ending thread itself.
+                lock(&agent.threads).end(serial, signals::current_thread_id());
                 if let Some(tracer) = &agent.tracer {
                     tracer.thread_end(serial);
                 }
@@ -1244,4 +1631,43 @@ unsafe extern "system" fn on_compiled_method_load(
     _map: *const jvmti_bindings::sys::jvmti::jvmtiAddrLocationMap,
     _compile_info: *const c_void,
 ) {
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_capabilities_are_named_with_the_option_that_needs_them() {
+        let options = Options::parse("cpu=times,heap=sites").unwrap();
+        let needs = capability_needs(&options);
+        // What HotSpot offers in the live phase: neither method entry nor exit events.
+        let mut live = jvmtiCapabilities::default();
+        for need in &needs {
+            (need.set)(&mut live);
+        }
+        live.set_can_generate_method_entry_events(false);
+        live.set_can_generate_method_exit_events(false);
+        let refusal = refuse_missing(&needs, &live).unwrap_err();
+        assert!(
+            refusal.starts_with(
+                "cpu=times needs JVMTI's can_generate_method_entry_events and \
+                 can_generate_method_exit_events, which this JVM grants only"
+            ),
+            "{refusal}"
+        );
+        assert!(!refusal.contains("heap=sites"), "{refusal}");
+        live.set_can_generate_method_entry_events(true);
+        live.set_can_generate_method_exit_events(true);
+        assert!(refuse_missing(&needs, &live).is_ok());
+    }
+
+    #[test]
+    fn help_is_refused_in_a_running_jvm_rather_than_ending_it() {
+        let refusal = checked_options("help", Phase::Live).unwrap_err();
+        assert!(refusal.contains("would end the JVM"), "{refusal}");
+        assert!(checked_options("cpu=bogus", Phase::Live)
+            .unwrap_err()
+            .contains("option cpu"));
+    }
 }

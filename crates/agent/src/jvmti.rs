@@ -81,6 +81,28 @@ impl Jvmti {
         (status == 0 && !env.is_null()).then_some(Jvmti(env.cast()))
     }
 
+    /// The capabilities this environment could have now. In the live phase HotSpot offers
+    /// fewer than at OnLoad (no method entry/exit or exception events, for instance).
+    pub fn potential_capabilities(self) -> JvmtiResult<jvmtiCapabilities> {
+        let mut capabilities = jvmtiCapabilities::default();
+        call!(self, GetPotentialCapabilities(&mut capabilities))?;
+        Ok(capabilities)
+    }
+
+    /// The calling thread (a local reference).
+    pub fn current_thread(self) -> JvmtiResult<jthread> {
+        let mut thread: jthread = ptr::null_mut();
+        call!(self, GetCurrentThread(&mut thread))?;
+        Ok(thread)
+    }
+
+    /// A thread's CPU time in nanoseconds (needs can_get_thread_cpu_time).
+    pub fn thread_cpu_time(self, thread: jthread) -> JvmtiResult<u64> {
+        let mut nanos: i64 = 0;
+        call!(self, GetThreadCpuTime(thread, &mut nanos))?;
+        Ok(nanos.max(0) as u64)
+    }
+
     pub fn add_capabilities(self, capabilities: &jvmtiCapabilities) -> JvmtiResult<()> {
         call!(self, AddCapabilities(capabilities))
     }

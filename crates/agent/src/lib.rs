@@ -58,19 +58,23 @@ pub unsafe extern "system" fn Agent_OnLoad(
     })
 }
 
-/// Called by the JVM when the agent is loaded into a running JVM.
+/// Called by the JVM when the agent is loaded into a running JVM (`openprof attach`, or the
+/// JDK's `VirtualMachine.loadAgentPath`). A refusal leaves the JVM running.
 ///
 /// # Safety
 /// Called by the JVM with a live JavaVM and its option string.
 #[no_mangle]
 pub unsafe extern "system" fn Agent_OnAttach(
-    _vm: *mut JavaVM,
+    vm: *mut JavaVM,
     options: *mut c_char,
     _reserved: *mut c_void,
 ) -> jint {
     // SAFETY: the JVM passes a valid (or null) option string.
     let text = unsafe { options_text(options) };
-    catch_unwind(|| agent::on_attach(&text)).unwrap_or(JNI_ERR)
+    catch_unwind(|| agent::on_attach(vm, &text)).unwrap_or_else(|_| {
+        eprintln!("openprof ERROR: internal error while attaching; the JVM runs on unprofiled");
+        JNI_ERR
+    })
 }
 
 /// Called by the JVM as it unloads the agent; everything was written at VMDeath.

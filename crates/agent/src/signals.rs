@@ -1,6 +1,9 @@
 //! CPU sampling without safepoint bias: a CPU timer per Java thread (a perf_events task-clock,
-//! else a POSIX CPU timer) raises SIGPROF on that thread after every `interval` of its own CPU time, and the handler walks the thread's Java stack with
-//! HotSpot's AsyncGetCallTrace straight into the [`SampleRing`] (as async-profiler does).
+//! else a POSIX CPU timer) raises SIGPROF on that thread after every `interval` of its own CPU
+//! time, and the handler walks the thread's Java stack with HotSpot's AsyncGetCallTrace straight
+//! into the [`SampleRing`] (as async-profiler does). Timers are started by a thread for itself
+//! (at ThreadStart) or, for the threads already running when the agent is attached, by the
+//! attaching thread for each of them: both clocks can name any thread of the process.
 //!
 //! Everything the handler touches is set up before it is installed and never freed, and the
 //! handler itself only reads atomics, makes raw syscalls and writes into the ring.
@@ -38,6 +41,10 @@ pub const FAILURE_NAMES: [&str; 11] = [
     "ticks_deopt",
     "ticks_safepoint",
 ];
+
+/// What the handler records for a thread that is not attached to the VM: HotSpot's
+/// `ticks_unknown_not_Java`, which AsyncGetCallTrace itself gives such threads.
+pub const NOT_A_VM_THREAD: i32 = -3;
 
 /// The name of a failed walk's code.
 pub fn failure_name(code: i32) -> &'static str {
@@ -101,7 +108,7 @@ pub enum InstallError {
 }
 
 /// Finds AsyncGetCallTrace, allocates the ring and installs the SIGPROF handler (disabled until
-/// [`set_enabled`]). Called once, in Agent_OnLoad.
+/// [`set_enabled`]). Called once, in Agent_OnLoad or Agent_OnAttach.
 pub fn install(vm: *mut JavaVM, ring: SampleRing) -> Result<(), InstallError> {
     let walk = find_async_get_call_trace().ok_or(InstallError::NoAsyncGetCallTrace)?;
     let sampler = Box::into_raw(Box::new(SignalSampler { vm, walk, ring }));
@@ -129,6 +136,19 @@ pub fn ring() -> Option<&'static SampleRing> {
     (!sampler.is_null()).then(|| unsafe { &(*sampler).ring })
 }
 
+/// Whether some other code (another profiler) already handles SIGPROF: installing ours would
+/// silently take its signals away.
+pub fn sigprof_taken() -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one into `current`.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGPROF, ptr::null(), &mut current) == 0
+            && current.sa_sigaction != libc::SIG_DFL
+            && current.sa_sigaction != libc::SIG_IGN
+            && current.sa_sigaction != on_sigprof as *const () as usize
+    }
+}
+
 /// Turns sample taking on or off; while off the handler returns at once.
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Release);
@@ -138,6 +158,36 @@ pub fn set_enabled(enabled: bool) {
 pub fn current_thread_id() -> i32 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// The CPU clock of any thread of this process, by kernel id: the kernel's
+/// `MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)`, the id glibc's pthread_getcpuclockid builds.
+/// Unlike CLOCK_THREAD_CPUTIME_ID it names a thread other than the caller.
+pub fn thread_cpu_clock(thread_id: i32) -> libc::clockid_t {
+    const CPUCLOCK_PERTHREAD: libc::clockid_t = 4;
+    const CPUCLOCK_SCHED: libc::clockid_t = 2;
+    (!thread_id).wrapping_shl(3) | CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED
+}
+
+/// CPU time used so far by a thread of this process, or `None` once it is gone.
+pub fn task_cpu_nanos(thread_id: i32) -> Option<u64> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; a clock of a thread that ended is an
+    // error, not undefined behaviour.
+    let status = unsafe { libc::clock_gettime(thread_cpu_clock(thread_id), &mut now) };
+    (status == 0).then(|| now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
+}
+
+/// The kernel ids of this process's threads right now.
+pub fn process_threads() -> io::Result<Vec<i32>> {
+    let mut ids: Vec<i32> = std::fs::read_dir("/proc/self/task")?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
@@ -171,7 +221,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
     let thread_id = current_thread_id();
     sampler.ring.record(|frames, depth| {
         if status != 0 || env.is_null() {
-            return (thread_id, -3); // ticks_unknown_not_Java: not a thread of the VM
+            return (thread_id, NOT_A_VM_THREAD);
         }
         let mut trace = CallTrace {
             env: env.cast(),
@@ -219,11 +269,12 @@ pub enum ThreadTimer {
 unsafe impl Send for ThreadTimer {}
 
 impl ThreadTimer {
-    /// Starts a timer for the calling thread on `clock`.
-    pub fn start_for_current_thread(clock: CpuClock, interval_ms: u32) -> io::Result<ThreadTimer> {
+    /// Starts a timer on `clock` for a thread of this process (the caller or another: both
+    /// kinds count the CPU time of the thread named and signal that very thread).
+    pub fn start(clock: CpuClock, interval_ms: u32, thread_id: i32) -> io::Result<ThreadTimer> {
         match clock {
-            CpuClock::PerfTaskClock => start_perf_timer(interval_ms),
-            CpuClock::PosixCpuTimer => start_posix_timer(interval_ms),
+            CpuClock::PerfTaskClock => start_perf_timer(interval_ms, thread_id),
+            CpuClock::PosixCpuTimer => start_posix_timer(interval_ms, thread_id),
         }
     }
 }
@@ -250,13 +301,12 @@ struct FOwnerEx {
     pid: libc::pid_t,
 }
 
-fn start_perf_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
+fn start_perf_timer(interval_ms: u32, thread_id: i32) -> io::Result<ThreadTimer> {
     use perf_event_open_sys::bindings::{
         perf_event_attr, PERF_COUNT_SW_TASK_CLOCK, PERF_FLAG_FD_CLOEXEC, PERF_TYPE_SOFTWARE,
     };
     use std::os::fd::FromRawFd;
 
-    let thread_id = current_thread_id();
     let open = |exclude_kernel: bool| {
         let mut attr = perf_event_attr {
             type_: PERF_TYPE_SOFTWARE,
@@ -269,7 +319,7 @@ fn start_perf_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
         attr.set_disabled(1);
         attr.set_exclude_kernel(u64::from(exclude_kernel));
         attr.set_exclude_hv(1);
-        // SAFETY: `attr` is fully initialised; the event measures only the calling thread.
+        // SAFETY: `attr` is fully initialised; the event measures only the thread named.
         unsafe {
             perf_event_open_sys::perf_event_open(
                 &mut attr,
@@ -296,7 +346,7 @@ fn start_perf_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
         pid: thread_id,
     };
     // SAFETY: fcntl and ioctl on the descriptor we own, with arguments of the types they expect:
-    // deliver SIGPROF to this thread on every counter overflow, then start counting.
+    // deliver SIGPROF to the measured thread on every counter overflow, then start counting.
     let failed = unsafe {
         libc::fcntl(fd, libc::F_SETFL, libc::O_ASYNC) != 0
             || libc::fcntl(fd, F_SETSIG, libc::SIGPROF) != 0
@@ -310,15 +360,15 @@ fn start_perf_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
     Ok(ThreadTimer::Perf { _events: owned })
 }
 
-fn start_posix_timer(interval_ms: u32) -> io::Result<ThreadTimer> {
+fn start_posix_timer(interval_ms: u32, thread_id: i32) -> io::Result<ThreadTimer> {
     let mut timer: libc::timer_t = ptr::null_mut();
     // SAFETY: sigevent is plain C data and zero is a valid start; the kernel reads it once.
     let mut event: libc::sigevent = unsafe { std::mem::zeroed() };
     event.sigev_notify = libc::SIGEV_THREAD_ID;
     event.sigev_signo = libc::SIGPROF;
-    event.sigev_notify_thread_id = current_thread_id();
+    event.sigev_notify_thread_id = thread_id;
     // SAFETY: valid clock id, event and out-pointer.
-    if unsafe { libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut event, &mut timer) } != 0 {
+    if unsafe { libc::timer_create(thread_cpu_clock(thread_id), &mut event, &mut timer) } != 0 {
         return Err(io::Error::last_os_error());
     }
     let period = libc::timespec {
@@ -350,5 +400,41 @@ mod tests {
         assert_eq!(failure_name(-10), "ticks_safepoint");
         assert_eq!(failure_name(-11), "ticks_unknown_code");
         assert_eq!(failure_name(i32::MIN), "ticks_unknown_code");
+    }
+
+    #[test]
+    fn another_threads_cpu_clock_is_readable() {
+        // The clock built from our own id is the one CLOCK_THREAD_CPUTIME_ID reads.
+        let me = current_thread_id();
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < std::time::Duration::from_millis(20) {}
+        let before = thread_cpu_nanos();
+        let by_id = task_cpu_nanos(me).expect("our own clock");
+        let after = thread_cpu_nanos();
+        assert!(
+            before <= by_id && by_id <= after,
+            "{before} {by_id} {after}"
+        );
+        // Another thread's, from here.
+        let (sender, receiver) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let other = std::thread::spawn(move || {
+            sender.send(current_thread_id()).unwrap();
+            let _ = stopped.recv();
+        });
+        let id = receiver.recv().unwrap();
+        assert!(process_threads().unwrap().contains(&id));
+        assert!(task_cpu_nanos(id).is_some());
+        stop.send(()).unwrap();
+        other.join().unwrap();
+        // The kernel releases the task a moment after join returns.
+        let joined = std::time::Instant::now();
+        while task_cpu_nanos(id).is_some() {
+            assert!(
+                joined.elapsed() < std::time::Duration::from_secs(5),
+                "{id} lives on"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
     }
 }

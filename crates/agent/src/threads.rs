@@ -1,5 +1,10 @@
 //! The Java threads the agent has seen: serial numbers in HPROF's numbering, names and groups,
-//! kernel thread ids (to attribute signal samples) and each thread's CPU timer.
+//! kernel thread ids (to attribute signal samples) and the CPU timers, by kernel thread id.
+//!
+//! Started with the JVM, the agent times only Java threads, each from its ThreadStart. Attached
+//! to a running JVM, it also times every thread that was running then, before knowing which
+//! are Java threads: timers of threads that turn out not to be the VM's are stopped
+//! ([`Threads::stop_stranger_timer`]).
 
 use std::collections::HashMap;
 
@@ -21,7 +26,8 @@ pub enum ThreadEvent {
 pub struct Threads {
     last_serial: u32,
     serial_by_kernel_id: HashMap<i32, u32>,
-    timers: HashMap<u32, ThreadTimer>,
+    /// CPU timers by the kernel id of the thread they sample.
+    timers: HashMap<i32, ThreadTimer>,
     pending: Vec<ThreadEvent>,
     /// Once the VM is dying no new timers are started.
     closed: bool,
@@ -59,19 +65,55 @@ impl Threads {
         serial
     }
 
+    /// Whether a timer may be started for this kernel thread: none runs for it yet and the VM
+    /// is not dying. Asked and answered under the same lock as [`Threads::attach_timer`], so a
+    /// thread never gets two timers (at attach, its own ThreadStart and the attaching thread may
+    /// both try).
+    pub fn wants_timer(&self, kernel_id: i32) -> bool {
+        !self.closed && !self.timers.contains_key(&kernel_id)
+    }
+
     /// Keeps a thread's CPU timer; returns false (dropping the timer) once the VM is dying.
-    pub fn attach_timer(&mut self, serial: u32, timer: ThreadTimer) -> bool {
+    pub fn attach_timer(&mut self, kernel_id: i32, timer: ThreadTimer) -> bool {
         if self.closed {
             return false;
         }
-        self.timers.insert(serial, timer);
+        self.timers.insert(kernel_id, timer);
         true
     }
 
-    /// Stops the thread's timer and queues its THREAD END record. Its kernel id keeps naming it
-    /// until another thread takes the id, so samples still in the ring are attributed.
-    pub fn end(&mut self, serial: u32) {
-        self.timers.remove(&serial);
+    /// Gives a kernel id to a thread numbered without one (a thread running before the agent
+    /// was attached, matched afterwards).
+    pub fn set_kernel_id(&mut self, serial: u32, kernel_id: i32) {
+        self.serial_by_kernel_id.insert(kernel_id, serial);
+    }
+
+    /// Stops the timer of a thread that is no Java thread the agent knows (its samples are not
+    /// the VM's); returns whether one was stopped.
+    pub fn stop_stranger_timer(&mut self, kernel_id: i32) -> bool {
+        !self.serial_by_kernel_id.contains_key(&kernel_id)
+            && self.timers.remove(&kernel_id).is_some()
+    }
+
+    /// Stops the timers of threads that are no Java thread the agent knows and have ended (a
+    /// native thread timed at attach ends without ThreadEnd): their kernel ids may be given to
+    /// new threads, which must then get timers of their own.
+    pub fn stop_gone_stranger_timers(&mut self, alive: impl Fn(i32) -> bool) {
+        let known = &self.serial_by_kernel_id;
+        self.timers
+            .retain(|kernel_id, _| known.contains_key(kernel_id) || alive(*kernel_id));
+    }
+
+    /// How many threads have a CPU timer.
+    pub fn timer_count(&self) -> usize {
+        self.timers.len()
+    }
+
+    /// A thread ends, on itself (`kernel_id` is its own): stops its timer and queues its THREAD
+    /// END record. Its kernel id keeps naming it until another thread takes the id, so samples
+    /// still in the ring are attributed.
+    pub fn end(&mut self, serial: u32, kernel_id: i32) {
+        self.timers.remove(&kernel_id);
         self.ended.insert(serial);
         if self.records {
             self.pending.push(ThreadEvent::End(serial));
@@ -104,6 +146,31 @@ impl Threads {
     }
 }
 
+/// Which kernel thread each Java thread is, from CPU times on one clock: `java[i]` is the CPU
+/// time JVMTI gave for Java thread `i`, read between `before` and `after` of each kernel thread
+/// `(id, before, after)`. A Java thread is matched when exactly one kernel thread's bracket
+/// holds its time and that bracket holds no other Java thread's time; anything ambiguous stays
+/// unmatched rather than guessed.
+pub fn match_by_cpu_time(java: &[Option<u64>], tasks: &[(i32, u64, u64)]) -> Vec<Option<i32>> {
+    let holds = |task: &(i32, u64, u64), time: u64| task.1 <= time && time <= task.2;
+    java.iter()
+        .map(|time| {
+            let time = (*time)?;
+            let mut candidates = tasks.iter().filter(|task| holds(task, time));
+            let task = candidates.next()?;
+            if candidates.next().is_some() {
+                return None;
+            }
+            let claimed = java
+                .iter()
+                .flatten()
+                .filter(|other| holds(task, **other))
+                .count();
+            (claimed == 1).then_some(task.0)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,7 +182,7 @@ mod tests {
         let worker = threads.start("worker".into(), "main".into(), None);
         assert_eq!((main, worker), (200001, 200002));
         assert_eq!(threads.serial_of_kernel_id(7), Some(200001));
-        threads.end(main);
+        threads.end(main, 7);
         let events = threads.take_pending();
         assert_eq!(events.len(), 3);
         assert_eq!(events[2], ThreadEvent::End(200001));
@@ -124,5 +191,78 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(threads.take_pending().is_empty());
+    }
+
+    #[test]
+    fn java_threads_match_the_kernel_thread_whose_cpu_time_brackets_theirs() {
+        let tasks = [
+            (100, 5_000, 5_000),         // idle: its time stands still
+            (101, 90_000, 91_000),       // busy
+            (102, 7_000, 7_000),         // idle
+            (103, 90_500, 92_000),       // busy, overlapping 101
+            (104, 1_000_000, 1_000_000), // not a Java thread
+        ];
+        let java = [Some(7_000), Some(5_000), Some(90_700), None, Some(6_000)];
+        assert_eq!(
+            match_by_cpu_time(&java, &tasks),
+            // 90_700 is in both busy brackets: left unmatched, as are unknown times.
+            vec![Some(102), Some(100), None, None, None]
+        );
+        // Two Java threads in one bracket: neither is matched.
+        let java = [Some(90_100), Some(90_200)];
+        assert_eq!(match_by_cpu_time(&java, &tasks[1..2]), vec![None, None]);
+    }
+
+    #[test]
+    fn threads_timed_at_attach_are_matched_or_stopped() {
+        let mut threads = Threads::new(false);
+        let main = threads.start("main".into(), "main".into(), None);
+        assert!(threads.wants_timer(11));
+        // A POSIX timer on our own clock stands in for any timer: only its bookkeeping matters.
+        let timer = crate::signals::ThreadTimer::start(
+            crate::signals::CpuClock::PosixCpuTimer,
+            1000,
+            crate::signals::current_thread_id(),
+        )
+        .unwrap();
+        assert!(threads.attach_timer(11, timer));
+        assert!(!threads.wants_timer(11), "one timer per thread");
+        threads.set_kernel_id(main, 11);
+        assert_eq!(threads.serial_of_kernel_id(11), Some(main));
+        assert!(
+            !threads.stop_stranger_timer(11),
+            "a Java thread keeps its timer"
+        );
+        assert_eq!(threads.timer_count(), 1);
+        let stranger = crate::signals::ThreadTimer::start(
+            crate::signals::CpuClock::PosixCpuTimer,
+            1000,
+            crate::signals::current_thread_id(),
+        )
+        .unwrap();
+        assert!(threads.attach_timer(12, stranger));
+        assert!(
+            threads.stop_stranger_timer(12),
+            "a thread no Java thread matched"
+        );
+        for kernel_id in [13, 14] {
+            let timer = crate::signals::ThreadTimer::start(
+                crate::signals::CpuClock::PosixCpuTimer,
+                1000,
+                crate::signals::current_thread_id(),
+            )
+            .unwrap();
+            threads.attach_timer(kernel_id, timer);
+        }
+        // 11 is a Java thread's: kept whatever `alive` says; 13 lives on, 14 is gone.
+        threads.stop_gone_stranger_timers(|kernel_id| kernel_id == 13);
+        assert!(!threads.wants_timer(11) && !threads.wants_timer(13));
+        assert!(threads.wants_timer(14));
+        assert!(threads.stop_stranger_timer(13));
+        threads.end(main, 11);
+        assert_eq!(threads.timer_count(), 0);
+        assert!(threads.wants_timer(11));
+        threads.close();
+        assert!(!threads.wants_timer(12), "none once the VM is dying");
     }
 }

@@ -192,19 +192,3 @@ fn help_prints_the_usage_table_and_exits_0() {
     assert!(stdout.contains("depth=<size>           stack trace depth              4"));
     assert!(run.files().is_empty(), "{:?}", run.files());
 }
-
-#[test]
-fn attaching_is_refused_until_it_is_built() {
-    // Agent_OnAttach exists (the JVM finds it by name) and refuses clearly; checked in-process.
-    let options = std::ffi::CString::new("cpu=samples").unwrap();
-    // SAFETY: Agent_OnAttach only reads the option string before refusing; the VM pointer is
-    // never used on this path.
-    let status = unsafe {
-        openprof_agent::Agent_OnAttach(
-            std::ptr::null_mut(),
-            options.as_ptr().cast_mut(),
-            std::ptr::null_mut(),
-        )
-    };
-    assert_eq!(status, -1);
-}

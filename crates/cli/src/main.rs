@@ -17,6 +17,7 @@ use openprof_format::hprof_text::{self, SitesOrder, TextProfile};
 use openprof_format::options::{Options, OutputFormat};
 use openprof_jdk::Jdk;
 
+mod attach_command;
 mod collector_commands;
 
 const AGENT_FILE: &str = "libopenprof_agent.so";
@@ -82,6 +83,8 @@ enum Commands {
         #[arg(last = true, required = true, value_name = "JAVA ARGS")]
         java: Vec<String>,
     },
+    /// Load the agent into a running JVM (HotSpot's attach mechanism) and start profiling it.
+    Attach(attach_command::AttachArgs),
     /// Check a trace (format=x): well-formed, ids defined before use, tickets paired,
     /// stackDepth consistent, collation values without gaps. Exit code 1 if any problem.
     Validate {
@@ -134,6 +137,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             java,
         } => run(&options, agent, top, &java),
         Commands::Validate { file, max } => validate(&file, max),
+        Commands::Attach(args) => attach_command::attach(args),
         Commands::Serve(args) => collector_commands::serve(args),
         Commands::Control(args) => collector_commands::control(args),
         Commands::Ls(args) => collector_commands::ls(args),

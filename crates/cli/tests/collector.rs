@@ -1,6 +1,6 @@
 //! `openprof serve` with real JVMs streaming to it over loopback: the hierarchy of three agents,
 //! a collector killed and restarted mid-stream, a shuffled replay with duplicates, malformed
-//! frames, tokens, and commands that change a running agent.
+//! frames, tokens, commands that change a running agent, and a JVM attached to while running.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -731,4 +731,65 @@ fn a_jvm_whose_collector_never_answers_still_runs_and_exits() {
     let stderr = text(&output.stderr);
     assert!(stderr.contains("can't connect"), "{stderr}");
     assert!(stderr.contains("did not acknowledge"), "{stderr}");
+}
+
+#[test]
+fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    // AttachTarget runs without any agent and waits for "go" (3:1 CPU split once it goes).
+    let (mut command, _dir) = java_command(None, "AttachTarget", &["3"]);
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+    let stdout = wait_for_ready(&mut child);
+    let pid = child.id().to_string();
+
+    let options = agent_options(&collector.address, "cpu=samples,interval=1");
+    let attached = openprof(&["attach", &pid, &options]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let said = text(&attached.stdout);
+    assert!(said.contains(&format!("attached to JVM {pid}")), "{said}");
+    assert!(!said.contains(TOKEN), "the token is echoed: {said}");
+
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let measured: f64 = stdout
+        .join()
+        .unwrap()
+        .split("heavy_cpu_share=")
+        .nth(1)
+        .and_then(|share| share.trim().parse().ok())
+        .expect("the workload prints its measured split");
+
+    // The agent's HPROF text as the collector stored it, read with the HPROF text reader.
+    let listing = ls(store.path());
+    let agent = listing
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("agent "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{listing}"))
+        .to_string();
+    let file = store.path().join("attached.hprof.txt");
+    let exported = openprof(&[
+        "export",
+        &agent,
+        "--agent",
+        "--store",
+        store.path().to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let profile = openprof_format::hprof_text::read(std::fs::read(&file).unwrap().as_slice())
+        .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let by_method = openprof_testkit::samples_by_method(&profile);
+    let heavy = by_method.get("AttachTarget.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("AttachTarget.light").copied().unwrap_or(0) as f64;
+    assert!(heavy + light > 1000.0, "{by_method:?}");
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.05 && (share - measured).abs() <= 0.05,
+        "heavy share {share:.3}, built-in 0.75, measured {measured:.3}: {by_method:?}"
+    );
+    assert!(!collector.log().contains(TOKEN));
 }

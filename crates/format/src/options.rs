@@ -117,6 +117,11 @@ impl Default for Options {
     }
 }
 
+/// The agent attached to a running JVM leaves what it did (or why it refused) in
+/// `/tmp/<this><pid>`, the JVM's /tmp and pid, for `openprof attach` to print: HotSpot's attach
+/// protocol carries only Agent_OnAttach's return code back.
+pub const ATTACH_REPORT_FILE_PREFIX: &str = ".openprof_attach";
+
 /// The largest `depth=` we accept: deeper stacks cost memory in every sample slot.
 pub const MAX_DEPTH: u32 = 2048;
 /// The largest `interval=` we accept, in milliseconds.

@@ -1,0 +1,251 @@
+//! `openprof attach` on real JVMs started without the agent: the profile of a JVM attached to
+//! while it runs matches the workload's built-in CPU split; refusals leave the JVM running.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use openprof_format::hprof_text::{self, TextProfile};
+use openprof_testkit::{agent_library, java_command, samples_by_method, wait_with_limit};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn openprof(args: &[&str]) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start openprof");
+    wait_with_limit(child, LIMIT)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A JVM running AttachTarget without any agent, waiting for "go".
+struct Target {
+    child: Child,
+    dir: PathBuf,
+    /// The rest of its standard output, once it exits.
+    stdout: JoinHandle<String>,
+}
+
+impl Target {
+    fn start(cpu_seconds: &str) -> Target {
+        let (mut command, dir) = java_command(None, "AttachTarget", &[cpu_seconds]);
+        let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read stdout");
+        assert_eq!(line.trim(), "ready", "the workload did not get ready");
+        let stdout = std::thread::spawn(move || {
+            let mut rest = String::new();
+            for line in stdout.lines() {
+                rest.push_str(&line.unwrap_or_default());
+                rest.push('\n');
+            }
+            rest
+        });
+        Target { child, dir, stdout }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Lets it burn its CPU and waits for it to exit: (exit status and stderr, stdout).
+    fn go(mut self) -> (Output, String) {
+        let mut stdin = self.child.stdin.take().expect("piped stdin");
+        stdin.write_all(b"go\n").expect("write go");
+        drop(stdin);
+        let output = wait_with_limit(self.child, LIMIT);
+        (output, self.stdout.join().expect("stdout reader"))
+    }
+}
+
+fn read_profile(path: &Path) -> TextProfile {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    hprof_text::read(bytes.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The thread name behind each CPU row's trace, summed per (method, thread name).
+fn samples_by_method_and_thread(profile: &TextProfile) -> Vec<(String, String, u64)> {
+    let mut rows = Vec::new();
+    for table in &profile.cpu_tables {
+        for row in &table.rows {
+            let thread = profile
+                .traces
+                .get(&row.trace)
+                .and_then(|trace| trace.thread)
+                .and_then(|serial| profile.thread(serial))
+                .map_or_else(|| "?".to_string(), |thread| thread.name.clone());
+            let method = row.method.clone().unwrap_or_default();
+            rows.push((method, thread, row.count));
+        }
+    }
+    rows
+}
+
+#[test]
+fn attached_agent_samples_running_and_new_threads_with_the_known_split() {
+    let target = Target::start("4");
+    let pid = target.pid();
+    // The agent is found as `openprof run` finds it (next to the binary here).
+    let attached = openprof(&[
+        "attach",
+        &pid,
+        "cpu=samples,interval=1,thread=y,file=attached.txt",
+    ]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let said = text(&attached.stdout);
+    assert!(said.contains(&format!("attached to JVM {pid}")), "{said}");
+    let file = target.dir.join("attached.txt");
+    assert!(
+        said.contains(&format!("profile: {}", file.display())),
+        "the JVM's own path for the file: {said}"
+    );
+    assert!(said.contains("AsyncGetCallTrace"), "{said}");
+
+    let (exited, stdout) = target.go();
+    let stderr = text(&exited.stderr);
+    assert!(exited.status.success(), "{stderr}");
+    assert!(!stderr.contains("openprof ERROR"), "{stderr}");
+    let measured: f64 = stdout
+        .split("heavy_cpu_share=")
+        .nth(1)
+        .and_then(|share| share.trim().parse().ok())
+        .expect("the workload prints its measured split");
+
+    // heavy() ran on main, running before the attach; light() on a thread started after it.
+    let profile = read_profile(&file);
+    let by_method = samples_by_method(&profile);
+    let heavy = by_method.get("AttachTarget.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("AttachTarget.light").copied().unwrap_or(0) as f64;
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "heavy share {share:.3}, built-in 0.75: {by_method:?}"
+    );
+    assert!(
+        (share - measured).abs() <= 0.05,
+        "heavy share {share:.3}, measured {measured:.3}"
+    );
+    // 4 s of CPU in the two methods at one sample per millisecond of each thread's CPU time.
+    assert!(
+        (3200.0..=4800.0).contains(&(heavy + light)),
+        "{heavy}+{light} samples for 4000 ms of CPU"
+    );
+    let sampler = &profile.samplers[0];
+    assert_eq!(sampler.sampler, "AsyncGetCallTrace");
+    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
+    assert!(
+        sampler.failed_total() * 10 < total,
+        "too many failed walks: {sampler:?}"
+    );
+    // Samples are attributed to their threads: main was matched to its kernel thread at attach.
+    for (method, thread, count) in samples_by_method_and_thread(&profile) {
+        match method.as_str() {
+            "AttachTarget.heavy" => assert_eq!(thread, "main", "{count} samples"),
+            "AttachTarget.light" => assert_eq!(thread, "light", "{count} samples"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn refusals_leave_the_jvm_running_and_the_agent_loads_once() {
+    let target = Target::start("1");
+    let pid = target.pid();
+    let dir = target.dir.clone();
+    let agent = agent_library();
+    let agent = agent.to_str().unwrap();
+
+    let bad = openprof(&["attach", "--agent", agent, &pid, "cpu=bogus"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let said = text(&bad.stderr);
+    assert!(
+        said.contains(&format!(
+            "the agent refused to start in JVM {pid}: its Agent_OnAttach returned -1"
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains("option cpu: 'bogus'"),
+        "the agent's own reason: {said}"
+    );
+
+    // Method entry and exit events are granted only at start-up.
+    let times = openprof(&["attach", "--agent", agent, &pid, "cpu=times"]);
+    assert_eq!(times.status.code(), Some(2));
+    let said = text(&times.stderr);
+    assert!(
+        said.contains("cpu=times needs JVMTI's can_generate_method_entry_events"),
+        "{said}"
+    );
+
+    // After the refusals, a good attach works.
+    let good = openprof(&[
+        "attach",
+        "--agent",
+        agent,
+        &pid,
+        "cpu=samples,interval=1,file=late.txt",
+    ]);
+    assert!(good.status.success(), "{}", text(&good.stderr));
+
+    let again = openprof(&["attach", "--agent", agent, &pid, "cpu=samples,file=b.txt"]);
+    assert_eq!(again.status.code(), Some(2));
+    let said = text(&again.stderr);
+    assert!(
+        said.contains("openprof is already loaded in this JVM"),
+        "{said}"
+    );
+
+    let (exited, stdout) = target.go();
+    let stderr = text(&exited.stderr);
+    assert!(exited.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("heavy_cpu_share="),
+        "the program ran to its end"
+    );
+    assert!(
+        !stderr.contains("hs_err") && !stderr.contains("SIGSEGV"),
+        "{stderr}"
+    );
+    // The refusals are in the JVM's standard error too.
+    assert!(stderr.contains("openprof ERROR: option cpu"), "{stderr}");
+    let profile = read_profile(&dir.join("late.txt"));
+    let by_method = samples_by_method(&profile);
+    assert!(
+        by_method.contains_key("AttachTarget.heavy")
+            && by_method.contains_key("AttachTarget.light"),
+        "{by_method:?}"
+    );
+    assert!(
+        !dir.join("b.txt").exists(),
+        "the refused second agent wrote nothing"
+    );
+}
+
+#[test]
+fn a_pid_that_does_not_exist_is_named() {
+    let pid = (i32::MAX - 7).to_string();
+    let output = openprof(&["attach", &pid]);
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        text(&output.stderr).trim(),
+        format!("openprof: no process {pid}")
+    );
+}
+
+#[test]
+fn help_lists_the_options_without_attaching() {
+    // Pid 1 is never a JVM we may attach to: help must not try.
+    let output = openprof(&["attach", "1", "help"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("interval=<ms>"));
+}
