@@ -4,7 +4,7 @@
 //! elements into memory under a short lock; the agent's thread writes them to the file.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +44,8 @@ struct ClassRecord {
 }
 
 struct TraceState {
+    /// The trace being written, if any: the collector may end it and start another.
+    trace: Option<Uuid>,
     pending: String,
     /// Offsets in `pending` between elements where a fragment for the collector may end.
     cuts: Vec<usize>,
@@ -59,6 +61,13 @@ struct TraceState {
     last_class_id: u32,
     last_method_id: u32,
     last_object_id: u32,
+    /// Ids are scoped by their trace: what the current trace has defined. Classes, methods
+    /// and objects keep their numbers across traces and are defined again on first use.
+    classes_defined: HashSet<u32>,
+    methods_defined: HashSet<u32>,
+    objects_defined: HashSet<u32>,
+    /// Every live numbered thread (name, group): a new trace starts by defining them.
+    live_threads: BTreeMap<u32, (String, String)>,
     finished: bool,
 }
 
@@ -66,6 +75,9 @@ struct TraceState {
 #[derive(Default)]
 struct ThreadTrace {
     thread_id: u32,
+    /// The trace generation `open` belongs to: entries opened in an earlier trace are not
+    /// closed in a later one.
+    generation: u64,
     /// Set by ThreadEnd, which JVMTI posts on the ending thread: HotSpot still runs Java code
     /// (shutdown hooks) on the DestroyJavaVM thread after its ThreadEnd.
     ended: bool,
@@ -106,8 +118,11 @@ const FRAGMENT_BYTES: usize = 512 << 10;
 
 pub struct Tracer {
     jvmti: Jvmti,
-    trace_id: Uuid,
     agent_id: Uuid,
+    /// The options as (key, value), echoed as option elements after every traceStart.
+    option_pairs: Vec<(String, String)>,
+    /// Incremented by every traceStart after the first.
+    generation: AtomicU64,
     /// cpu=times: methodEntry/methodExit and methodCount.
     methods: bool,
     state: Mutex<TraceState>,
@@ -244,13 +259,22 @@ impl Tracer {
         };
         let node_id = node_id();
         let process_id = Uuid::new_v4();
-        let trace_id = Uuid::new_v4();
+        let option_pairs = options
+            .to_string()
+            .split(',')
+            .map(|item| {
+                let (key, value) = item.split_once('=').unwrap_or((item, ""));
+                (key.to_string(), value.to_string())
+            })
+            .collect();
         let tracer = Tracer {
             jvmti,
-            trace_id,
             agent_id,
+            option_pairs,
+            generation: AtomicU64::new(0),
             methods: options.cpu == Some(openprof_format::options::CpuMode::Times),
             state: Mutex::new(TraceState {
+                trace: None,
                 pending: String::from(head),
                 cuts: Vec::new(),
                 filters,
@@ -264,6 +288,10 @@ impl Tracer {
                 last_class_id: 0,
                 last_method_id: 0,
                 last_object_id: 0,
+                classes_defined: HashSet::new(),
+                methods_defined: HashSet::new(),
+                objects_defined: HashSet::new(),
+                live_threads: BTreeMap::new(),
                 finished: false,
             }),
             sink: Mutex::new(sink),
@@ -310,47 +338,135 @@ impl Tracer {
             .write(&mut out);
             out.push('\n');
             state.pending.push_str(&out);
-            let start = TraceStart {
-                trace_id,
-                agent_id_ref: agent_id,
-                time: now(),
-                collation_value: None,
-                content: NoContent,
-            };
-            tracer.emit(&mut state, start);
-            // Echo every option, spelled out, then the filter block.
-            for item in options.to_string().split(',') {
-                let (key, value) = item.split_once('=').unwrap_or((item, ""));
-                tracer.emit(
-                    &mut state,
-                    OptionElement {
-                        key: Some(key.into()),
-                        value: Some(value.into()),
-                        trace_id_ref: None,
-                        collation_value: None,
-                        content: NoContent,
-                    },
-                );
-            }
-            for filter in state.filters.to_elements() {
-                tracer.emit(&mut state, filter);
-            }
+            tracer.open_trace(&mut state);
         }
         Ok(tracer)
     }
 
-    /// Stamps and serialises one element (into memory; the agent's thread writes it).
-    fn emit(&self, state: &mut TraceState, element: impl Into<TraceElement>) {
+    /// Starts a new trace: traceStart (collationValue 1), the options spelled out, the filter
+    /// block, and a threadStart for every live thread; ids are defined afresh on first use.
+    fn open_trace(&self, state: &mut TraceState) -> Uuid {
+        let trace_id = Uuid::new_v4();
+        state.trace = Some(trace_id);
+        state.collation = 0;
+        state.classes_defined.clear();
+        state.methods_defined.clear();
+        state.objects_defined.clear();
+        self.emit(
+            state,
+            TraceStart {
+                trace_id,
+                agent_id_ref: self.agent_id,
+                time: now(),
+                collation_value: None,
+                content: NoContent,
+            },
+        );
+        for (key, value) in &self.option_pairs {
+            self.emit(
+                state,
+                OptionElement {
+                    key: Some(key.clone()),
+                    value: Some(value.clone()),
+                    trace_id_ref: None,
+                    collation_value: None,
+                    content: NoContent,
+                },
+            );
+        }
+        for filter in state.filters.to_elements() {
+            self.emit(state, filter);
+        }
+        let live: Vec<_> = state
+            .live_threads
+            .iter()
+            .map(|(id, names)| (*id, names.clone()))
+            .collect();
+        for (thread_id, (name, group)) in live {
+            self.emit_thread_start(state, thread_id, name, group);
+        }
+        trace_id
+    }
+
+    /// The collector's traceStart command: a new trace, when none is running.
+    pub fn start_trace(&self) -> Result<String, String> {
+        let mut state = lock(&self.state);
+        if let Some(running) = state.trace {
+            return Err(format!(
+                "trace {running} is still running: end it first (trace-end)"
+            ));
+        }
+        if state.finished {
+            return Err("the JVM is shutting down".into());
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        let trace_id = self.open_trace(&mut state);
+        Ok(format!("trace {trace_id} started"))
+    }
+
+    /// The collector's traceEnd command: methodCount elements (the counts since the JVM
+    /// started, when methods are traced), then traceEnd; nothing is traced until the next
+    /// traceStart.
+    pub fn end_trace(&self, jni: *mut JNIEnv) -> Result<String, String> {
+        let mut state = lock(&self.state);
+        let Some(trace_id) = state.trace else {
+            return Err("no trace is running: start one first (trace-start)".into());
+        };
+        self.close_trace(&mut state, jni);
+        Ok(format!("trace {trace_id} ended"))
+    }
+
+    /// methodCounts and traceEnd for the running trace.
+    fn close_trace(&self, state: &mut TraceState, jni: *mut JNIEnv) {
+        let Some(trace_id) = state.trace else { return };
+        if self.methods {
+            for class in self.jvmti.loaded_classes().unwrap_or_default() {
+                for method in self.jvmti.class_methods(class).unwrap_or_default() {
+                    let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
+                    let record = self.method(state, method);
+                    self.emit(
+                        state,
+                        MethodCount {
+                            count: Some(count),
+                            method_id_ref: Some(record.id),
+                            transient_method_id_ref: None,
+                            collation_value: None,
+                            trace_id_ref: None,
+                            content: NoContent,
+                        },
+                    );
+                }
+                crate::agent::delete_local_ref(jni, class);
+            }
+        }
+        self.emit(
+            state,
+            TraceEnd {
+                trace_id_ref: trace_id,
+                time: now(),
+                collation_value: None,
+                content: NoContent,
+            },
+        );
+        state.trace = None;
+    }
+
+    /// Stamps and serialises one element (into memory; the agent's thread writes it); false
+    /// when it is not written (no trace running, shutting down, or over the memory bound).
+    fn emit(&self, state: &mut TraceState, element: impl Into<TraceElement>) -> bool {
+        let Some(trace_id) = state.trace else {
+            return false;
+        };
         state.collation += 1;
         if state.finished {
-            return;
+            return false;
         }
         if state.pending.len() > MAX_PENDING_BYTES {
             state.dropped += 1;
-            return;
+            return false;
         }
         let mut element = element.into();
-        element.set_context(self.trace_id, MultiPart(state.collation));
+        element.set_context(trace_id, MultiPart(state.collation));
         element.write(&mut state.pending);
         state.pending.push('\n');
         let last_cut = state.cuts.last().copied().unwrap_or(0);
@@ -358,6 +474,20 @@ impl Tracer {
             let end = state.pending.len();
             state.cuts.push(end);
         }
+        true
+    }
+
+    /// This thread's view, first forgetting method entries opened in an earlier trace.
+    fn with_thread_trace<R>(&self, work: impl FnOnce(&mut ThreadTrace) -> R) -> R {
+        let generation = self.generation.load(Ordering::Acquire);
+        THREAD_TRACE.with(|trace| {
+            let mut trace = trace.borrow_mut();
+            if trace.generation != generation {
+                trace.generation = generation;
+                trace.open.clear();
+            }
+            work(&mut trace)
+        })
     }
 
     /// Writes what is pending to the file, or queues it for the collector in fragments of
@@ -396,14 +526,23 @@ impl Tracer {
 
     /// The class's id in the trace, defining it (classDef) on first use.
     fn class_id(&self, state: &mut TraceState, class: jclass) -> u32 {
-        if let Ok(tag) = self.jvmti.tag(class) {
-            if tag & TAG_KIND == CLASS_TAG {
-                return (tag & 0xffff_ffff) as u32;
+        let tagged = self
+            .jvmti
+            .tag(class)
+            .ok()
+            .filter(|tag| tag & TAG_KIND == CLASS_TAG)
+            .map(|tag| (tag & 0xffff_ffff) as u32);
+        if let Some(id) = tagged {
+            if state.trace.is_none() || state.classes_defined.contains(&id) {
+                return id;
             }
         }
-        state.last_class_id += 1;
-        let id = state.last_class_id;
-        let _ = self.jvmti.set_tag(class, CLASS_TAG | i64::from(id));
+        let id = tagged.unwrap_or_else(|| {
+            state.last_class_id += 1;
+            let id = state.last_class_id;
+            let _ = self.jvmti.set_tag(class, CLASS_TAG | i64::from(id));
+            id
+        });
         let signature = self.jvmti.class_signature(class).unwrap_or_default();
         let name = class_name_from_signature(&signature);
         let included = state.filters.includes(&name);
@@ -416,7 +555,7 @@ impl Tracer {
             },
         );
         let methods = self.jvmti.class_methods(class).map(|m| m.len() as u32).ok();
-        self.emit(
+        let defined = self.emit(
             state,
             ClassDef {
                 transient_thread_id_ref: None,
@@ -436,13 +575,19 @@ impl Tracer {
                 content: NoContent,
             },
         );
+        if defined {
+            state.classes_defined.insert(id);
+        }
         id
     }
 
     /// The method's record, defining it (and its class) on first use.
     fn method(&self, state: &mut TraceState, method: jmethodID) -> MethodRecord {
-        if let Some(record) = state.methods.get(&(method as usize)) {
-            return *record;
+        let known = state.methods.get(&(method as usize)).copied();
+        if let Some(record) = known {
+            if state.trace.is_none() || state.methods_defined.contains(&record.id) {
+                return record;
+            }
         }
         let class = self
             .jvmti
@@ -450,16 +595,19 @@ impl Tracer {
             .unwrap_or(std::ptr::null_mut());
         let class_id = self.class_id(state, class);
         let included = state.classes.get(&class_id).is_some_and(|c| c.included);
-        state.last_method_id += 1;
-        let record = MethodRecord {
-            id: state.last_method_id,
-            class_id,
-        };
+        let id = known.map_or_else(
+            || {
+                state.last_method_id += 1;
+                state.last_method_id
+            },
+            |record| record.id,
+        );
+        let record = MethodRecord { id, class_id };
         state.methods.insert(method as usize, record);
         state.inclusion.insert(method as usize, included);
         let (name, signature) = self.jvmti.method_name(method).unwrap_or_default();
         let lines = self.jvmti.line_number_table(method).unwrap_or_default();
-        self.emit(
+        let defined = self.emit(
             state,
             MethodDef {
                 name: Some(name),
@@ -477,6 +625,9 @@ impl Tracer {
                 content: Signature::default(),
             },
         );
+        if defined {
+            state.methods_defined.insert(id);
+        }
         record
     }
 
@@ -510,17 +661,26 @@ impl Tracer {
 
     /// The object's id, defining it (objDef) on first use.
     fn object_id(&self, state: &mut TraceState, jni: *mut JNIEnv, object: jobject) -> u32 {
-        if let Ok(tag) = self.jvmti.tag(object) {
-            if tag & TAG_KIND == OBJECT_TAG {
-                return (tag & 0xffff_ffff) as u32;
+        let tagged = self
+            .jvmti
+            .tag(object)
+            .ok()
+            .filter(|tag| tag & TAG_KIND == OBJECT_TAG)
+            .map(|tag| (tag & 0xffff_ffff) as u32);
+        if let Some(id) = tagged {
+            if state.trace.is_none() || state.objects_defined.contains(&id) {
+                return id;
             }
         }
-        state.last_object_id += 1;
-        let id = state.last_object_id;
-        let _ = self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id));
+        let id = tagged.unwrap_or_else(|| {
+            state.last_object_id += 1;
+            let id = state.last_object_id;
+            let _ = self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id));
+            id
+        });
         let class_id = self.class_of(state, jni, object);
         let is_array = state.classes.get(&class_id).map(|c| c.is_array);
-        self.emit(
+        let defined = self.emit(
             state,
             ObjDef {
                 obj_id: id,
@@ -532,6 +692,9 @@ impl Tracer {
                 content: NoContent,
             },
         );
+        if defined {
+            state.objects_defined.insert(id);
+        }
         id
     }
 
@@ -562,17 +725,30 @@ impl Tracer {
 
     pub fn thread_start(&self, thread_id: u32, name: &str, group: &str) {
         let mut state = lock(&self.state);
+        state
+            .live_threads
+            .insert(thread_id, (name.to_string(), group.to_string()));
+        self.emit_thread_start(&mut state, thread_id, name.into(), group.into());
+    }
+
+    fn emit_thread_start(
+        &self,
+        state: &mut TraceState,
+        thread_id: u32,
+        name: String,
+        group: String,
+    ) {
         self.emit(
-            &mut state,
+            state,
             ThreadStart {
                 transient_thread_id: None,
                 thread_id: Some(thread_id),
                 time: Some(now()),
-                group_name: Some(group.into()),
+                group_name: Some(group),
                 parent_name: None,
                 transient_obj_id_ref: None,
                 obj_id_ref: None,
-                thread_name: Some(name.into()),
+                thread_name: Some(name),
                 collation_value: None,
                 trace_id_ref: None,
                 content: NoContent,
@@ -583,6 +759,7 @@ impl Tracer {
     pub fn thread_end(&self, thread_id: u32) {
         THREAD_TRACE.with(|trace| trace.borrow_mut().ended = true);
         let mut state = lock(&self.state);
+        state.live_threads.remove(&thread_id);
         self.emit(
             &mut state,
             ThreadEnd {
@@ -598,10 +775,13 @@ impl Tracer {
 
     /// MethodEntry: counted always; a methodEntry element when the method's class is traced.
     pub fn method_entry(&self, jni: *mut JNIEnv, thread: jthread, method: jmethodID) {
+        let count = |state: &mut TraceState| {
+            *state.entries.entry(method as usize).or_default() += 1;
+        };
         {
             let mut state = lock(&self.state);
-            *state.entries.entry(method as usize).or_default() += 1;
-            if !self.included(&mut state, method) {
+            if state.trace.is_none() || !self.included(&mut state, method) {
+                count(&mut state);
                 return;
             }
         }
@@ -610,6 +790,7 @@ impl Tracer {
             // Before VMInit (the start phase) threads are not numbered yet, so no element could
             // name its thread; the entry still counts for methodCount. Its exit finds no open
             // entry and is left out too.
+            count(&mut lock(&self.state));
             return;
         }
         let time = now();
@@ -623,14 +804,23 @@ impl Tracer {
                 .local_instance(thread, 0)
                 .unwrap_or(std::ptr::null_mut())
         };
-        let ticket = THREAD_TRACE.with(|trace| {
-            let mut trace = trace.borrow_mut();
+        let (ticket, generation) = self.with_thread_trace(|trace| {
             trace.last_ticket += 1;
             let ticket = trace.last_ticket;
             trace.open.push((method as usize, ticket));
-            ticket
+            (ticket, trace.generation)
         });
+        // A traced entry is counted under the same lock as it is written, so that a trace's
+        // methodCount and its methodEntry elements agree.
         let mut state = lock(&self.state);
+        count(&mut state);
+        if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
+            // A trace ended or began since the entry was numbered: it belongs to neither.
+            THREAD_TRACE.with(|trace| trace.borrow_mut().open.retain(|open| open.1 != ticket));
+            drop(state);
+            crate::agent::delete_local_ref(jni, receiver);
+            return;
+        }
         let record = self.method(&mut state, method);
         let (object, sequence) = if receiver.is_null() {
             (0, 0)
@@ -668,8 +858,7 @@ impl Tracer {
 
     /// MethodExit: a methodExit element closing the innermost open entry of this method.
     pub fn method_exit(&self, thread: jthread, method: jmethodID) {
-        let ticket = THREAD_TRACE.with(|trace| {
-            let mut trace = trace.borrow_mut();
+        let ticket = self.with_thread_trace(|trace| {
             if trace.ended {
                 return None;
             }
@@ -726,10 +915,9 @@ impl Tracer {
     }
 
     /// The ticket of the innermost open entry of `method` on this thread, skipping `skip` of them.
-    fn open_ticket(method: jmethodID, skip: usize) -> Option<u128> {
-        THREAD_TRACE.with(|trace| {
+    fn open_ticket(&self, method: jmethodID, skip: usize) -> Option<u128> {
+        self.with_thread_trace(|trace| {
             trace
-                .borrow()
                 .open
                 .iter()
                 .rev()
@@ -762,6 +950,9 @@ impl Tracer {
         let thread_id = self.thread_id(thread);
         let time = now();
         let mut state = lock(&self.state);
+        if state.trace.is_none() {
+            return;
+        }
         let mut object = None;
         let mut seen: HashMap<usize, usize> = HashMap::new();
         for frame in &frames[..through] {
@@ -785,7 +976,7 @@ impl Tracer {
                     obj_handle: None,
                     method_id_ref: Some(record.id),
                     transient_method_id_ref: None,
-                    ticket: Self::open_ticket(frame.method, skip).map(MultiPart),
+                    ticket: self.open_ticket(frame.method, skip).map(MultiPart),
                     collation_value: None,
                     trace_id_ref: None,
                     content: NoContent,
@@ -804,7 +995,7 @@ impl Tracer {
     ) {
         let thread_id = self.thread_id(thread);
         let mut state = lock(&self.state);
-        if !self.included(&mut state, method) {
+        if state.trace.is_none() || !self.included(&mut state, method) {
             return;
         }
         let object = self.exception_ref(&mut state, jni, exception);
@@ -820,7 +1011,7 @@ impl Tracer {
                 obj_handle: None,
                 method_id_ref: Some(record.id),
                 transient_method_id_ref: None,
-                ticket: Self::open_ticket(method, 0).map(MultiPart),
+                ticket: self.open_ticket(method, 0).map(MultiPart),
                 collation_value: None,
                 trace_id_ref: None,
                 content: NoContent,
@@ -833,6 +1024,9 @@ impl Tracer {
         let thread_id = Some(self.thread_id(thread));
         let (time, cpu) = (Some(now()), Some(thread_cpu_time()));
         let mut state = lock(&self.state);
+        if state.trace.is_none() {
+            return;
+        }
         let obj = Some(self.object_id(&mut state, jni, object));
         let class = Some(self.class_of(&mut state, jni, object));
         let element: TraceElement = match event {
@@ -1002,26 +1196,9 @@ impl Tracer {
                 content: NoContent,
             },
         );
-        if self.methods {
-            for class in self.jvmti.loaded_classes().unwrap_or_default() {
-                for method in self.jvmti.class_methods(class).unwrap_or_default() {
-                    let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
-                    let record = self.method(&mut state, method);
-                    self.emit(
-                        &mut state,
-                        MethodCount {
-                            count: Some(count),
-                            method_id_ref: Some(record.id),
-                            transient_method_id_ref: None,
-                            collation_value: None,
-                            trace_id_ref: None,
-                            content: NoContent,
-                        },
-                    );
-                }
-                crate::agent::delete_local_ref(jni, class);
-            }
-        }
+        // The counts go before traceEnd, in the trace that is running (if the collector ended
+        // the last one, they went with its traceEnd).
+        self.close_trace(&mut state, jni);
         if state.dropped > 0 {
             // A tag carries no collationValue: it reports the loss without making another gap.
             let mut out = String::new();
@@ -1034,15 +1211,6 @@ impl Tracer {
             out.push('\n');
             state.pending.push_str(&out);
         }
-        self.emit(
-            &mut state,
-            TraceEnd {
-                trace_id_ref: self.trace_id,
-                time: now(),
-                collation_value: None,
-                content: NoContent,
-            },
-        );
         let mut out = String::new();
         AgentDestroy {
             agent_id_ref: self.agent_id,

@@ -793,3 +793,86 @@ fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
     );
     assert!(!collector.log().contains(TOKEN));
 }
+
+/// The methodEntry elements of `name` in a document.
+fn entries_of(document: &[u8], name: &str) -> u64 {
+    let elements: Vec<TraceElement> = read_all(document).collect::<Result<_, _>>().unwrap();
+    let ids: Vec<u32> = elements
+        .iter()
+        .filter_map(|element| match element {
+            TraceElement::MethodDef(def) if def.name.as_deref() == Some(name) => def.method_id,
+            _ => None,
+        })
+        .collect();
+    elements
+        .iter()
+        .filter(|element| {
+            matches!(element, TraceElement::MethodEntry(entry)
+                if entry.method_id_ref.is_some_and(|id| ids.contains(&id)))
+        })
+        .count() as u64
+}
+
+#[test]
+fn the_collector_ends_a_trace_and_starts_another_in_a_running_agent() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let (child, _dir) = ticker(&collector.address, "4");
+    let snapshot = control_when_connected(&collector.address, &["snapshot", "connected"]);
+    assert!(snapshot.status.success(), "{}", text(&snapshot.stderr));
+    // One trace at a time: the one the agent started with is running.
+    let early = control(&collector.address, &["trace-start"]);
+    assert!(!early.status.success());
+    assert!(
+        text(&early.stdout).contains("is still running: end it first"),
+        "{}",
+        text(&early.stdout)
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let end = control(&collector.address, &["trace-end"]);
+    assert!(end.status.success(), "{}", text(&end.stdout));
+    assert!(text(&end.stdout).contains("ended"), "{}", text(&end.stdout));
+    let again = control(&collector.address, &["trace-end"]);
+    assert!(!again.status.success());
+    assert!(
+        text(&again.stdout).contains("no trace is running"),
+        "{}",
+        text(&again.stdout)
+    );
+    // Calls in this second are traced nowhere (and still counted).
+    std::thread::sleep(Duration::from_secs(1));
+    let start = control(&collector.address, &["trace-start"]);
+    assert!(start.status.success(), "{}", text(&start.stdout));
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_printed(&output);
+
+    let listing = ls(store.path());
+    assert!(!listing.contains("GAPS"), "{listing}");
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 2, "{listing}");
+    let mut exported = Vec::new();
+    for trace in &traces {
+        let file = store.path().join(format!("{trace}.xml"));
+        let document = export(store.path(), trace, &file);
+        xmllint(&file);
+        validate(&file);
+        let count = method_count(&document, "work").expect("a methodCount for work()");
+        exported.push((count, entries_of(&document, "work")));
+    }
+    // The first trace (ended by the command) counted fewer calls than the second (at exit).
+    exported.sort_unstable();
+    let [(first_count, first_entries), (second_count, second_entries)] = exported[..] else {
+        panic!("{exported:?}")
+    };
+    // Ground truth: the first trace holds every call up to its end; the counts are the JVM's
+    // since it started, so the last one is every call; the calls of the untraced second are
+    // in neither trace.
+    assert_eq!(first_entries, first_count);
+    assert_eq!(second_count, calls);
+    let untraced = calls - first_count - second_entries;
+    assert!(
+        first_entries > 1000 && second_entries > 1000 && untraced > 1000,
+        "traced {first_entries} + {second_entries}, untraced {untraced} of {calls}"
+    );
+}

@@ -192,9 +192,8 @@ impl Agent {
                 self.sampling.max_depth.store(depth, Ordering::Relaxed);
                 Ok(format!("stack depth {depth}"))
             }
-            Command::TraceStart | Command::TraceEnd => Err(format!(
-                "{command:?} is not implemented yet: the agent traces from start to exit"
-            )),
+            Command::TraceStart => tracing()?.start_trace(),
+            Command::TraceEnd => tracing()?.end_trace(jni),
             Command::Filter { block } => tracing()?.set_filters(block),
             Command::Snapshot { name } => {
                 tracing()?.snapshot(name);

@@ -458,3 +458,52 @@ fn validation_finds_each_kind_of_problem() {
         "{problems:?}"
     );
 }
+
+#[test]
+fn ids_are_scoped_by_their_trace() {
+    // The agent's second trace: the same elements with another trace id, defining the same
+    // thread, class and method ids again.
+    let mut elements = valid_trace();
+    let agent_destroy = elements.pop().unwrap();
+    let second: Vec<TraceElement> = elements[3..]
+        .iter()
+        .map(|element| {
+            let mut element = element.clone();
+            let collation = element.collation_value().unwrap();
+            if let TraceElement::TraceStart(start) = &mut element {
+                start.trace_id = uuid(5);
+            }
+            element.set_context(uuid(5), collation);
+            element
+        })
+        .collect();
+    elements.extend(second.iter().cloned());
+    elements.push(agent_destroy.clone());
+    let problems = validate(elements.into_iter().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+
+    // Without its own definitions, the second trace uses ids it does not have.
+    let mut elements = valid_trace();
+    elements.pop();
+    let mut undefined: Vec<TraceElement> = second
+        .into_iter()
+        .filter(|element| {
+            !matches!(
+                element,
+                TraceElement::ClassDef(_) | TraceElement::MethodDef(_)
+            )
+        })
+        .collect();
+    for (n, element) in undefined.iter_mut().enumerate() {
+        element.set_context(uuid(5), MultiPart(n as u128 + 1));
+    }
+    elements.extend(undefined);
+    elements.push(agent_destroy);
+    let problems = validate(elements.into_iter().map(Ok));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.message.contains("methodIdRef 20 is not defined")),
+        "{problems:#?}"
+    );
+}

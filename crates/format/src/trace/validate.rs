@@ -205,6 +205,15 @@ impl Validator {
                 }
                 self.traces.insert(start.trace_id, 1);
                 self.current_trace = Some(start.trace_id);
+                // Ids are scoped by their trace: an agent's next trace defines them again.
+                self.threads = Ids::default();
+                self.transient_threads = Ids::default();
+                self.classes = Ids::default();
+                self.methods = Ids::default();
+                self.methods_of_class.clear();
+                self.objects = Ids::default();
+                self.line_tables.clear();
+                self.open.clear();
             }
             E::TraceEnd(end) => {
                 self.need_trace(tag, Some(end.trace_id_ref));
