@@ -1527,6 +1527,13 @@ unsafe extern "system" fn on_thread_start(
         }
         if let Some(agent) = agent() {
             let current = signals::current_thread_id();
+            // A kernel thread that was another Java thread before (the launcher's main thread
+            // comes back as DestroyJavaVM; native threads attach again): its samples still in
+            // the ring are the earlier thread's, and go to it before the id changes hands.
+            let reused = lock(&agent.threads).serial_of_kernel_id(current).is_some();
+            if let (true, Some(state)) = (reused, &agent.state) {
+                agent.collect(&mut lock(state));
+            }
             agent.register_thread(thread, Some(current));
             agent.time_thread(current);
         }
