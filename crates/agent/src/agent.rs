@@ -452,6 +452,7 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
                 port: address.port,
                 hello,
                 tls,
+                max_queued_bytes: usize::try_from(options.net_buffer).unwrap_or(usize::MAX),
             })?))
         }
         None => None,

@@ -17,8 +17,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use uuid::Uuid;
 
-/// Unacknowledged data kept for the collector; beyond it the oldest is dropped.
-const MAX_QUEUED_BYTES: usize = 64 << 20;
 /// How long a read waits before the thread looks for data to send.
 const POLL: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -36,6 +34,7 @@ struct NetState {
     next_sequence: u64,
     queue: VecDeque<Queued>,
     queued_bytes: usize,
+    max_queued_bytes: usize,
     /// The highest sequence written on the current connection.
     sent_up_to: u64,
     acked: u64,
@@ -86,6 +85,9 @@ pub struct NetConfig {
     pub port: u16,
     pub hello: Hello,
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Unacknowledged bytes kept for the collector (`netbuffer=`); beyond them the oldest
+    /// frames are dropped.
+    pub max_queued_bytes: usize,
 }
 
 /// Builds a TLS client trusting the CA certificates of a PEM file.
@@ -125,6 +127,7 @@ impl NetSink {
         let shared = Arc::new(Shared {
             state: Mutex::new(NetState {
                 next_sequence: 1,
+                max_queued_bytes: config.max_queued_bytes,
                 ..NetState::default()
             }),
             changed: Condvar::new(),
@@ -199,7 +202,7 @@ fn queue_data(state: &mut NetState, kind: FrameKind, body: &[u8]) {
     let frame = encode(kind, &wire::with_sequence(sequence, body));
     state.queued_bytes += frame.len();
     state.queue.push_back(Queued { sequence, frame });
-    while state.queued_bytes > MAX_QUEUED_BYTES && state.queue.len() > 1 {
+    while state.queued_bytes > state.max_queued_bytes && state.queue.len() > 1 {
         let dropped = state.queue.pop_front().expect("more than one queued");
         state.queued_bytes -= dropped.frame.len();
         let loss = &mut state.loss;

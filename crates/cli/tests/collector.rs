@@ -876,3 +876,57 @@ fn the_collector_ends_a_trace_and_starts_another_in_a_running_agent() {
         "traced {first_entries} + {second_entries}, untraced {untraced} of {calls}"
     );
 }
+
+#[test]
+fn data_dropped_while_the_collector_was_away_is_reported_as_lost() {
+    // A port nobody listens on yet: the agent starts, finds no collector and backs off.
+    let address = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let options = agent_options(&address, "format=x,cpu=times,filter=+Ticker,netbuffer=6m");
+    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["6"]);
+    let mut child = command.spawn().expect("start java");
+    let stdout = wait_for_ready(&mut child);
+    // 2.5 s of method events (about 10 MB a second) against a 6 MiB buffer: most of it must
+    // go; the burst at exit (the counts, 1 to 2 MB) fits.
+    std::thread::sleep(Duration::from_millis(2500));
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), &address);
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_in(&stdout.join().unwrap());
+    drop(collector);
+
+    let listing = ls(store.path());
+    let lost: u64 = listing
+        .split(", LOST ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|frames| frames.parse().ok())
+        .unwrap_or_else(|| panic!("no loss reported: {listing}"));
+    assert!(lost > 0, "{listing}");
+    assert!(listing.contains(", finished"), "{listing}");
+    // What came after the reconnection is stored: the trace's end and its counts.
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    assert!(
+        listing.contains("GAPS"),
+        "the dropped elements show as gaps: {listing}"
+    );
+    let file = store.path().join("lossy.xml");
+    let document = export(store.path(), &traces[0], &file);
+    // work()'s methodDef went with the lost data, but its count came after the reconnection.
+    let elements: Vec<TraceElement> = read_all(document.as_slice())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        elements.iter().any(|element| matches!(element,
+            TraceElement::MethodCount(count) if count.count == Some(calls))),
+        "no methodCount of {calls} calls: {listing}"
+    );
+    assert!(matches!(
+        elements.iter().rev().nth(1),
+        Some(TraceElement::TraceEnd(_))
+    ));
+}

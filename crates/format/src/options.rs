@@ -86,6 +86,9 @@ pub struct Options {
     pub token: Option<String>,
     /// `tlsca=FILE`: talk TLS to the collector and trust the certificates in this PEM file.
     pub tls_ca: Option<String>,
+    /// `netbuffer=`: bytes of unacknowledged data kept for the collector; beyond them the
+    /// oldest is dropped (and the loss reported).
+    pub net_buffer: u64,
 }
 
 impl Default for Options {
@@ -113,6 +116,7 @@ impl Default for Options {
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
             tls_ca: None,
+            net_buffer: DEFAULT_NET_BUFFER,
         }
     }
 }
@@ -128,6 +132,9 @@ pub const MAX_DEPTH: u32 = 2048;
 pub const MAX_INTERVAL_MS: u32 = 60_000;
 /// `alloc_interval=`'s default: JFR's and the JVM's own default for heap sampling, 512 KiB.
 pub const DEFAULT_ALLOC_INTERVAL: u64 = 512 * 1024;
+/// `netbuffer=`'s default and bounds.
+pub const DEFAULT_NET_BUFFER: u64 = 64 << 20;
+const NET_BUFFER_RANGE: (u64, u64) = (64 << 10, 4 << 30);
 /// The largest `alloc_interval=` we accept (JVMTI takes a jint).
 pub const MAX_ALLOC_INTERVAL: u64 = i32::MAX as u64;
 
@@ -162,6 +169,12 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
         "none",
     ),
     ("tlsca", "<pem file>", "TLS to the collector (net=)", "off"),
+    (
+        "netbuffer",
+        "<size>",
+        "unacknowledged bytes kept (net=)",
+        "64m",
+    ),
     ("depth", "<size>", "stack trace depth", "4"),
     ("interval", "<ms>", "sample interval in ms", "10"),
     ("cutoff", "<value>", "output cutoff point", "0.0001"),
@@ -217,21 +230,21 @@ fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, Optio
     Ok(number as u32)
 }
 
-/// A byte count with an optional binary suffix: `4096`, `512k`, `1m`.
-fn parse_bytes(name: &str, value: &str) -> Result<u64, OptionError> {
-    let allowed = format!(
-        "a number of bytes from 0 to {MAX_ALLOC_INTERVAL}, optionally with k or m (KiB, MiB)"
-    );
+/// A byte count with an optional binary suffix (`4096`, `512k`, `1m`, `1g`) from min to max.
+fn parse_bytes(name: &str, value: &str, (min, max): (u64, u64)) -> Result<u64, OptionError> {
+    let allowed =
+        format!("a number of bytes from {min} to {max}, optionally with k, m or g (KiB, MiB, GiB)");
     let (digits, unit) = match value.char_indices().last() {
-        Some((at, 'k' | 'K')) => (&value[..at], 1024),
-        Some((at, 'm' | 'M')) => (&value[..at], 1024 * 1024),
+        Some((at, 'k' | 'K')) => (&value[..at], 1 << 10),
+        Some((at, 'm' | 'M')) => (&value[..at], 1 << 20),
+        Some((at, 'g' | 'G')) => (&value[..at], 1 << 30),
         _ => (value, 1),
     };
     let number: u64 = digits
         .parse()
         .map_err(|_| bad(name, format!("'{value}' is not a number; use {allowed}")))?;
     match number.checked_mul(unit) {
-        Some(bytes) if bytes <= MAX_ALLOC_INTERVAL => Ok(bytes),
+        Some(bytes) if (min..=max).contains(&bytes) => Ok(bytes),
         _ => Err(bad(name, format!("{value} is out of range; use {allowed}"))),
     }
 }
@@ -362,7 +375,10 @@ impl Options {
                     }
                     options.tls_ca = Some(value.to_string());
                 }
-                "alloc_interval" => options.alloc_interval = parse_bytes(name, value)?,
+                "alloc_interval" => {
+                    options.alloc_interval = parse_bytes(name, value, (0, MAX_ALLOC_INTERVAL))?
+                }
+                "netbuffer" => options.net_buffer = parse_bytes(name, value, NET_BUFFER_RANGE)?,
                 "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
                 "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
                 "cutoff" => {
@@ -429,6 +445,12 @@ impl Options {
                 return Err(bad(
                     "tlsca",
                     "tlsca= is for net=; there is no collector to talk TLS to",
+                ));
+            }
+            if self.net_buffer != DEFAULT_NET_BUFFER {
+                return Err(bad(
+                    "netbuffer",
+                    "netbuffer= is for net=; there is no collector to buffer for",
                 ));
             }
         }
@@ -641,6 +663,9 @@ impl fmt::Display for Options {
         if let Some(ca) = &self.tls_ca {
             parts.push(format!("tlsca={ca}"));
         }
+        if self.net.is_some() {
+            parts.push(format!("netbuffer={}", self.net_buffer));
+        }
         parts.push(format!("depth={}", self.depth));
         parts.push(format!("interval={}", self.interval_ms));
         parts.push(format!("cutoff={}", self.cutoff));
@@ -819,6 +844,31 @@ mod tests {
             assert_eq!(error.option, "alloc_interval");
             assert!(error.problem.contains(problem), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn netbuffer_takes_bytes_with_units_and_needs_net() {
+        let net = |text: &str| Options::parse(&format!("net=localhost:7911,netbuffer={text}"));
+        assert_eq!(
+            Options::parse("net=localhost:7911").unwrap().net_buffer,
+            64 << 20
+        );
+        for (text, bytes) in [("64k", 64 << 10), ("1g", 1 << 30), ("100000", 100_000)] {
+            let options = net(text).unwrap();
+            assert_eq!(options.net_buffer, bytes, "{text}");
+            assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        }
+        for (text, problem) in [
+            ("1k", "out of range"),
+            ("5g", "out of range"),
+            ("x", "not a number"),
+        ] {
+            let error = net(text).unwrap_err();
+            assert_eq!(error.option, "netbuffer");
+            assert!(error.problem.contains(problem), "{text}: {error}");
+        }
+        let error = error_of("cpu=samples,netbuffer=1m");
+        assert!(error.problem.contains("netbuffer= is for net="), "{error}");
     }
 
     #[test]
