@@ -9,6 +9,8 @@
 //! - [`heap`]: heap histograms (objects and bytes per class, roots by kind) and the shallow-size
 //!   estimate for dumps without sizes.
 //! - [`java_names`]: class names from JVM signatures to Java source form.
+//! - [`mpt`]: method parameter tracing specifications (docs/mpt.md): parser, printer, matching
+//!   of method patterns against JVM descriptors.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 //! - [`wire`]: the agent-collector protocol: frames, messages, HPROF's socket commands.
 
@@ -19,6 +21,7 @@ pub mod hprof_binary_profile;
 mod hprof_binary_tests;
 pub mod hprof_text;
 pub mod java_names;
+pub mod mpt;
 pub mod options;
 pub mod trace;
 pub mod wire;
