@@ -155,6 +155,10 @@ fn unbuilt_features_are_refused_not_ignored() {
     );
     assert_refused("cpu=samples,token=abc", "option token: token= is for net=");
     assert_refused(
+        "cpu=samples,mpt=@/nonexistent/specs",
+        "option mpt: can't read /nonexistent/specs",
+    );
+    assert_refused(
         "cpu=samples,net=localhost:9000,token=@/nonexistent/token",
         "option token: can't read /nonexistent/token",
     );

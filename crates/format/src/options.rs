@@ -89,6 +89,8 @@ pub struct Options {
     /// `netbuffer=`: bytes of unacknowledged data kept for the collector; beyond them the
     /// oldest is dropped (and the loss reported).
     pub net_buffer: u64,
+    /// `mpt=@FILE`: method parameter tracing specifications (docs/mpt.md).
+    pub mpt: Option<String>,
 }
 
 impl Default for Options {
@@ -117,6 +119,7 @@ impl Default for Options {
             token: None,
             tls_ca: None,
             net_buffer: DEFAULT_NET_BUFFER,
+            mpt: None,
         }
     }
 }
@@ -191,6 +194,7 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
         "asgct",
     ),
     ("cputimer", "perf|posix", "clock of sampler=asgct", "perf"),
+    ("mpt", "@<file>", "method parameter tracing specs", "off"),
     (
         "filter",
         "<+P;-P>|@<file>",
@@ -379,6 +383,15 @@ impl Options {
                     options.alloc_interval = parse_bytes(name, value, (0, MAX_ALLOC_INTERVAL))?
                 }
                 "netbuffer" => options.net_buffer = parse_bytes(name, value, NET_BUFFER_RANGE)?,
+                "mpt" => {
+                    if value.len() < 2 || !value.starts_with('@') {
+                        return Err(bad(
+                            name,
+                            "use mpt=@<file> with one specification a line (docs/mpt.md)",
+                        ));
+                    }
+                    options.mpt = Some(value.to_string());
+                }
                 "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
                 "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
                 "cutoff" => {
@@ -490,6 +503,21 @@ impl Options {
         }
     }
 
+    /// The method parameter tracing specifications of `mpt=@FILE`, or none; a fault is named
+    /// with the file, line and column.
+    pub fn mpt_specs(&self) -> Result<Vec<crate::mpt::MptSpec>, OptionError> {
+        let Some(path) = self
+            .mpt
+            .as_deref()
+            .and_then(|value| value.strip_prefix('@'))
+        else {
+            return Ok(Vec::new());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| bad("mpt", format!("can't read {path}: {error}")))?;
+        crate::mpt::parse_specs(&text).map_err(|error| bad("mpt", format!("{path}: {error}")))
+    }
+
     /// The collector's token: `token=` itself, or the first line of its `@FILE` (so that the
     /// secret need not show in the process list). Empty when none was given.
     pub fn token_value(&self) -> Result<String, OptionError> {
@@ -555,6 +583,14 @@ impl Options {
         };
         if self.cpu == Some(CpuMode::Old) {
             return not_yet("cpu", "cpu=old");
+        }
+        if self.mpt.is_some() {
+            // The specifications are checked first, so that their faults are named already.
+            self.mpt_specs()?;
+            return Err(bad(
+                "mpt",
+                "method parameter tracing is not implemented yet (the specifications are valid)",
+            ));
         }
         if self.monitor && text {
             return in_text("monitor", "monitor=y");
@@ -665,6 +701,9 @@ impl fmt::Display for Options {
         }
         if self.net.is_some() {
             parts.push(format!("netbuffer={}", self.net_buffer));
+        }
+        if let Some(mpt) = &self.mpt {
+            parts.push(format!("mpt={mpt}"));
         }
         parts.push(format!("depth={}", self.depth));
         parts.push(format!("interval={}", self.interval_ms));
@@ -801,6 +840,46 @@ mod tests {
                 .expect_err(text);
             assert_eq!(error.option, option, "{text}");
         }
+    }
+
+    #[test]
+    fn mpt_specifications_are_checked_then_refused_until_built() {
+        let dir = std::env::temp_dir().join(format!("openprof-mpt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good.mpt");
+        std::fs::write(
+            &good,
+            "# slow keys\nHashMap.get(Object) 1 instance_method:toString()\n",
+        )
+        .unwrap();
+        let bad_spec = dir.join("bad.mpt");
+        std::fs::write(&bad_spec, "A.b(int) 1\nA.c(int) 1 length\n").unwrap();
+        let options = Options::parse(&format!("cpu=samples,mpt=@{}", good.display())).unwrap();
+        assert_eq!(options.mpt_specs().unwrap().len(), 1);
+        assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        let error = options.refuse_unbuilt().unwrap_err();
+        assert!(error.problem.contains("not implemented yet"), "{error}");
+        let error = Options::parse(&format!("mpt=@{}", bad_spec.display()))
+            .unwrap()
+            .refuse_unbuilt()
+            .unwrap_err();
+        assert_eq!(error.option, "mpt");
+        assert!(
+            error.problem.ends_with(
+                "bad.mpt: line 2, column 12: parameter 1 is a int: modifiers apply to references only"
+            ),
+            "{error}"
+        );
+        let error = Options::parse("mpt=@/nonexistent/specs")
+            .unwrap()
+            .refuse_unbuilt()
+            .unwrap_err();
+        assert!(
+            error.problem.contains("can't read /nonexistent/specs"),
+            "{error}"
+        );
+        assert!(error_of("mpt=specs").problem.contains("use mpt=@<file>"));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
