@@ -129,6 +129,29 @@ fn export(store: &Path, trace: &str, into: &Path) -> Vec<u8> {
     std::fs::read(into).unwrap()
 }
 
+/// Exports the HPROF output of the store's one agent, as received, into `name` in the store.
+fn export_only_agent(store: &Path, name: &str) -> PathBuf {
+    let listing = ls(store);
+    let agent = listing
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("agent "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{listing}"))
+        .to_string();
+    let file = store.join(name);
+    let exported = openprof(&[
+        "export",
+        &agent,
+        "--agent",
+        "--store",
+        store.to_str().unwrap(),
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    file
+}
+
 fn xmllint(file: &Path) {
     let output = Command::new("xmllint")
         .args(["--noout", "--dtdvalid"])
@@ -556,24 +579,7 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     assert!(output.status.success(), "{}", text(&output.stderr));
 
     // The agent's HPROF text as stored, read with our HPROF reader.
-    let listing = ls(store.path());
-    let agent = listing
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("agent "))
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap_or_else(|| panic!("{listing}"))
-        .to_string();
-    let file = store.path().join("agent.hprof.txt");
-    let exported = openprof(&[
-        "export",
-        &agent,
-        "--agent",
-        "--store",
-        store.path().to_str().unwrap(),
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let file = export_only_agent(store.path(), "agent.hprof.txt");
     let hprof = std::fs::read_to_string(&file).unwrap();
     let tables: Vec<&str> = hprof.split("CPU SAMPLES BEGIN (total = ").skip(1).collect();
     assert_eq!(
@@ -762,24 +768,7 @@ fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
         .expect("the workload prints its measured split");
 
     // The agent's HPROF text as the collector stored it, read with the HPROF text reader.
-    let listing = ls(store.path());
-    let agent = listing
-        .lines()
-        .find_map(|line| line.trim().strip_prefix("agent "))
-        .and_then(|rest| rest.split(' ').next())
-        .unwrap_or_else(|| panic!("{listing}"))
-        .to_string();
-    let file = store.path().join("attached.hprof.txt");
-    let exported = openprof(&[
-        "export",
-        &agent,
-        "--agent",
-        "--store",
-        store.path().to_str().unwrap(),
-        "-o",
-        file.to_str().unwrap(),
-    ]);
-    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let file = export_only_agent(store.path(), "attached.hprof.txt");
     let profile = openprof_format::hprof_text::read(std::fs::read(&file).unwrap().as_slice())
         .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     let by_method = openprof_testkit::samples_by_method(&profile);
