@@ -1,11 +1,13 @@
 //! HPROF's text output (`format=a`, seed 002): the records, one writer and one reader.
 //!
 //! The layouts follow the JDK's HPROF agent to the character, so that eyes and tools that read
-//! HPROF read ours. openprof adds one record, `CPU SAMPLER BEGIN … END`, documented in
-//! docs/hprof-text.md: how the samples were taken and how many walks failed. The heap records
-//! (`SITES`, `HEAP DUMP`) are in [`heap`] and re-exported here.
+//! HPROF read ours. openprof adds two records: `CPU SAMPLER BEGIN … END`, documented in
+//! docs/hprof-text.md, how the samples were taken and how many walks failed; and `MPT BEGIN …
+//! END`, method parameter tracing's figures, documented in docs/mpt.md and written and read in
+//! [`mpt`]. The heap records (`SITES`, `HEAP DUMP`) are in [`heap`] and re-exported here.
 
 mod heap;
+pub mod mpt;
 
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
@@ -354,6 +356,11 @@ HEAP DUMP       is a snapshot of the live objects of the Java heap: the
                 (OBJ) and arrays (ARR), each followed by the references
                 it holds; object ids are in hex.
 
+MPT             (openprof) method parameter tracing (mpt=): per traced
+                method and specification, the calls of each value the
+                specification recorded, with their wall clock and CPU
+                times in ms, ranked by mean wall time, slowest first.
+
 CPU SAMPLER and CPU SAMPLES records are written at program exit (doe=y)
 and whenever the JVM is sent SIGQUIT (kill -QUIT <pid>).
 ";
@@ -377,6 +384,9 @@ pub struct TextProfile {
     pub heap_dumps: Vec<HeapHistogram>,
     /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
     pub skipped_sections: Vec<String>,
+    /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run
+    /// from the start of the run, so the last record holds all the others do.
+    pub mpt: Vec<crate::mpt_stats::MptTable>,
 }
 
 impl TextProfile {
@@ -809,6 +819,10 @@ fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, ReadError>
                 dump.line(line, number)
             })?;
             profile.heap_dumps.push(dump.finish());
+        } else if line.starts_with("MPT BEGIN") {
+            let mut record = mpt::MptReader::begin(line, number)?;
+            lines.section("MPT END", number, |line, number| record.line(line, number))?;
+            profile.mpt = record.finish()?;
         } else if let Some(name) = section_name(line) {
             let name = name.to_string();
             let end = format!("{name} END");

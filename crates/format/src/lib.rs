@@ -8,9 +8,11 @@
 //!   (SITES, HEAP DUMP) included.
 //! - [`heap`]: heap histograms (objects and bytes per class, roots by kind) and the shallow-size
 //!   estimate for dumps without sizes.
-//! - [`java_names`]: class names from JVM signatures to Java source form.
+//! - [`java_names`]: class and method names from JVM signatures to Java source form.
 //! - [`mpt`]: method parameter tracing specifications (docs/mpt.md): parser, printer, matching
 //!   of method patterns against JVM descriptors.
+//! - [`mpt_stats`]: method parameter tracing's figures: calls and times per traced value,
+//!   ranked slowest first.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 //! - [`wire`]: the agent-collector protocol: frames, messages, HPROF's socket commands.
 
@@ -22,6 +24,7 @@ mod hprof_binary_tests;
 pub mod hprof_text;
 pub mod java_names;
 pub mod mpt;
+pub mod mpt_stats;
 pub mod options;
 pub mod trace;
 pub mod wire;
