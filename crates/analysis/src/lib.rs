@@ -1,8 +1,12 @@
 //! Statistics over profiles: which methods the CPU samples fall in and the traces behind them,
-//! which classes fill a heap dump, which allocation sites hold the most live bytes.
+//! which classes fill a heap dump, which allocation sites hold the most live bytes, which
+//! parameter values make a traced method slow ([`mpt`]).
+
+pub mod mpt;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+pub use mpt::{mpt_from_trace, MptCollector, MptTraceError};
 pub use openprof_format::heap::{ClassCount, HeapHistogram, RootKind, ShallowSizes};
 use openprof_format::hprof_text::{
     CpuTableKind, Frame, SiteRow, SiteTotals, SitesOrder, TextProfile, Trace,
