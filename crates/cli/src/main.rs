@@ -19,6 +19,7 @@ use openprof_jdk::Jdk;
 
 mod attach_command;
 mod collector_commands;
+mod mpt_command;
 
 const AGENT_FILE: &str = "libopenprof_agent.so";
 
@@ -31,7 +32,8 @@ const AGENT_FILE: &str = "libopenprof_agent.so";
         `openprof run` starts a JVM with the openprof agent and prints the top methods when it \
         exits; `openprof report` reads a profile in HPROF's text (format=a) or binary format \
         (format=b, or a JDK heap dump from `jcmd PID GC.heap_dump`) and prints its top methods, \
-        heap histogram and allocation sites; `openprof validate` checks a trace (format=x)."
+        heap histogram and allocation sites; `openprof validate` checks a trace (format=x); \
+        `openprof mpt` shows which parameter values make traced methods slow (mpt=)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -116,6 +118,18 @@ enum Commands {
         #[arg(long, default_value_t = 4)]
         frames: usize,
     },
+    /// Print method parameter tracing's figures (mpt=): per traced method and specification,
+    /// the values its calls recorded, with calls and wall clock and CPU times, slowest first.
+    #[command(
+        after_help = "FILE is told by its content: a trace (format=x, a TRACE document or fragments) starts\n\
+            with '<'; anything else is read as a profile, whose MPT record (written at exit with\n\
+            format=a) holds the figures. From a trace, each methodEntry carrying <value>s is a\n\
+            traced call, paired with its methodExit by ticket on its thread (else by the thread's\n\
+            stack); entries without values (cpu=times) are not counted, and calls never exited are\n\
+            counted as unfinished. Values are ranked by mean wall time, then calls. Strings are\n\
+            shown quoted, with \\n, \\t, \\\" and \\\\ escapes. See docs/mpt.md, \"Reports\"."
+    )]
+    Mpt(mpt_command::MptArgs),
 }
 
 fn main() -> ExitCode {
@@ -143,6 +157,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Ls(args) => collector_commands::ls(args),
         Commands::Export(args) => collector_commands::export(args),
         Commands::Replay(args) => collector_commands::replay_command(args),
+        Commands::Mpt(args) => mpt_command::mpt(args),
         Commands::Report {
             file,
             top,
