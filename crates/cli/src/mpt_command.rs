@@ -51,8 +51,13 @@ fn read_tables(file: &Path) -> Result<(Vec<MptTable>, Source)> {
     let start = input
         .fill_buf()
         .with_context(|| format!("can't read {}", file.display()))?;
-    let start = start.strip_prefix(b"\xef\xbb\xbf").unwrap_or(start);
-    let is_xml = start
+    // A byte order mark is no markup: the trace reader would see text outside any element.
+    let bom = if start.starts_with(b"\xef\xbb\xbf") {
+        3
+    } else {
+        0
+    };
+    let is_xml = start[bom..]
         .iter()
         .find(|byte| !byte.is_ascii_whitespace())
         .is_some_and(|&byte| byte == b'<');
@@ -60,9 +65,11 @@ fn read_tables(file: &Path) -> Result<(Vec<MptTable>, Source)> {
         let profile = super::read_profile(file)?;
         return Ok((profile.mpt, Source::Profile));
     }
+    input.consume(bom);
     match mpt_from_trace(read_all(input)) {
         Ok(tables) => Ok((tables, Source::Trace)),
-        Err(MptTraceError::Read(error)) => {
+        Err(MptTraceError::Read(mut error)) => {
+            error.offset += bom as u64;
             let line = line_of(file, error.offset)
                 .map(|line| format!("line {line}, "))
                 .unwrap_or_default();
