@@ -1,0 +1,667 @@
+//! One method's Code attribute rewritten: the hook calls inserted, every offset moved with the
+//! code (branches, switches, exception table, StackMapTable, LineNumberTable,
+//! LocalVariable(Type)Table).
+
+use crate::pool::PoolAdditions;
+use crate::reader::{read_attributes, Bytes, ClassFile, Method};
+use crate::{ClassFileError, MethodPlan};
+
+/// The hook class's methods, (name, descriptor), as instrumented code calls them. The hook's
+/// class file (in the agent) declares exactly these, in this order.
+pub const HOOK_METHODS: &[(&str, &str)] = &[
+    ("begin", "(ILjava/lang/Object;)V"),
+    ("arg", "(IZ)V"),
+    ("arg", "(IB)V"),
+    ("arg", "(IC)V"),
+    ("arg", "(IS)V"),
+    ("arg", "(II)V"),
+    ("arg", "(IJ)V"),
+    ("arg", "(IF)V"),
+    ("arg", "(ID)V"),
+    ("arg", "(ILjava/lang/Object;)V"),
+    ("enter", "()V"),
+    ("exit", "(I)V"),
+    ("exitThrown", "(I)V"),
+];
+
+/// The descriptor of the hook's `arg` for a parameter of the given field descriptor.
+pub fn hook_arg_descriptor(field_descriptor: &str) -> &'static str {
+    match field_descriptor.as_bytes().first() {
+        Some(b'Z') => "(IZ)V",
+        Some(b'B') => "(IB)V",
+        Some(b'C') => "(IC)V",
+        Some(b'S') => "(IS)V",
+        Some(b'I') => "(II)V",
+        Some(b'J') => "(IJ)V",
+        Some(b'F') => "(IF)V",
+        Some(b'D') => "(ID)V",
+        _ => "(ILjava/lang/Object;)V",
+    }
+}
+
+/// Pool indexes of what the inserted code refers to.
+pub(crate) struct HookRefs {
+    begin: u16,
+    /// `arg` by descriptor.
+    args: Vec<(&'static str, u16)>,
+    enter: u16,
+    exit: u16,
+    exit_thrown: u16,
+    throwable: u16,
+    stack_map_table: u16,
+}
+
+impl HookRefs {
+    pub fn add(pool: &mut PoolAdditions, hook_class: &str) -> Result<HookRefs, ClassFileError> {
+        let class = pool.class(hook_class)?;
+        let mut refs = HookRefs {
+            begin: 0,
+            args: Vec::new(),
+            enter: 0,
+            exit: 0,
+            exit_thrown: 0,
+            throwable: pool.class("java/lang/Throwable")?,
+            stack_map_table: pool.utf8("StackMapTable")?,
+        };
+        for &(name, descriptor) in HOOK_METHODS {
+            let index = pool.method_ref(class, name, descriptor)?;
+            match name {
+                "begin" => refs.begin = index,
+                "arg" => refs.args.push((descriptor, index)),
+                "enter" => refs.enter = index,
+                "exit" => refs.exit = index,
+                _ => refs.exit_thrown = index,
+            }
+        }
+        Ok(refs)
+    }
+
+    fn arg(&self, field_descriptor: &str) -> u16 {
+        let wanted = hook_arg_descriptor(field_descriptor);
+        self.args
+            .iter()
+            .find(|(descriptor, _)| *descriptor == wanted)
+            .map(|(_, index)| *index)
+            .unwrap_or_default()
+    }
+}
+
+const ACC_STATIC: u16 = 0x0008;
+const INVOKESTATIC: u8 = 0xb8;
+const ATHROW: u8 = 0xbf;
+const WIDE: u8 = 0xc4;
+const TABLESWITCH: u8 = 0xaa;
+const LOOKUPSWITCH: u8 = 0xab;
+
+/// The new contents of the method's Code attribute.
+pub(crate) fn instrument_method(
+    class: &ClassFile,
+    method: &Method,
+    plan: &MethodPlan,
+    hooks: &HookRefs,
+    pool: &mut PoolAdditions,
+) -> Result<Vec<u8>, ClassFileError> {
+    let label = format!("{}{}", plan.name, plan.descriptor);
+    let fault = |reason: String| ClassFileError::Code {
+        method: label.clone(),
+        reason,
+    };
+    let code_attribute = method
+        .attributes
+        .iter()
+        .find(|attribute| class.utf8(attribute.name) == Some("Code"))
+        .ok_or_else(|| ClassFileError::NoCode {
+            name: plan.name.clone(),
+            descriptor: plan.descriptor.clone(),
+        })?;
+    let bytes = class.bytes;
+    let mut reader = Bytes::new(&bytes[..code_attribute.end], code_attribute.start);
+    let max_stack = reader.u2()?;
+    let max_locals = reader.u2()?;
+    let code_length = reader.u4()? as usize;
+    let code = reader.take(code_length)?;
+    let handler_count = reader.u2()?;
+    let mut handlers = Vec::with_capacity(usize::from(handler_count));
+    for _ in 0..handler_count {
+        handlers.push([reader.u2()?, reader.u2()?, reader.u2()?, reader.u2()?]);
+    }
+    let attributes = read_attributes(&mut reader)?;
+
+    let is_static = method.access & ACC_STATIC != 0;
+    let prefix = entry_code(plan, is_static, hooks, pool).map_err(fault)?;
+    let mut exit_code = push_int(plan.site, pool)?;
+    exit_code.extend([INVOKESTATIC]);
+    exit_code.extend(hooks.exit.to_be_bytes());
+
+    let instructions = decode(code).map_err(fault)?;
+    // Old offset → new offset of what runs when control reaches it: for a return, the exit
+    // call inserted before it, so that branches to a return pass through the exit too.
+    let mut moved = vec![u32::MAX; code_length + 1];
+    let mut at = prefix.len();
+    for &(old, length) in &instructions {
+        moved[old] = at as u32;
+        let opcode = code[old];
+        if is_return(opcode) {
+            at += exit_code.len();
+        }
+        at += match opcode {
+            TABLESWITCH | LOOKUPSWITCH => length - padding(old) + padding(at),
+            _ => length,
+        };
+    }
+    let handler_start = at;
+    moved[code_length] = handler_start as u32;
+    let map = |old: i64| -> Result<u32, String> {
+        usize::try_from(old)
+            .ok()
+            .and_then(|old| moved.get(old).copied())
+            .filter(|&new| new != u32::MAX)
+            .ok_or_else(|| format!("offset {old} is not the start of an instruction"))
+    };
+
+    let mut out = prefix;
+    for &(old, length) in &instructions {
+        let opcode = code[old];
+        if is_return(opcode) {
+            out.extend_from_slice(&exit_code);
+        }
+        let here = out.len() as i64;
+        let old_i = old as i64;
+        let relative = |target: i64| -> Result<i64, String> { Ok(i64::from(map(target)?) - here) };
+        match opcode {
+            0x99..=0xa8 | 0xc6 | 0xc7 => {
+                let offset = i16::from_be_bytes([code[old + 1], code[old + 2]]);
+                let new = relative(old_i + i64::from(offset)).map_err(&fault)?;
+                let new = i16::try_from(new).map_err(|_| {
+                    fault(format!(
+                        "a branch at {old} would jump {new} bytes, beyond a 16-bit offset"
+                    ))
+                })?;
+                out.push(opcode);
+                out.extend(new.to_be_bytes());
+            }
+            0xc8 | 0xc9 => {
+                let offset = i32::from_be_bytes([
+                    code[old + 1],
+                    code[old + 2],
+                    code[old + 3],
+                    code[old + 4],
+                ]);
+                let new = relative(old_i + i64::from(offset)).map_err(&fault)?;
+                out.push(opcode);
+                out.extend((new as i32).to_be_bytes());
+            }
+            TABLESWITCH | LOOKUPSWITCH => {
+                let mut operands = Bytes::new(&code[..old + length], old + 1 + padding(old));
+                out.push(opcode);
+                out.extend(std::iter::repeat_n(0, padding(here as usize)));
+                let default = operands.u4()? as i32;
+                let target = |offset: i32| -> Result<[u8; 4], ClassFileError> {
+                    let new = relative(old_i + i64::from(offset)).map_err(&fault)?;
+                    Ok((new as i32).to_be_bytes())
+                };
+                out.extend(target(default)?);
+                if opcode == TABLESWITCH {
+                    let low = operands.u4()? as i32;
+                    let high = operands.u4()? as i32;
+                    out.extend(low.to_be_bytes());
+                    out.extend(high.to_be_bytes());
+                    for _ in 0..(i64::from(high) - i64::from(low) + 1) {
+                        let offset = operands.u4()? as i32;
+                        out.extend(target(offset)?);
+                    }
+                } else {
+                    let pairs = operands.u4()?;
+                    out.extend(pairs.to_be_bytes());
+                    for _ in 0..pairs {
+                        out.extend(operands.u4()?.to_be_bytes());
+                        let offset = operands.u4()? as i32;
+                        out.extend(target(offset)?);
+                    }
+                }
+            }
+            _ => out.extend_from_slice(&code[old..old + length]),
+        }
+    }
+    debug_assert_eq!(out.len(), handler_start);
+    // Any throwable leaving the original code: exitThrown(site), then throw it on.
+    out.extend(push_int(plan.site, pool)?);
+    out.push(INVOKESTATIC);
+    out.extend(hooks.exit_thrown.to_be_bytes());
+    out.push(ATHROW);
+    if out.len() > 65535 {
+        return Err(fault(format!(
+            "the instrumented code would be {} bytes, more than a method may hold (65535)",
+            out.len()
+        )));
+    }
+
+    let moved_u16 = |old: u16| -> Result<u16, ClassFileError> {
+        let new = map(i64::from(old)).map_err(&fault)?;
+        u16::try_from(new).map_err(|_| fault(format!("offset {new} beyond 65535")))
+    };
+    let mut result = Vec::with_capacity(out.len() + 64);
+    // Before a return, the stack holds what it held plus the site; at entry, an int and a
+    // long or double at most.
+    result.extend(max_stack.saturating_add(1).max(3).to_be_bytes());
+    result.extend(max_locals.to_be_bytes());
+    result.extend((out.len() as u32).to_be_bytes());
+    result.extend_from_slice(&out);
+    result.extend((handlers.len() as u16 + 1).to_be_bytes());
+    for [start, end, handler, catch_type] in handlers {
+        result.extend(moved_u16(start)?.to_be_bytes());
+        result.extend(moved_u16(end)?.to_be_bytes());
+        result.extend(moved_u16(handler)?.to_be_bytes());
+        result.extend(catch_type.to_be_bytes());
+    }
+    // Ours comes last: the method's own handlers see their exceptions first.
+    let original_start = moved_u16(0)?;
+    let handler_start = handler_start as u16;
+    result.extend(original_start.to_be_bytes());
+    result.extend(handler_start.to_be_bytes());
+    result.extend(handler_start.to_be_bytes());
+    result.extend(0_u16.to_be_bytes());
+
+    let mut kept = Vec::new();
+    let mut has_stack_map = false;
+    for attribute in &attributes {
+        let contents = &bytes[attribute.start..attribute.end];
+        let rewritten = match class.utf8(attribute.name) {
+            Some("LineNumberTable") => line_numbers(contents, &moved_u16)?,
+            Some("LocalVariableTable" | "LocalVariableTypeTable") => {
+                local_variables(contents, &moved_u16)?
+            }
+            Some("StackMapTable") => {
+                has_stack_map = true;
+                stack_map(contents, &moved_u16, handler_start, hooks.throwable)?
+            }
+            // Other code attributes (type annotations) hold offsets we don't move: dropped,
+            // which the JVM allows (they are not needed to run the code).
+            _ => continue,
+        };
+        kept.push((attribute.name, rewritten));
+    }
+    // Since Java 6 the verifier needs a frame at every branch target: our handler is one.
+    if !has_stack_map && class.major >= 50 {
+        let mut table = 1_u16.to_be_bytes().to_vec();
+        table.extend(handler_frame(handler_start, hooks.throwable));
+        kept.push((hooks.stack_map_table, table));
+    }
+    result.extend((kept.len() as u16).to_be_bytes());
+    for (name, contents) in kept {
+        result.extend(name.to_be_bytes());
+        result.extend((contents.len() as u32).to_be_bytes());
+        result.extend(contents);
+    }
+    Ok(result)
+}
+
+/// `begin(site, this|null)`, `arg(i, parameter i)` for each planned parameter, `enter()`.
+fn entry_code(
+    plan: &MethodPlan,
+    is_static: bool,
+    hooks: &HookRefs,
+    pool: &mut PoolAdditions,
+) -> Result<Vec<u8>, String> {
+    let parameters = parameter_types(&plan.descriptor)
+        .ok_or_else(|| format!("bad method descriptor {}", plan.descriptor))?;
+    let mut code = push_int(plan.site, pool).map_err(|error| error.to_string())?;
+    code.push(if is_static { 0x01 } else { 0x2a }); // aconst_null | aload_0
+    code.push(INVOKESTATIC);
+    code.extend(hooks.begin.to_be_bytes());
+    for &parameter in &plan.parameters {
+        let (slot, field_descriptor) = if parameter == 0 {
+            if is_static {
+                return Err("parameter 0 (this) of a static method".into());
+            }
+            (0, "Ljava/lang/Object;")
+        } else {
+            let index = usize::from(parameter) - 1;
+            let field_descriptor = parameters.get(index).copied().ok_or_else(|| {
+                format!(
+                    "parameter {parameter} of a method with {} parameters",
+                    parameters.len()
+                )
+            })?;
+            let slot = usize::from(!is_static)
+                + parameters[..index]
+                    .iter()
+                    .map(|descriptor| slot_width(descriptor))
+                    .sum::<usize>();
+            (slot, field_descriptor)
+        };
+        code.extend(push_int(i32::from(parameter), pool).map_err(|error| error.to_string())?);
+        let load = match field_descriptor.as_bytes()[0] {
+            b'Z' | b'B' | b'C' | b'S' | b'I' => 0x15,
+            b'J' => 0x16,
+            b'F' => 0x17,
+            b'D' => 0x18,
+            _ => 0x19,
+        };
+        if slot > 255 {
+            code.extend([WIDE, load]);
+            code.extend((slot as u16).to_be_bytes());
+        } else {
+            code.extend([load, slot as u8]);
+        }
+        code.push(INVOKESTATIC);
+        code.extend(hooks.arg(field_descriptor).to_be_bytes());
+    }
+    code.push(INVOKESTATIC);
+    code.extend(hooks.enter.to_be_bytes());
+    Ok(code)
+}
+
+/// The field descriptors of a method descriptor's parameters.
+fn parameter_types(descriptor: &str) -> Option<Vec<&str>> {
+    let inner = descriptor.strip_prefix('(')?.split(')').next()?;
+    let bytes = inner.as_bytes();
+    let mut types = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let start = at;
+        while bytes.get(at) == Some(&b'[') {
+            at += 1;
+        }
+        match bytes.get(at)? {
+            b'L' => at += inner[at..].find(';')? + 1,
+            b'Z' | b'B' | b'C' | b'S' | b'I' | b'J' | b'F' | b'D' => at += 1,
+            _ => return None,
+        }
+        types.push(&inner[start..at]);
+    }
+    Some(types)
+}
+
+fn slot_width(field_descriptor: &str) -> usize {
+    if field_descriptor == "J" || field_descriptor == "D" {
+        2
+    } else {
+        1
+    }
+}
+
+fn push_int(value: i32, pool: &mut PoolAdditions) -> Result<Vec<u8>, ClassFileError> {
+    Ok(match value {
+        -1..=5 => vec![(0x03 + value) as u8],
+        -128..=127 => vec![0x10, value as u8],
+        -32768..=32767 => {
+            let mut code = vec![0x11];
+            code.extend((value as i16).to_be_bytes());
+            code
+        }
+        _ => {
+            let mut code = vec![0x13];
+            code.extend(pool.integer(value)?.to_be_bytes());
+            code
+        }
+    })
+}
+
+fn is_return(opcode: u8) -> bool {
+    (0xac..=0xb1).contains(&opcode)
+}
+
+/// Zero bytes after a switch opcode at `offset`, so that its operands start at a multiple of 4.
+fn padding(offset: usize) -> usize {
+    (4 - (offset + 1) % 4) % 4
+}
+
+/// Each instruction's (offset, length).
+fn decode(code: &[u8]) -> Result<Vec<(usize, usize)>, String> {
+    let mut instructions = Vec::with_capacity(code.len() / 2);
+    let mut at = 0;
+    while at < code.len() {
+        let length = instruction_length(code, at)
+            .ok_or_else(|| format!("unknown or cut instruction at offset {at}"))?;
+        if at + length > code.len() {
+            return Err(format!("instruction at offset {at} runs past the code"));
+        }
+        instructions.push((at, length));
+        at += length;
+    }
+    Ok(instructions)
+}
+
+fn instruction_length(code: &[u8], at: usize) -> Option<usize> {
+    let word = |offset: usize| -> Option<i64> {
+        let bytes = code.get(offset..offset + 4)?;
+        Some(i64::from(i32::from_be_bytes(bytes.try_into().ok()?)))
+    };
+    Some(match code[at] {
+        0x00..=0x0f | 0x1a..=0x35 | 0x3b..=0x83 | 0x85..=0x98 | 0xac..=0xb1 => 1,
+        0xbe | 0xbf | 0xc2 | 0xc3 => 1,
+        0x10 | 0x12 | 0x15..=0x19 | 0x36..=0x3a | 0xa9 | 0xbc => 2,
+        0x11 | 0x13 | 0x14 | 0x84 | 0x99..=0xa8 | 0xb2..=0xb8 | 0xbb | 0xbd | 0xc0 | 0xc1 => 3,
+        0xc6 | 0xc7 => 3,
+        0xc5 => 4,
+        0xb9 | 0xba | 0xc8 | 0xc9 => 5,
+        WIDE => match code.get(at + 1)? {
+            0x84 => 6,
+            0x15..=0x19 | 0x36..=0x3a | 0xa9 => 4,
+            _ => return None,
+        },
+        TABLESWITCH => {
+            let operands = at + 1 + padding(at);
+            let low = word(operands + 4)?;
+            let high = word(operands + 8)?;
+            if high < low {
+                return None;
+            }
+            1 + padding(at) + 12 + 4 * usize::try_from(high - low + 1).ok()?
+        }
+        LOOKUPSWITCH => {
+            let operands = at + 1 + padding(at);
+            let pairs = usize::try_from(word(operands + 4)?).ok()?;
+            1 + padding(at) + 8 + 8 * pairs
+        }
+        _ => return None,
+    })
+}
+
+fn line_numbers(
+    contents: &[u8],
+    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+) -> Result<Vec<u8>, ClassFileError> {
+    let mut reader = Bytes::new(contents, 0);
+    let count = reader.u2()?;
+    let mut out = count.to_be_bytes().to_vec();
+    for _ in 0..count {
+        out.extend(moved(reader.u2()?)?.to_be_bytes());
+        out.extend(reader.u2()?.to_be_bytes());
+    }
+    Ok(out)
+}
+
+fn local_variables(
+    contents: &[u8],
+    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+) -> Result<Vec<u8>, ClassFileError> {
+    let mut reader = Bytes::new(contents, 0);
+    let count = reader.u2()?;
+    let mut out = count.to_be_bytes().to_vec();
+    for _ in 0..count {
+        let start = reader.u2()?;
+        let length = reader.u2()?;
+        let new_start = moved(start)?;
+        let new_end = moved(start.saturating_add(length))?;
+        out.extend(new_start.to_be_bytes());
+        out.extend(new_end.saturating_sub(new_start).to_be_bytes());
+        out.extend(reader.take(6)?); // name, descriptor or signature, slot
+    }
+    Ok(out)
+}
+
+/// The StackMapTable with every frame at its moved offset (and `Uninitialized` types naming
+/// their moved `new`), then the frame of our handler.
+fn stack_map(
+    contents: &[u8],
+    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+    handler_start: u16,
+    throwable: u16,
+) -> Result<Vec<u8>, ClassFileError> {
+    let mut reader = Bytes::new(contents, 0);
+    let count = reader.u2()?;
+    let mut out = (count + 1).to_be_bytes().to_vec();
+    let mut old_previous: Option<u16> = None;
+    let mut new_previous: Option<u16> = None;
+    for _ in 0..count {
+        let frame_type = reader.u1()?;
+        let old_delta = match frame_type {
+            0..=63 => u16::from(frame_type),
+            64..=127 => u16::from(frame_type - 64),
+            247..=255 => reader.u2()?,
+            _ => return Err(malformed("a reserved stack map frame type")),
+        };
+        let old = match old_previous {
+            None => Some(old_delta),
+            Some(previous) => previous.checked_add(old_delta + 1),
+        }
+        .ok_or_else(|| malformed("a stack map frame beyond 65535"))?;
+        let new = moved(old)?;
+        let delta = frame_delta(new_previous, new)?;
+        old_previous = Some(old);
+        new_previous = Some(new);
+        match frame_type {
+            0..=63 | 251 => {
+                if delta <= 63 {
+                    out.push(delta as u8);
+                } else {
+                    out.push(251);
+                    out.extend(delta.to_be_bytes());
+                }
+            }
+            64..=127 | 247 => {
+                if delta <= 63 {
+                    out.push(64 + delta as u8);
+                } else {
+                    out.push(247);
+                    out.extend(delta.to_be_bytes());
+                }
+                copy_types(&mut reader, &mut out, 1, moved)?;
+            }
+            248..=250 => {
+                out.push(frame_type);
+                out.extend(delta.to_be_bytes());
+            }
+            252..=254 => {
+                out.push(frame_type);
+                out.extend(delta.to_be_bytes());
+                copy_types(&mut reader, &mut out, u16::from(frame_type - 251), moved)?;
+            }
+            _ => {
+                out.push(255);
+                out.extend(delta.to_be_bytes());
+                let locals = reader.u2()?;
+                out.extend(locals.to_be_bytes());
+                copy_types(&mut reader, &mut out, locals, moved)?;
+                let stack = reader.u2()?;
+                out.extend(stack.to_be_bytes());
+                copy_types(&mut reader, &mut out, stack, moved)?;
+            }
+        }
+    }
+    out.extend(handler_frame(
+        frame_delta(new_previous, handler_start)?,
+        throwable,
+    ));
+    Ok(out)
+}
+
+/// offset_delta of a frame at `offset` after one at `previous`.
+fn frame_delta(previous: Option<u16>, offset: u16) -> Result<u16, ClassFileError> {
+    match previous {
+        None => Ok(offset),
+        Some(previous) => offset
+            .checked_sub(previous)
+            .and_then(|gap| gap.checked_sub(1))
+            .ok_or_else(|| malformed("stack map frames out of order")),
+    }
+}
+
+fn malformed(reason: &str) -> ClassFileError {
+    ClassFileError::Malformed(reason.to_string())
+}
+
+/// A full frame: no locals (nothing the handler reads), a Throwable on the stack.
+fn handler_frame(delta: u16, throwable: u16) -> Vec<u8> {
+    let mut frame = vec![255];
+    frame.extend(delta.to_be_bytes());
+    frame.extend(0_u16.to_be_bytes());
+    frame.extend(1_u16.to_be_bytes());
+    frame.push(7);
+    frame.extend(throwable.to_be_bytes());
+    frame
+}
+
+fn copy_types(
+    reader: &mut Bytes,
+    out: &mut Vec<u8>,
+    count: u16,
+    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+) -> Result<(), ClassFileError> {
+    for _ in 0..count {
+        let tag = reader.u1()?;
+        out.push(tag);
+        match tag {
+            7 => out.extend(reader.u2()?.to_be_bytes()),
+            8 => out.extend(moved(reader.u2()?)?.to_be_bytes()),
+            0..=6 => {}
+            _ => return Err(malformed("an unknown verification type")),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_and_their_slots_come_from_the_descriptor() {
+        let types = parameter_types("(J[[Ljava/lang/String;DZ[I)V").unwrap();
+        assert_eq!(types, ["J", "[[Ljava/lang/String;", "D", "Z", "[I"]);
+        assert_eq!(
+            types.iter().map(|t| slot_width(t)).collect::<Vec<_>>(),
+            [2, 1, 2, 1, 1]
+        );
+        assert_eq!(parameter_types("()V").unwrap(), Vec::<&str>::new());
+        assert!(parameter_types("(Q)V").is_none());
+        assert!(parameter_types("(Ljava/lang/String").is_none());
+    }
+
+    #[test]
+    fn switches_are_measured_with_their_padding() {
+        // tableswitch at offset 1: two bytes of padding, default, low 0, high 1, two targets.
+        let mut code = vec![0x00, TABLESWITCH, 0, 0];
+        for word in [20_i32, 0, 1, 20, 20] {
+            code.extend(word.to_be_bytes());
+        }
+        assert_eq!(instruction_length(&code, 1), Some(1 + 2 + 12 + 8));
+        // lookupswitch at offset 0: three bytes of padding, default, one pair.
+        let mut code = vec![LOOKUPSWITCH, 0, 0, 0];
+        for word in [9_i32, 1, 5, 9] {
+            code.extend(word.to_be_bytes());
+        }
+        assert_eq!(instruction_length(&code, 0), Some(1 + 3 + 8 + 8));
+        assert_eq!(instruction_length(&[WIDE, 0x84, 0, 1, 0, 1], 0), Some(6));
+        assert_eq!(instruction_length(&[WIDE, 0x15, 1, 0], 0), Some(4));
+        assert_eq!(instruction_length(&[0xca], 0), None);
+        assert!(decode(&[0x11, 0]).is_err());
+    }
+
+    #[test]
+    fn ints_are_pushed_with_the_shortest_instruction() {
+        let class = [
+            0xCA, 0xFE, 0xBA, 0xBE, 0, 0, 0, 52, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let class = ClassFile::parse(&class).unwrap();
+        let mut pool = PoolAdditions::new(&class);
+        assert_eq!(push_int(5, &mut pool).unwrap(), [0x08]);
+        assert_eq!(push_int(-1, &mut pool).unwrap(), [0x02]);
+        assert_eq!(push_int(100, &mut pool).unwrap(), [0x10, 100]);
+        assert_eq!(push_int(300, &mut pool).unwrap(), [0x11, 1, 44]);
+        assert_eq!(push_int(100_000, &mut pool).unwrap(), [0x13, 0, 1]);
+        assert_eq!(pool.count(), 2);
+    }
+}

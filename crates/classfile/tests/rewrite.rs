@@ -1,0 +1,193 @@
+//! The rewriter on real class files: java/classfile's Rewritten, compiled by javac, has its
+//! methods instrumented and runs on a real JVM (which verifies every class it loads from the
+//! class path) against a Java stand-in of the hook that counts what it is told.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use openprof_classfile::{instrument, ClassFileError, MethodPlan, Plan};
+use openprof_testkit::{jdk, workspace_root};
+
+fn compiled() -> PathBuf {
+    let output = tempfile::Builder::new()
+        .prefix("openprof-classfile-")
+        .tempdir()
+        .expect("temp dir")
+        .keep();
+    let sources = workspace_root().join("java/classfile");
+    let status = Command::new(jdk().javac().expect("javac"))
+        .arg("-g")
+        .arg("-d")
+        .arg(&output)
+        .arg(sources.join("Rewritten.java"))
+        .arg(sources.join("openprof/MptHook.java"))
+        .status()
+        .expect("javac");
+    assert!(status.success());
+    output
+}
+
+fn plan(methods: &[(&str, &str, i32, &[u16])]) -> Plan {
+    Plan {
+        hook_class: "openprof/MptHook".into(),
+        methods: methods
+            .iter()
+            .map(|(name, descriptor, site, parameters)| MethodPlan {
+                name: name.to_string(),
+                descriptor: descriptor.to_string(),
+                site: *site,
+                parameters: parameters.to_vec(),
+            })
+            .collect(),
+    }
+}
+
+fn run(classes: &Path) -> (bool, String, String) {
+    let output = Command::new(jdk().java().expect("java"))
+        .args(["-Xshare:off", "-cp"])
+        .arg(classes)
+        .arg("Rewritten")
+        .output()
+        .expect("java");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn instrumented_methods_run_as_before_and_call_the_hook_at_every_entry_and_exit() {
+    let classes = compiled();
+    let class_path = classes.join("Rewritten.class");
+    let original = std::fs::read(&class_path).unwrap();
+    let plan = plan(&[
+        ("loop", "(I)I", 1, &[1]),
+        ("mix", "(JDILjava/lang/String;)D", 2, &[1, 2, 3, 4]),
+        ("small", "(ZCBSF)F", 3, &[1, 2, 3, 4, 5]),
+        ("kind", "(I)Ljava/lang/String;", 4, &[0, 1]),
+        ("fails", "(I)I", 5, &[1]),
+        ("guarded", "(I)I", 300, &[1]),
+        ("locked", "(I)I", 7, &[0, 1]),
+        ("early", "(I)V", 8, &[]),
+        ("fresh", "(Z)Ljava/lang/String;", 9, &[1]),
+        ("fib", "(I)I", 100_000, &[1]),
+    ]);
+    let rewritten = instrument(&original, &plan).expect("instrumented");
+    std::fs::write(&class_path, rewritten).unwrap();
+    let (ok, stdout, stderr) = run(&classes);
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("results ok"), "{stdout}");
+
+    let counts: BTreeMap<String, u32> = stdout
+        .lines()
+        .filter_map(|line| line.rsplit_once(" = "))
+        .map(|(what, count)| (what.to_string(), count.parse().unwrap()))
+        .collect();
+    // fib(10) makes 177 calls; fails is called 4 times by main and once by each guarded().
+    let mut expected: BTreeMap<String, u32> = [
+        ("begin 1 static", 3),
+        ("exit 1", 3),
+        ("begin 2 static", 1),
+        ("arg 1 long 2", 1),
+        ("arg 2 double 1.5", 1),
+        ("arg 3 int 2", 1),
+        ("arg 4 object abc", 1),
+        ("exit 2", 1),
+        ("begin 3 static", 1),
+        ("arg 1 boolean true", 2), // small's z, and fresh(true)
+        ("arg 2 char a", 1),
+        ("arg 3 byte 2", 1),
+        ("arg 4 short 3", 1),
+        ("arg 5 float 0.5", 1),
+        ("exit 3", 1),
+        ("begin 4 Rewritten", 5),
+        ("arg 0 object R7", 7), // kind 5 times, locked twice
+        ("exit 4", 5),
+        ("begin 5 static", 6),
+        ("thrown 5", 5),
+        ("exit 5", 1),
+        ("begin 300 static", 2),
+        ("exit 300", 2),
+        ("begin 7 Rewritten", 2),
+        ("exit 7", 2),
+        ("begin 8 static", 2),
+        ("exit 8", 2),
+        ("begin 9 static", 2),
+        ("arg 1 boolean false", 1),
+        ("exit 9", 2),
+        ("begin 100000 static", 177),
+        ("exit 100000", 177),
+        ("enter", 3 + 1 + 1 + 5 + 6 + 2 + 2 + 2 + 2 + 177),
+    ]
+    .iter()
+    .map(|(what, count)| (what.to_string(), *count))
+    .collect();
+    // int first parameters: loop(10) x3; kind(0, 2, 5, 1000, 9); fails(1..4), and fails(1),
+    // fails(0) from guarded(1), guarded(0); locked(-1, 1); then fib(10)'s own calls: fib(n)
+    // is called fib(11 - n) times for n >= 1, fib(0) fib(10) = 55 - 21 = 34 times.
+    let fibonacci = |k: u32| (0..k).fold((0_u32, 1_u32), |(a, b), _| (b, a + b)).0;
+    let mut ints: BTreeMap<i32, u32> = BTreeMap::new();
+    for n in [10, 10, 10, 0, 2, 5, 1000, 9, 1, 2, 3, 4, 1, 0, 1, 0, -1, 1] {
+        *ints.entry(n).or_default() += 1;
+    }
+    for n in 0..=10_u32 {
+        let calls = if n == 0 {
+            fibonacci(9)
+        } else {
+            fibonacci(11 - n)
+        };
+        *ints.entry(n as i32).or_default() += calls;
+    }
+    for (n, count) in ints {
+        expected.insert(format!("arg 1 int {n}"), count);
+    }
+    assert_eq!(
+        counts.values().sum::<u32>(),
+        expected.values().sum::<u32>(),
+        "{stdout}"
+    );
+    for (what, count) in &expected {
+        assert_eq!(counts.get(what), Some(count), "{what}\n{stdout}");
+    }
+    assert!(stdout.contains("depth 0"), "{stdout}");
+}
+
+#[test]
+fn methods_not_planned_are_left_alone_and_faults_are_named() {
+    let classes = compiled();
+    let original = std::fs::read(classes.join("Rewritten.class")).unwrap();
+    let missing = instrument(&original, &plan(&[("nothing", "()V", 1, &[])])).unwrap_err();
+    assert_eq!(
+        missing,
+        ClassFileError::NoSuchMethod {
+            name: "nothing".into(),
+            descriptor: "()V".into()
+        }
+    );
+    assert!(matches!(
+        instrument(&original[..original.len() / 2], &plan(&[])),
+        Err(ClassFileError::Truncated(_))
+    ));
+    assert!(matches!(
+        instrument(b"not a class file", &plan(&[])),
+        Err(ClassFileError::BadMagic(_))
+    ));
+    let this_of_static = instrument(&original, &plan(&[("loop", "(I)I", 1, &[0])])).unwrap_err();
+    assert!(
+        this_of_static
+            .to_string()
+            .contains("parameter 0 (this) of a static method"),
+        "{this_of_static}"
+    );
+    // An empty plan changes nothing but the pool: the class still runs.
+    let same = instrument(&original, &plan(&[])).unwrap();
+    std::fs::write(classes.join("Rewritten.class"), same).unwrap();
+    let (ok, stdout, stderr) = run(&classes);
+    assert!(ok && stdout.contains("results ok"), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("depth 0\n\n") || stdout.trim_end().ends_with("depth 0"),
+        "{stdout}"
+    );
+}
