@@ -98,6 +98,8 @@ pub struct Agent {
     /// Commands from the collector waiting for the agent's thread.
     commands: Mutex<VecDeque<(u32, Command)>>,
     sampling: SamplingControl,
+    /// mpt=, or net= (specifications may arrive from the collector).
+    mpt: Option<crate::mpt::Mpt>,
 }
 
 // SAFETY: the JavaVM pointer is valid for the life of the process and its invoke interface is
@@ -124,7 +126,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Runs a callback body, keeping any panic on this side of the FFI boundary: the first one is
 /// reported and the agent stops profiling; the JVM carries on.
-fn guarded(what: &str, body: impl FnOnce()) {
+pub(crate) fn guarded(what: &str, body: impl FnOnce()) {
     if DISABLED.load(Ordering::Acquire) {
         return;
     }
@@ -134,6 +136,18 @@ fn guarded(what: &str, body: impl FnOnce()) {
             "openprof ERROR: internal error in {what}; profiling is off for the rest of this run"
         );
     }
+}
+
+/// Method parameter tracing, when it is on.
+pub(crate) fn mpt() -> Option<&'static crate::mpt::Mpt> {
+    agent().and_then(|agent| agent.mpt.as_ref())
+}
+
+/// The calling thread's JNIEnv, when the agent runs and the thread is attached.
+pub(crate) fn thread_jni() -> Option<*mut JNIEnv> {
+    agent()
+        .map(|agent| current_jni(agent.vm))
+        .filter(|jni| !jni.is_null())
 }
 
 fn agent() -> Option<&'static Agent> {
@@ -470,6 +484,12 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
         MethodTimes::new(jvmti, filters, options.depth, options.thread)
     });
     let allocations = sites.then(|| AllocSampler::new(options.alloc_interval));
+    let mpt = if options.mpt.is_some() || options.net.is_some() {
+        let specs = options.mpt_specs().map_err(|error| error.to_string())?;
+        Some(crate::mpt::Mpt::new(vm, specs, !tracing)?)
+    } else {
+        None
+    };
     if let Some(allocations) = &allocations {
         jvmti
             .set_heap_sampling_interval(allocations.interval() as jint)
@@ -496,6 +516,7 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
         options,
         net,
         commands: Mutex::new(VecDeque::new()),
+        mpt,
     };
     if AGENT.set(agent).is_err() {
         return Err("the agent is loaded twice; load it once".into());
@@ -720,6 +741,11 @@ impl Agent {
             for class in classes {
                 let _ = self.jvmti.preload_method_ids(class);
                 delete_local_ref(jni, class);
+            }
+        }
+        if let (Some(mpt), Some(sink)) = (&self.mpt, agent()) {
+            if let Err(error) = mpt.start(jni, sink) {
+                eprintln!("openprof: method parameter tracing is off: {error}");
             }
         }
         let threads = self.jvmti.all_threads().unwrap_or_default();
@@ -1091,6 +1117,16 @@ impl Agent {
         if self.heap_dumps && !jni.is_null() {
             self.dump_heap(state, jni);
         }
+        if let Some(mpt) = &self.mpt {
+            let tables = mpt.tables();
+            let mut state = lock(state);
+            if let Err(error) = state.output.mpt(&tables) {
+                eprintln!(
+                    "openprof: can't write {}: {error}",
+                    state.output.path().display()
+                );
+            }
+        }
     }
 
     /// HPROF's SITES: every allocation site since the start, live figures after a full GC.
@@ -1263,6 +1299,40 @@ impl Agent {
         if let Some(net) = &self.net {
             // Bounded: a collector that is gone must not hold the JVM's exit.
             net.finish(NET_GOODBYE_PATIENCE);
+        }
+    }
+}
+
+/// Traced calls of method parameter tracing go to the trace (format=x, net=).
+impl crate::mpt::MptSink for Agent {
+    fn entry(
+        &self,
+        jni: *mut JNIEnv,
+        method: jmethodID,
+        time: openprof_format::trace::attrs::Seconds,
+        cpu_nanos: u64,
+        values: Vec<openprof_format::trace::Value>,
+        stack: Option<String>,
+    ) -> Option<u128> {
+        let tracer = self.tracer.as_ref()?;
+        tracer.mpt_entry(jni, method, time, cpu_nanos, values, stack)
+    }
+
+    fn exit(
+        &self,
+        method: jmethodID,
+        ticket: u128,
+        time: openprof_format::trace::attrs::Seconds,
+        cpu_nanos: u64,
+    ) {
+        if let Some(tracer) = &self.tracer {
+            tracer.mpt_exit(method, ticket, time, cpu_nanos);
+        }
+    }
+
+    fn note(&self, name: &str, value: &str) {
+        if let Some(tracer) = &self.tracer {
+            tracer.note(name, value);
         }
     }
 }
@@ -1561,13 +1631,16 @@ unsafe extern "system" fn on_thread_end(_jvmti: *mut jvmtiEnv, _jni: *mut JNIEnv
 
 unsafe extern "system" fn on_class_prepare(
     _jvmti: *mut jvmtiEnv,
-    _jni: *mut JNIEnv,
+    jni: *mut JNIEnv,
     _thread: jthread,
     class: jclass,
 ) {
     guarded("ClassPrepare", || {
         if let Some(agent) = agent() {
             let _ = agent.jvmti.preload_method_ids(class);
+            if let Some(mpt) = &agent.mpt {
+                mpt.class_prepared(jni, class);
+            }
         }
     });
 }

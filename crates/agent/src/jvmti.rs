@@ -408,6 +408,40 @@ impl Jvmti {
         Ok(loader)
     }
 
+    /// Memory from JVMTI's allocator: what a ClassFileLoadHook hands back must come from it.
+    pub fn allocate(self, size: usize) -> JvmtiResult<*mut u8> {
+        let mut memory: *mut std::os::raw::c_uchar = ptr::null_mut();
+        call!(self, Allocate(size as i64, &mut memory))?;
+        Ok(memory)
+    }
+
+    /// Asks the JVM to pass the classes' bytes through the ClassFileLoadHook again.
+    pub fn retransform_classes(self, classes: &[jclass]) -> JvmtiResult<()> {
+        call!(
+            self,
+            RetransformClasses(classes.len() as jint, classes.as_ptr())
+        )
+    }
+
+    /// Whether RetransformClasses can change the class (not arrays, primitives, hidden classes).
+    pub fn is_modifiable_class(self, class: jclass) -> bool {
+        let mut modifiable: jvmti_bindings::sys::jni::jboolean = 0;
+        call!(self, IsModifiableClass(class, &mut modifiable)).is_ok() && modifiable != 0
+    }
+
+    /// Every module the VM has defined (local references).
+    pub fn all_modules(self) -> JvmtiResult<Vec<jobject>> {
+        let mut count: jint = 0;
+        let mut modules: *mut jobject = ptr::null_mut();
+        call!(self, GetAllModules(&mut count, &mut modules))?;
+        Ok(self.take_array(modules, count))
+    }
+
+    /// Lets `module` read `to_module` (needed before its code may call into it).
+    pub fn add_module_reads(self, module: jobject, to_module: jobject) -> JvmtiResult<()> {
+        call!(self, AddModuleReads(module, to_module))
+    }
+
     /// Up to `max` frames of a thread's stack, innermost first.
     pub fn stack_trace(self, thread: jthread, max: u32) -> JvmtiResult<Vec<jvmtiFrameInfo>> {
         let mut frames = vec![

@@ -132,6 +132,17 @@ impl Output {
         }
     }
 
+    /// The method parameter tracing tables (text only: format=b refuses mpt=).
+    pub fn mpt(&mut self, tables: &[openprof_format::mpt_stats::MptTable]) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                text.writer.mpt(tables)?;
+                text.writer.flush()
+            }
+            Output::Binary(_) => Ok(()),
+        }
+    }
+
     /// TRACE records on their own (the DUMP TRACES command).
     pub fn traces(&mut self, traces: &[Trace]) -> io::Result<()> {
         match self {

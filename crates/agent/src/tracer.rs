@@ -457,7 +457,12 @@ impl Tracer {
         let Some(trace_id) = state.trace else {
             return false;
         };
-        state.collation += 1;
+        let mut element = element.into();
+        element.set_context(trace_id, MultiPart(state.collation + 1));
+        // Elements outside the trace's order (tag) take no collation value.
+        if element.collation_value().is_some() {
+            state.collation += 1;
+        }
         if state.finished {
             return false;
         }
@@ -465,8 +470,6 @@ impl Tracer {
             state.dropped += 1;
             return false;
         }
-        let mut element = element.into();
-        element.set_context(trace_id, MultiPart(state.collation));
         element.write(&mut state.pending);
         state.pending.push('\n');
         let last_cut = state.cuts.last().copied().unwrap_or(0);
@@ -1164,6 +1167,111 @@ impl Tracer {
             self.emit(&mut state, element);
         }
         Ok(format!("{count} filters in force"))
+    }
+
+    /// A traced call of method parameter tracing: a methodEntry holding its parameter values
+    /// (and, when asked for, the stack in contextData). Returns the entry's ticket.
+    pub fn mpt_entry(
+        &self,
+        jni: *mut JNIEnv,
+        method: jmethodID,
+        time: Seconds,
+        cpu_nanos: u64,
+        values: Vec<Value>,
+        stack: Option<String>,
+    ) -> Option<u128> {
+        let thread_id = THREAD_TRACE.with(|trace| trace.borrow().thread_id);
+        let thread_id = if thread_id == 0 {
+            let thread = self.jvmti.current_thread().ok()?;
+            let id = self.thread_id(thread);
+            crate::agent::delete_local_ref(jni, thread);
+            id
+        } else {
+            thread_id
+        };
+        let (ticket, generation, ended) = self.with_thread_trace(|trace| {
+            trace.last_ticket += 1;
+            (trace.last_ticket, trace.generation, trace.ended)
+        });
+        if thread_id == 0 || ended {
+            return None;
+        }
+        let mut state = lock(&self.state);
+        if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
+            return None;
+        }
+        let record = self.method(&mut state, method);
+        let written = self.emit(
+            &mut state,
+            MethodEntry {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(time),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                ticket: Some(MultiPart(ticket)),
+                transient_obj_id_ref: None,
+                obj_id_ref: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(record.class_id),
+                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu_nanos))),
+                sequence_counter: None,
+                context_data: stack,
+                stack_depth: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Values(values),
+            },
+        );
+        written.then_some(ticket)
+    }
+
+    /// The exit of a call `mpt_entry` wrote.
+    pub fn mpt_exit(&self, method: jmethodID, ticket: u128, time: Seconds, cpu_nanos: u64) {
+        let (thread_id, generation) =
+            self.with_thread_trace(|trace| (trace.thread_id, trace.generation));
+        let mut state = lock(&self.state);
+        if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
+            return;
+        }
+        let record = self.method(&mut state, method);
+        self.emit(
+            &mut state,
+            MethodExit {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(time),
+                ticket: Some(MultiPart(ticket)),
+                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu_nanos))),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                transient_obj_id_ref: None,
+                obj_id_ref: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(record.class_id),
+                sequence_counter: None,
+                context_data: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Values::default(),
+            },
+        );
+    }
+
+    /// A name/value pair in the trace (a tag element).
+    pub fn note(&self, name: &str, value: &str) {
+        let mut state = lock(&self.state);
+        if state.trace.is_none() {
+            return;
+        }
+        self.emit(
+            &mut state,
+            Tag {
+                name: Some(name.into()),
+                value: Some(value.into()),
+                content: NoContent,
+            },
+        );
     }
 
     /// A snapshot marker (seed 003): what follows it, up to the next one, is a snapshot.

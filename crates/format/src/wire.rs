@@ -360,6 +360,13 @@ pub enum Command {
     Filter { block: String },
     /// 0x83 (openprof): a snapshot marker with a name.
     Snapshot { name: String },
+    /// 0x84 (openprof): method parameter tracing specifications to add, one a line
+    /// (docs/mpt.md).
+    MptAdd { specs: String },
+    /// 0x85 (openprof): method parameter tracing specifications to remove, as they were added.
+    MptRemove { specs: String },
+    /// 0x86 (openprof): list the method parameter tracing specifications in force.
+    MptList,
 }
 
 const CMD_GC: u8 = 0x01;
@@ -374,6 +381,9 @@ const CMD_TRACE_START: u8 = 0x80;
 const CMD_TRACE_END: u8 = 0x81;
 const CMD_FILTER: u8 = 0x82;
 const CMD_SNAPSHOT: u8 = 0x83;
+const CMD_MPT_ADD: u8 = 0x84;
+const CMD_MPT_REMOVE: u8 = 0x85;
+const CMD_MPT_LIST: u8 = 0x86;
 
 impl Command {
     /// The command as HPROF's record: `u1 tag, u4 serial, u4 length, body`, ids 8 bytes wide.
@@ -410,6 +420,9 @@ impl Command {
             Command::TraceEnd => (CMD_TRACE_END, vec![]),
             Command::Filter { block } => (CMD_FILTER, block.as_bytes().to_vec()),
             Command::Snapshot { name } => (CMD_SNAPSHOT, name.as_bytes().to_vec()),
+            Command::MptAdd { specs } => (CMD_MPT_ADD, specs.as_bytes().to_vec()),
+            Command::MptRemove { specs } => (CMD_MPT_REMOVE, specs.as_bytes().to_vec()),
+            Command::MptList => (CMD_MPT_LIST, vec![]),
         };
         let mut record = vec![tag];
         record.extend_from_slice(&serial.to_be_bytes());
@@ -498,6 +511,9 @@ impl Command {
             CMD_TRACE_END => exact(0).map(|()| Command::TraceEnd)?,
             CMD_FILTER => Command::Filter { block: text()? },
             CMD_SNAPSHOT => Command::Snapshot { name: text()? },
+            CMD_MPT_ADD => Command::MptAdd { specs: text()? },
+            CMD_MPT_REMOVE => Command::MptRemove { specs: text()? },
+            CMD_MPT_LIST => exact(0).map(|()| Command::MptList)?,
             other => return Err(fault(format!("command tag 0x{other:02x} is unknown"))),
         };
         Ok((serial, command))
@@ -576,6 +592,13 @@ mod tests {
             Command::Snapshot {
                 name: "after login".into(),
             },
+            Command::MptAdd {
+                specs: "Slow.work(int) 1\nHashMap.get(Object) 1 instance_method:toString()".into(),
+            },
+            Command::MptRemove {
+                specs: "Slow.work(int) 1".into(),
+            },
+            Command::MptList,
         ]
     }
 

@@ -199,8 +199,41 @@ impl Agent {
                 tracing()?.snapshot(name);
                 Ok(format!("snapshot marker '{name}' written"))
             }
+            Command::MptAdd { specs } => {
+                let specs = parse_specs(specs)?;
+                Ok(parameter_tracing(self)?.add_specs(jni, specs))
+            }
+            Command::MptRemove { specs } => {
+                let specs = parse_specs(specs)?;
+                parameter_tracing(self)?.remove_specs(jni, &specs)
+            }
+            Command::MptList => {
+                let specs = parameter_tracing(self)?.specs_in_force();
+                Ok(if specs.is_empty() {
+                    "no method parameter tracing specifications are in force".into()
+                } else {
+                    specs.join("\n")
+                })
+            }
         }
     }
+}
+
+fn parameter_tracing(agent: &Agent) -> Result<&crate::mpt::Mpt, String> {
+    agent
+        .mpt
+        .as_ref()
+        .ok_or_else(|| "method parameter tracing is off in this agent".to_string())
+}
+
+/// Specifications sent by the collector, faults named by line and column.
+fn parse_specs(text: &str) -> Result<Vec<openprof_format::mpt::MptSpec>, String> {
+    let specs = openprof_format::mpt::parse_specs(text)
+        .map_err(|error| format!("bad specification: {error}"))?;
+    if specs.is_empty() {
+        return Err("no specification given (one a line, docs/mpt.md)".into());
+    }
+    Ok(specs)
 }
 
 /// EXIT THE VM: System.exit(0) from a thread of its own, so that the agent's thread is free to

@@ -161,7 +161,7 @@ impl AttrValue for ObjRef {
 macro_rules! enum_attr {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $text:literal),* $(,)? }) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum $name { $($variant),* }
 
         impl $name {

@@ -1,0 +1,351 @@
+//! Method parameter tracing against ground truth: seed 003's own examples (variants, covariant
+//! returns), every modifier and every error value, each provoked by a workload call made a
+//! known number of times; the trace read back and checked by xmllint against docs/trace.dtd.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use openprof_format::trace::attrs::ValueType;
+use openprof_format::trace::reader::read_all;
+use openprof_format::trace::validate::validate;
+use openprof_format::trace::TraceElement;
+use openprof_testkit::{run_java, workspace_root, Run};
+
+/// Writes the specifications to a file of their own and returns its path.
+fn spec_file(name: &str, specs: &[&str]) -> PathBuf {
+    let dir = tempfile::Builder::new()
+        .prefix("openprof-mpt-")
+        .tempdir()
+        .expect("temp dir")
+        .keep();
+    let path = dir.join(name);
+    std::fs::write(&path, specs.join("\n") + "\n").expect("spec file");
+    path
+}
+
+fn traced(main_class: &str, specs: &[&str]) -> (Run, Vec<TraceElement>) {
+    let path = spec_file("specs.mpt", specs);
+    let options = format!("format=x,file=trace.xml,mpt=@{}", path.display());
+    let run = run_java(Some(&options), main_class, &[], Duration::from_secs(180));
+    assert!(run.success(), "{}\n{}", run.stdout(), run.stderr());
+    assert!(run.stdout().contains("done"), "{}", run.stdout());
+    let bytes = std::fs::read(run.dir.join("trace.xml")).expect("the trace file");
+    let elements = read_all(bytes.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|error| panic!("unreadable trace: {error}"));
+    (run, elements)
+}
+
+fn xmllint(run: &Run) {
+    let output = std::process::Command::new("xmllint")
+        .args(["--noout", "--dtdvalid"])
+        .arg(workspace_root().join("docs/trace.dtd"))
+        .arg(run.dir.join("trace.xml"))
+        .output()
+        .expect("xmllint");
+    assert!(
+        output.status.success(),
+        "xmllint: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// methodId → `Class.method descriptor`.
+fn method_names(elements: &[TraceElement]) -> HashMap<u32, String> {
+    let mut classes = HashMap::new();
+    let mut methods = HashMap::new();
+    for element in elements {
+        match element {
+            TraceElement::ClassDef(class) => {
+                classes.insert(class.class_id.unwrap(), class.name.clone().unwrap());
+            }
+            TraceElement::MethodDef(method) => {
+                let class = &classes[&method.class_id_ref.unwrap()];
+                methods.insert(
+                    method.method_id.unwrap(),
+                    format!(
+                        "{class}.{} {}",
+                        method.name.as_deref().unwrap(),
+                        method.signature.as_deref().unwrap()
+                    ),
+                );
+            }
+            _ => {}
+        }
+    }
+    methods
+}
+
+/// A value as a test compares it: its type and text, loader indexes left out of class names.
+type Seen = (ValueType, String);
+
+/// For each specification (the value's referenceName): how often each (method, value) was
+/// traced.
+fn values_by_spec(elements: &[TraceElement]) -> BTreeMap<String, BTreeMap<(String, Seen), u32>> {
+    let names = method_names(elements);
+    let mut by_spec: BTreeMap<String, BTreeMap<(String, Seen), u32>> = BTreeMap::new();
+    for element in elements {
+        let TraceElement::MethodEntry(entry) = element else {
+            continue;
+        };
+        let method = names[&entry.method_id_ref.unwrap()].clone();
+        for value in &entry.content.0 {
+            let mut text = value.value.clone().unwrap_or_default();
+            if let Some(at) = text.find(" (loader ") {
+                text.truncate(at);
+            }
+            *by_spec
+                .entry(value.reference_name.clone().unwrap())
+                .or_default()
+                .entry((method.clone(), (value.value_type.unwrap(), text)))
+                .or_default() += 1;
+        }
+    }
+    by_spec
+}
+
+/// The values traced for a spec, whatever the method: value text → count.
+fn counts(
+    by_spec: &BTreeMap<String, BTreeMap<(String, Seen), u32>>,
+    spec: &str,
+) -> BTreeMap<String, u32> {
+    let mut counts = BTreeMap::new();
+    for ((_, (_, text)), count) in by_spec.get(spec).into_iter().flatten() {
+        *counts.entry(text.clone()).or_default() += count;
+    }
+    counts
+}
+
+fn expect(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+    pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+}
+
+/// Every traced entry has its exit (same thread, same ticket), in order.
+fn entries_are_exited(elements: &[TraceElement]) {
+    let mut open: HashMap<u32, Vec<u128>> = HashMap::new();
+    for element in elements {
+        match element {
+            TraceElement::MethodEntry(entry) if !entry.content.0.is_empty() => open
+                .entry(entry.thread_id_ref.unwrap())
+                .or_default()
+                .push(entry.ticket.unwrap().0),
+            TraceElement::MethodExit(exit) => {
+                let stack = open.get_mut(&exit.thread_id_ref.unwrap()).unwrap();
+                assert_eq!(stack.pop(), Some(exit.ticket.unwrap().0));
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        open.values().all(Vec::is_empty),
+        "entries never exited: {open:?}"
+    );
+}
+
+#[test]
+fn seed_003s_variants_trace_exactly_the_calls_its_tables_say() {
+    // Tables 1 and 2: Call N passes a SeedValue numbered N and is made N times.
+    let table_2 = [
+        (
+            "SeedArrays.run(SeedValue) 1 field:call variant=1",
+            vec![("1", 1)],
+        ),
+        (
+            "SeedArrays.run(SeedValue) 1 field:call",
+            vec![("1", 1), ("2", 2)],
+        ),
+        (
+            "SeedArrays.run(SeedValue) 1 field:call variant=3",
+            vec![("1", 1), ("2", 2), ("3", 3)],
+        ),
+        (
+            "SeedArrays2.run(SeedValue) 1 field:call variant=1",
+            vec![("2", 2)],
+        ),
+        ("SeedArrays2.run(SeedValue) 1 field:call", vec![("2", 2)]),
+        (
+            "SeedArrays2.run(SeedValue) 1 field:call variant=3",
+            vec![("2", 2), ("3", 3)],
+        ),
+        (
+            "SeedArrays3.run(SeedValue) 1 field:call variant=1",
+            vec![("3", 3)],
+        ),
+    ];
+    // Tables 3 and 4: (method as the trace names it, receiver class) → calls.
+    let bridge = "SeedB.exampleMethod ()LSeedArrays2;";
+    let override_ = "SeedB.exampleMethod ()LSeedArrays3;";
+    let original = "SeedA.exampleMethod ()LSeedArrays2;";
+    let table_4 = [
+        // Return type left out: each call once, in the method implementing it.
+        (
+            "SeedA.exampleMethod() 0 class variant=3",
+            vec![(original, "SeedA", 1), (override_, "SeedB", 6)],
+        ),
+        (
+            "SeedA.exampleMethod()SeedArrays3 0 class variant=3",
+            vec![(override_, "SeedB", 6)],
+        ),
+        // The original return type: Call 2 is traced in the bridge; Call 3 is not traced.
+        (
+            "SeedA.exampleMethod()SeedArrays2 0 class variant=3",
+            vec![(original, "SeedA", 1), (bridge, "SeedB", 2)],
+        ),
+        (
+            "SeedB.exampleMethod() 0 class variant=1",
+            vec![(override_, "SeedB", 6)],
+        ),
+        (
+            "SeedA.exampleMethod() 0 class variant=1",
+            vec![(original, "SeedA", 1)],
+        ),
+    ];
+    let specs: Vec<&str> = table_2
+        .iter()
+        .map(|(spec, _)| *spec)
+        .chain(table_4.iter().map(|(spec, _)| *spec))
+        .collect();
+    let (run, elements) = traced("MptSeed", &specs);
+    xmllint(&run);
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    entries_are_exited(&elements);
+    let by_spec = values_by_spec(&elements);
+    for (spec, expected) in &table_2 {
+        assert_eq!(counts(&by_spec, spec), expect(expected), "{spec}");
+    }
+    for (spec, expected) in &table_4 {
+        let seen: BTreeMap<(String, String), u32> = by_spec
+            .get(*spec)
+            .into_iter()
+            .flatten()
+            .map(|((method, (kind, class)), count)| {
+                assert_eq!(*kind, ValueType::Class);
+                ((method.clone(), class.clone()), *count)
+            })
+            .collect();
+        let expected: BTreeMap<(String, String), u32> = expected
+            .iter()
+            .map(|(method, class, count)| ((method.to_string(), class.to_string()), *count))
+            .collect();
+        assert_eq!(seen, expected, "{spec}");
+    }
+}
+
+#[test]
+fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
+    let specs = [
+        "java.util.HashMap.get(java.lang.Object) 1 instance_method:toString()",
+        "HashMap.get(Object) 1 cast:Special field:detail",
+        "Probe.lengthOf(int[]) 1 length",
+        "Probe.describe(Object) 1 instance_method:toString()String",
+        "Probe.describe(Object) 1",
+        "Probe.first(String[]) 1 array_element:5",
+        "Probe.first(String[]) 1 array_element:-1",
+        "Probe.keep(Object) 1",
+        "Probe.keep(Object) 1 id",
+        "Probe.keep(Object) 1 class",
+        "Probe.keep(Object) 1 static_method:java.lang.String.valueOf(Object)",
+        "Probe.name(String) 1 length",
+        "Probe.fail(int) 1",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 1",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 2",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 3",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 4",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 5",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 6",
+        "Probe.scaled(double,char,boolean,byte,short,long,float) 7",
+    ];
+    let (run, elements) = traced("MptValues", &specs);
+    xmllint(&run);
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    entries_are_exited(&elements);
+    let by_spec = values_by_spec(&elements);
+    let of = |spec: &str| counts(&by_spec, spec);
+
+    // HashMap.get: the JDK calls it too; the workload's own keys come out exactly.
+    let keys = of(specs[0]);
+    for (key, calls) in [("alpha", 3), ("Special", 2), ("missing", 1)] {
+        assert_eq!(keys.get(key), Some(&calls), "{key}: {keys:?}");
+    }
+    // The seed's "Special" example: the field through a cast, CastFailed for other keys.
+    let special = of(specs[1]);
+    assert_eq!(special.get("the detail"), Some(&2), "{special:?}");
+    assert!(
+        special.get("CastFailed").copied().unwrap_or(0) >= 4,
+        "{special:?}"
+    );
+
+    assert_eq!(of(specs[2]), expect(&[("7", 1), ("NullValue", 1)]));
+    assert_eq!(
+        of(specs[3]),
+        expect(&[
+            ("NullInCall", 1),
+            ("ExceptionInCall", 1),
+            ("built", 1),
+            ("recursive", 1)
+        ])
+    );
+    // Without modifiers: a StringBuilder is its contents; other objects are Unknown. The
+    // recursive toString()'s own call of describe("inner") ran inside a modifier: not traced.
+    assert_eq!(
+        of(specs[4]),
+        expect(&[("NullValue", 1), ("Unknown", 2), ("built", 1)])
+    );
+    assert_eq!(of(specs[5]), expect(&[("InvalidIndex", 1)]));
+    assert_eq!(of(specs[6]), expect(&[("b", 1)]));
+    assert_eq!(of(specs[7]), expect(&[("Unknown", 2), ("text", 1)]));
+    let ids = of(specs[8]);
+    assert_eq!(
+        ids.len(),
+        2,
+        "the boxed 42 twice (one id), the string once: {ids:?}"
+    );
+    assert_eq!(
+        ids.values()
+            .copied()
+            .collect::<Vec<_>>()
+            .iter()
+            .sum::<u32>(),
+        3
+    );
+    assert!(ids.values().any(|&count| count == 2));
+    assert_eq!(
+        of(specs[9]),
+        expect(&[("java.lang.Integer", 2), ("java.lang.String", 1)])
+    );
+    assert_eq!(of(specs[10]), expect(&[("42", 2), ("text", 1)]));
+    // length can't apply to a String: an MPT Apply Error, and the call is still traced.
+    assert_eq!(of(specs[11]), expect(&[("EnableFailed", 1)]));
+    assert!(
+        run.stderr().contains("MPT Apply Error") && run.stderr().contains("Probe.name"),
+        "{}",
+        run.stderr()
+    );
+    assert!(elements.iter().any(|element| matches!(
+        element,
+        TraceElement::Tag(tag) if tag.name.as_deref() == Some("MPT Apply Error")
+            && tag.value.as_deref().is_some_and(|text| text.contains("needs an array"))
+    )));
+    // Left by an exception: entered and exited once.
+    assert_eq!(of(specs[12]), expect(&[("3", 1)]));
+    for (spec, kind, text) in [
+        (specs[13], ValueType::Double, "2.5"),
+        (specs[14], ValueType::Char, "x"),
+        (specs[15], ValueType::Boolean, "true"),
+        (specs[16], ValueType::Byte, "7"),
+        (specs[17], ValueType::Short, "-3"),
+        (specs[18], ValueType::Long, "1099511627776"),
+        (specs[19], ValueType::Float, "1.5"),
+    ] {
+        let seen: Vec<&(String, Seen)> = by_spec[spec].keys().collect();
+        assert_eq!(seen.len(), 1, "{spec}");
+        assert_eq!(seen[0].1, (kind, text.to_string()), "{spec}");
+    }
+    // No value anywhere from the call made inside a modifier.
+    assert!(by_spec
+        .values()
+        .all(|values| values.keys().all(|(_, (_, text))| text != "inner")));
+}
