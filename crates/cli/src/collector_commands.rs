@@ -130,21 +130,25 @@ pub struct ControlArgs {
     cutoff: f32,
     /// gc, dump-heap, alloc-sites, heap-summary, exit, dump-traces, cpu-samples,
     /// alloc-traces-on, alloc-traces-off, cpu-sampling-on, cpu-sampling-off,
-    /// clear-cpu-samples, depth N, trace-start, trace-end, filter BLOCK, snapshot NAME.
+    /// clear-cpu-samples, depth N, trace-start, trace-end, filter BLOCK, snapshot NAME,
+    /// mpt-add SPECS, mpt-remove SPECS, mpt-list (method parameter tracing, docs/mpt.md).
     command: String,
-    /// The command's argument (depth, filter block, snapshot name).
+    /// The command's argument (depth, filter block, snapshot name, specifications: one a
+    /// line, or @FILE).
     argument: Option<String>,
 }
 
 pub fn control(args: ControlArgs) -> Result<ExitCode> {
     let token = args.token.value()?;
-    let command = parse_command(
-        &args.command,
-        args.argument.as_deref(),
-        args.thread,
-        args.cutoff,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let argument = match args.argument.as_deref() {
+        Some(path) if args.command.starts_with("mpt-") && path.starts_with('@') => Some(
+            std::fs::read_to_string(&path[1..])
+                .with_context(|| format!("can't read the specifications in {}", &path[1..]))?,
+        ),
+        other => other.map(str::to_string),
+    };
+    let command = parse_command(&args.command, argument.as_deref(), args.thread, args.cutoff)
+        .map_err(anyhow::Error::msg)?;
     let request = ControlRequest {
         agent: args.agent,
         command,

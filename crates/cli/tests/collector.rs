@@ -919,3 +919,91 @@ fn data_dropped_while_the_collector_was_away_is_reported_as_lost() {
         Some(TraceElement::TraceEnd(_))
     ));
 }
+
+#[test]
+fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(&collector.address, "format=x");
+    let (mut command, _dir) = java_command(Some(&options), "MptSlow", &["loop"]);
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+    let stdout = wait_for_ready(&mut child);
+    let none = control_when_connected(&collector.address, &["mpt-list"]);
+    assert!(none.status.success(), "{}", text(&none.stderr));
+    assert!(text(&none.stdout).contains("no method parameter tracing specifications"));
+    // A bad specification is refused where it is wrong, before anything is sent.
+    let bad = control(
+        &collector.address,
+        &["mpt-add", "MptSlow.work(int) 1 length"],
+    );
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("line 1, column 21: parameter 1 is a int"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let unknown = control(&collector.address, &["mpt-remove", "MptSlow.work(int) 1"]);
+    assert!(!unknown.status.success());
+    assert!(text(&unknown.stdout).contains("no specification 'MptSlow.work(int) 1' is in force"));
+
+    let marker = |name: &str| {
+        let output = control(&collector.address, &["snapshot", name]);
+        assert!(output.status.success(), "{}", text(&output.stdout));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    marker("before");
+    let add = control(&collector.address, &["mpt-add", "MptSlow.work(int) 1"]);
+    assert!(add.status.success(), "{}", text(&add.stdout));
+    assert!(
+        text(&add.stdout).contains("1 specification(s) added; 1 method(s) instrumented now"),
+        "{}",
+        text(&add.stdout)
+    );
+    let listed = control(&collector.address, &["mpt-list"]);
+    assert!(text(&listed.stdout).contains("MptSlow.work(int) 1"));
+    // work(1) and work(3) alternate: 2 ms and 6 ms.
+    std::thread::sleep(Duration::from_millis(1500));
+    let remove = control(&collector.address, &["mpt-remove", "MptSlow.work(int) 1"]);
+    assert!(remove.status.success(), "{}", text(&remove.stdout));
+    marker("after");
+    std::thread::sleep(Duration::from_millis(300));
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let output = wait_with_limit(child, Duration::from_secs(60));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let _ = stdout.join();
+
+    let listing = ls(store.path());
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = store.path().join("mpt.xml");
+    let document = export(store.path(), &traces[0], &file);
+    xmllint(&file);
+    validate(&file);
+    // Values only between the markers, and both arguments, about as often as each other.
+    let mut phase = "";
+    let mut values: HashMap<String, u64> = HashMap::new();
+    for element in read_all(document.as_slice()) {
+        match element.unwrap() {
+            TraceElement::Snapshot(snapshot) => {
+                phase = if snapshot.name.as_deref() == Some("before") {
+                    "traced"
+                } else {
+                    "after"
+                }
+            }
+            TraceElement::MethodEntry(entry) if !entry.content.0.is_empty() => {
+                assert_eq!(
+                    phase, "traced",
+                    "a traced call outside the specification's time"
+                );
+                for value in &entry.content.0 {
+                    *values.entry(value.value.clone().unwrap()).or_default() += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let (ones, threes) = (values["1"], values["3"]);
+    assert!(ones >= 50 && ones.abs_diff(threes) <= 2, "{values:?}");
+    assert_eq!(values.len(), 2, "{values:?}");
+}

@@ -708,6 +708,9 @@ pub fn command_names() -> &'static [&'static str] {
         "trace-end",
         "filter",
         "snapshot",
+        "mpt-add",
+        "mpt-remove",
+        "mpt-list",
     ]
 }
 
@@ -755,6 +758,25 @@ pub fn parse_command(
                 .ok_or_else(|| needs("a name, e.g. 'snapshot after-login'"))?
                 .to_string(),
         }),
+        "mpt-add" | "mpt-remove" => {
+            let specs = argument
+                .ok_or_else(|| {
+                    needs("method parameter tracing specifications, e.g. 'mpt-add \"Slow.work(int) 1\"'")
+                })?
+                .to_string();
+            // Checked here too, so that a fault is named before anything is sent.
+            let parsed = openprof_format::mpt::parse_specs(&specs)
+                .map_err(|error| format!("bad specification: {error}"))?;
+            if parsed.is_empty() {
+                return Err(needs("at least one specification (docs/mpt.md)"));
+            }
+            Ok(if name == "mpt-add" {
+                Command::MptAdd { specs }
+            } else {
+                Command::MptRemove { specs }
+            })
+        }
+        "mpt-list" => none(Command::MptList),
         other => Err(format!(
             "'{other}' is not a command; the commands are: {}",
             command_names().join(", ")
