@@ -459,6 +459,19 @@ fn instruction_length(code: &[u8], at: usize) -> Option<usize> {
     })
 }
 
+/// Where a range starting at `old` starts now: what started the method still does, so that
+/// the entry code counts to the first line and parameters are in scope from the first byte.
+fn from_entry(
+    old: u16,
+    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+) -> Result<u16, ClassFileError> {
+    if old == 0 {
+        Ok(0)
+    } else {
+        moved(old)
+    }
+}
+
 fn line_numbers(
     contents: &[u8],
     moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
@@ -467,7 +480,7 @@ fn line_numbers(
     let count = reader.u2()?;
     let mut out = count.to_be_bytes().to_vec();
     for _ in 0..count {
-        out.extend(moved(reader.u2()?)?.to_be_bytes());
+        out.extend(from_entry(reader.u2()?, moved)?.to_be_bytes());
         out.extend(reader.u2()?.to_be_bytes());
     }
     Ok(out)
@@ -483,7 +496,7 @@ fn local_variables(
     for _ in 0..count {
         let start = reader.u2()?;
         let length = reader.u2()?;
-        let new_start = moved(start)?;
+        let new_start = from_entry(start, moved)?;
         let new_end = moved(start.saturating_add(length))?;
         out.extend(new_start.to_be_bytes());
         out.extend(new_end.saturating_sub(new_start).to_be_bytes());

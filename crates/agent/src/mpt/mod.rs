@@ -216,6 +216,7 @@ impl Mpt {
         capabilities.set_can_retransform_classes(true);
         capabilities.set_can_retransform_any_class(potential.can_retransform_any_class());
         capabilities.set_can_tag_objects(potential.can_tag_objects());
+        capabilities.set_can_get_line_numbers(potential.can_get_line_numbers());
         jvmti
             .add_capabilities(&capabilities)
             .map_err(|error| format!("parameter tracing: {error}"))?;

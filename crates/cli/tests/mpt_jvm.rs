@@ -1,0 +1,157 @@
+//! Method parameter tracing end to end on real JVMs, read by `openprof mpt`: a method whose
+//! duration depends on its argument (the slow values ranked first, with their known
+//! durations), in HPROF text and in a trace, with stacks; and classes of one name from two
+//! class loaders, told apart by loader index.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use openprof_testkit::{run_java, Run};
+
+fn openprof(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_openprof"))
+        .args(args)
+        .output()
+        .expect("run openprof")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn spec_file(specs: &str) -> PathBuf {
+    let dir = tempfile::Builder::new()
+        .prefix("openprof-mpt-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let path = dir.join("specs.mpt");
+    std::fs::write(&path, specs).unwrap();
+    path
+}
+
+fn run(main_class: &str, options: &str) -> Run {
+    let run = run_java(Some(options), main_class, &[], Duration::from_secs(120));
+    assert!(run.success(), "{}\n{}", run.stdout(), run.stderr());
+    assert!(run.stdout().contains("done"), "{}", run.stdout());
+    run
+}
+
+/// The report's rows: (calls, wall mean ms, cpu mean ms, value).
+fn rows(report: &str) -> Vec<(u64, f64, f64, String)> {
+    report
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 || fields[0].parse::<u64>().is_err() {
+                return None;
+            }
+            Some((
+                fields[1].parse().ok()?,
+                fields[3].parse().ok()?,
+                fields[5].parse().ok()?,
+                fields[7..].join(" "),
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn the_slow_values_of_a_method_come_first_with_their_durations() {
+    // MptSlow: work(n) spins for n * 2 ms; work(1), work(5) and work(20) five times each.
+    let specs = spec_file("MptSlow.work(int) 1 events=entry,exit,stack\n");
+    for format in ["a", "x"] {
+        let file = if format == "a" {
+            "slow.txt"
+        } else {
+            "slow.xml"
+        };
+        let run = run(
+            "MptSlow",
+            &format!("format={format},file={file},mpt=@{}", specs.display()),
+        );
+        let path = run.dir.join(file);
+        let output = openprof(&["mpt", path.to_str().unwrap()]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let report = text(&output.stdout);
+        assert!(report.contains("MptSlow.work(int)"), "{report}");
+        assert!(
+            report.contains("15 calls, 3 values, 0 unfinished"),
+            "{report}"
+        );
+        let rows = rows(&report);
+        let values: Vec<&str> = rows.iter().map(|row| row.3.as_str()).collect();
+        assert_eq!(values, ["int 20", "int 5", "int 1"], "{report}");
+        for ((calls, wall, cpu, _), spin_ms) in rows.iter().zip([40.0, 10.0, 2.0]) {
+            assert_eq!(*calls, 5, "{report}");
+            // Each call spins until spin_ms have passed: never less; scheduling may add some.
+            assert!(*wall >= spin_ms && *wall < spin_ms * 1.5 + 5.0, "{report}");
+            // The spin runs on the CPU: the thread's CPU time is the wall time, or less when
+            // the thread was descheduled.
+            assert!(*cpu > 0.0 && *cpu <= *wall + 0.5, "{report}");
+        }
+        if format == "x" {
+            // events=stack: each entry carries its caller's stack.
+            let trace = std::fs::read_to_string(&path).unwrap();
+            let stacks = trace.matches("contextData=\"MptSlow.work:").count();
+            assert_eq!(stacks, 15, "{trace}");
+            assert!(trace.contains("&lt;- MptSlow.main:"), "{trace}");
+        }
+    }
+}
+
+#[test]
+fn classes_of_one_name_from_two_loaders_are_told_apart_by_loader_index() {
+    // MptLoaders: two URLClassLoaders define MptTwin each; the first's applyAsInt is called
+    // twice with 1, the second's three times with 2.
+    let specs = spec_file("MptTwin.applyAsInt(int) 1\nMptTwin.applyAsInt(int) 0 class\n");
+    let run = run(
+        "MptLoaders",
+        &format!("file=loaders.txt,mpt=@{}", specs.display()),
+    );
+    let path = run.dir.join("loaders.txt");
+    let output = openprof(&["mpt", path.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let report = text(&output.stdout);
+    let tables: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with("MptTwin.applyAsInt(int) [loader "))
+        .collect();
+    assert_eq!(tables.len(), 4, "{report}");
+    let mut loaders = tables.clone();
+    loaders.sort();
+    loaders.dedup();
+    assert_eq!(loaders.len(), 2, "two loaders, two tables each: {report}");
+    for loader in &loaders {
+        assert!(loader.ends_with(": java.net.URLClassLoader]"), "{report}");
+    }
+    // Per loader: the calls it made, its int value, and the class value naming the same loader.
+    let rows = rows(&report);
+    let (first, second) = (loaders[0], loaders[1]);
+    let index = |table: &str| {
+        table
+            .split("[loader ")
+            .nth(1)
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    for (table, calls, value) in [(first, 2, "int 1"), (second, 3, "int 2")] {
+        assert!(
+            rows.iter().any(|row| row.0 == calls && row.3 == value),
+            "{table}: {report}"
+        );
+        let class_value = format!(
+            "class MptTwin (loader {}: java.net.URLClassLoader)",
+            index(table)
+        );
+        assert!(
+            rows.iter()
+                .any(|row| row.0 == calls && row.3 == class_value),
+            "{class_value}: {report}"
+        );
+    }
+}
