@@ -349,3 +349,47 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
         .values()
         .all(|values| values.keys().all(|(_, (_, text))| text != "inner")));
 }
+
+#[test]
+fn tracing_the_jdks_hottest_methods_under_stress_leaves_the_jvm_running_and_the_trace_valid() {
+    // String.length() runs everywhere (and sees strings holding control characters);
+    // Object.toString() in every subclass, with a modifier that calls toString() itself;
+    // HashMap.put from every thread. Stress adds recursion, exceptions, throw-away class
+    // loaders (whose proxies' modules can't be instrumented: Apply Errors, not crashes) and
+    // threads coming and going.
+    let specs = [
+        "java.lang.String.length() 0",
+        "java.lang.Object.toString() 0 instance_method:toString() variant=3",
+        "java.util.HashMap.put(Object,Object) 2 id",
+        "java.lang.StringBuilder.append(String) 1 instance_method:length()",
+        // Every receiver is a StringBuilder or StringBuffer, which override append(String):
+        // variant 2 traces none of their calls (their super.append runs inside them).
+        "java.lang.AbstractStringBuilder.append(String) 1",
+    ];
+    let path = spec_file("hot.mpt", &specs);
+    let options = format!("format=x,file=trace.xml,mpt=@{}", path.display());
+    let run = run_java(Some(&options), "Stress", &["3"], Duration::from_secs(180));
+    assert!(run.success(), "{}\n{}", run.stdout(), run.stderr());
+    assert!(run.stdout().contains("stress done"), "{}", run.stdout());
+    assert!(!run.stderr().contains("panicked"), "{}", run.stderr());
+    xmllint(&run);
+    let bytes = std::fs::read(run.dir.join("trace.xml")).unwrap();
+    let elements: Vec<TraceElement> = read_all(bytes.as_slice())
+        .collect::<Result<_, _>>()
+        .expect("a readable trace");
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let by_spec = values_by_spec(&elements);
+    let calls = |spec: &str| -> u32 {
+        by_spec
+            .get(spec)
+            .into_iter()
+            .flatten()
+            .map(|(_, n)| n)
+            .sum()
+    };
+    for spec in &specs[..4] {
+        assert!(calls(spec) > 0, "{spec} traced no call");
+    }
+    assert_eq!(calls(specs[4]), 0);
+}

@@ -68,7 +68,8 @@ impl TypeName {
     }
 
     /// Whether a field descriptor (`I`, `[Lexample/Value;`) is this type. A name without a
-    /// package matches a class of that simple name in any package (nested classes by `$`).
+    /// package matches a class of that simple name in any package; a nested class by its own
+    /// name or with its enclosing classes (`Entry`, `Map$Entry`).
     pub fn matches_descriptor(&self, descriptor: &str) -> bool {
         let element = descriptor.trim_start_matches('[');
         if descriptor.len() - element.len() != usize::from(self.dimensions) {
@@ -79,11 +80,14 @@ impl TypeName {
             .and_then(|rest| rest.strip_suffix(';'))
         {
             let dotted = class.replace('/', ".");
-            return if self.name.contains('.') {
-                dotted == self.name
-            } else {
-                dotted.rsplit('.').next() == Some(self.name.as_str())
-            };
+            if self.name.contains('.') {
+                return dotted == self.name;
+            }
+            let in_package = dotted.rsplit('.').next().unwrap_or_default();
+            // A nested class goes by its own simple name too (`Entry` for `Map$Entry`).
+            return in_package == self.name
+                || (!self.name.contains('$')
+                    && in_package.rsplit('$').next() == Some(self.name.as_str()));
         }
         PRIMITIVES.iter().any(|(name, code)| {
             *name == self.name && element.len() == 1 && element.starts_with(*code)
@@ -939,6 +943,12 @@ mod tests {
         let nested = MethodPattern::parse("Outer$Inner.f(java.util.Map$Entry)").unwrap();
         assert!(nested.names_class("a.Outer$Inner"));
         assert!(nested.matches_method("f", "(Ljava/util/Map$Entry;)V"));
+        let simple = MethodPattern::parse("Inner.f(Entry)").unwrap();
+        assert!(simple.names_class("a.Outer$Inner"));
+        assert!(simple.matches_method("f", "(Ljava/util/Map$Entry;)V"));
+        assert!(!simple.matches_method("f", "(Ljava/util/Map$EntryX;)V"));
+        let enclosed = MethodPattern::parse("A.f(Map$Entry)").unwrap();
+        assert!(!enclosed.matches_method("f", "(Ljava/util/Other$Entry;)V"));
         assert_eq!(
             split_descriptor("(I[[Ljava/lang/String;J)V"),
             Some((vec!["I", "[[Ljava/lang/String;", "J"], "V"))

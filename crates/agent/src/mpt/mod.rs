@@ -1075,6 +1075,8 @@ impl Mpt {
                 .zip(chosen.iter())
                 .any(|(spec, &on)| on && events(&spec.spec.events))
         };
+        // One read of the thread's CPU clock (a system call) serves the event and the timing.
+        let cpu = crate::signals::thread_cpu_nanos();
         let ticket = match (self.sink.get(), self.site(site_id as jint)) {
             (Some(sink), Some(site)) if traced(|e| e.entry || e.exit) => {
                 let stack = traced(|e| e.stack).then(|| busy(|| self.stack_text()));
@@ -1091,7 +1093,6 @@ impl Mpt {
                         content: Default::default(),
                     })
                     .collect();
-                let cpu = crate::signals::thread_cpu_nanos();
                 sink.entry(
                     jni.0,
                     site.method as jmethodID,
@@ -1103,7 +1104,7 @@ impl Mpt {
             }
             _ => None,
         };
-        let started = (Instant::now(), crate::signals::thread_cpu_nanos());
+        let started = (Instant::now(), cpu);
         THREAD.with(|thread| {
             if let Some(frame) = thread.borrow_mut().frames.last_mut() {
                 frame.values = values;

@@ -43,9 +43,22 @@ pub(crate) fn escape_attribute(text: &str, out: &mut String) {
             '\n' => out.push_str("&#10;"),
             '\r' => out.push_str("&#13;"),
             '\t' => out.push_str("&#9;"),
+            c if !is_xml_char(c) => push_unrepresentable(c, out),
             c => out.push(c),
         }
     }
+}
+
+/// Whether XML 1.0 can carry the character at all (even a character reference can't carry the
+/// other control characters, U+FFFE or U+FFFF).
+fn is_xml_char(c: char) -> bool {
+    !matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}')
+}
+
+/// A character XML can't carry, written as `\u{HEX}` (a traced String may hold any char).
+fn push_unrepresentable(c: char, out: &mut String) {
+    use std::fmt::Write;
+    let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
 }
 
 /// Appends `text` escaped for character data.
@@ -56,6 +69,7 @@ pub(crate) fn escape_text(text: &str, out: &mut String) {
             '<' => out.push_str("&lt;"),
             '>' => out.push_str("&gt;"),
             '\r' => out.push_str("&#13;"),
+            c if !is_xml_char(c) => push_unrepresentable(c, out),
             c => out.push(c),
         }
     }

@@ -507,3 +507,36 @@ fn ids_are_scoped_by_their_trace() {
         "{problems:#?}"
     );
 }
+
+#[test]
+fn characters_xml_cannot_carry_are_written_as_escapes_and_the_document_stays_well_formed() {
+    // A traced String may hold any char; XML 1.0 has no way to write most control characters.
+    let awkward = "a\u{1}b\u{1f}c\td\u{ffff}e\u{0}";
+    let elements = [TraceElement::Tag(Tag {
+        name: Some("MPT Apply Error".into()),
+        value: Some(awkward.into()),
+        content: NoContent,
+    })];
+    let bytes = write_all(&elements, true);
+    let file = std::env::temp_dir().join(format!("openprof-chars-{}.xml", std::process::id()));
+    std::fs::write(&file, &bytes).unwrap();
+    let output = std::process::Command::new("xmllint")
+        .arg("--noout")
+        .arg(&file)
+        .output()
+        .expect("xmllint (libxml2-utils) is a prerequisite of the tests");
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read: Vec<TraceElement> = read_all(bytes.as_slice()).map(Result::unwrap).collect();
+    let TraceElement::Tag(tag) = &read[0] else {
+        panic!("{read:?}")
+    };
+    assert_eq!(
+        tag.value.as_deref(),
+        Some("a\\u{1}b\\u{1f}c\td\\u{ffff}e\\u{0}")
+    );
+}

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Method parameter tracing benchmarks, side by side in one run (java/workloads/MptBench.java).
+
+1. Cost of a traced call: MptBench calls plain(int) and chained(Key) --calls times each, without
+   the agent and with mpt= tracing "MptBench.plain(int) 1" (no modifier) and
+   "MptBench.chained(Key) 1 field:name" (a chain: a field read, then a String's contents).
+   Reported per round: ns per call with and without, and the difference (the cost of tracing).
+   The agent writes HPROF text (format=a): values are aggregated in the agent.
+2. Untraced code: MptBench's hash loop for --seconds, without the agent and with the agent
+   tracing the two methods above (which the loop never calls), in shuffled order per round.
+   Reported: the median throughput ratio (goal: within 1 %).
+
+Usage: bench/mpt_bench.py [--calls N] [--rounds N] [--seconds S]
+Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
+"""
+import argparse
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from benchlib import ROOT, jdk_tool
+
+SPECS = "MptBench.plain(int) 1\nMptBench.chained(Key) 1 field:name\n"
+
+
+def run(work, agent, args):
+    command = [jdk_tool("java")]
+    if agent:
+        command.append(f"-agentpath:{agent}")
+    command += ["-cp", work, "MptBench"] + args
+    out = subprocess.run(command, cwd=work, check=True, capture_output=True, text=True).stdout
+    return dict(line.split("=", 1) for line in out.split() if "=" in line)
+
+
+def mpt_calls(profile):
+    """The finished calls the profile's last MPT record counts (each call once per spec)."""
+    calls = None
+    with open(profile) as file:
+        for line in file:
+            match = re.match(r"MPT BEGIN \(tables = \d+, calls = (\d+),", line)
+            if match:
+                calls = int(match.group(1))
+    return calls
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    options = parser.parse_args()
+    library = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
+    if not os.path.exists(library):
+        sys.exit("build first: cargo build --release")
+    work = tempfile.mkdtemp(prefix="openprof-mpt-bench-")
+    subprocess.run([jdk_tool("javac"), "-d", work, os.path.join(ROOT, "java", "workloads", "MptBench.java")],
+                   check=True)
+    specs = os.path.join(work, "bench.mpt")
+    with open(specs, "w") as file:
+        file.write(SPECS)
+    traced = f"{library}=mpt=@{specs},file={os.path.join(work, 'out.txt')}"
+
+    print(f"1. traced calls: {options.calls:,} calls of each method per run, {options.rounds} rounds")
+    costs = {"plain": [], "chained": []}
+    for round_number in range(options.rounds):
+        pair = [("without", None), ("with", traced)]
+        random.shuffle(pair)
+        results = {name: run(work, agent, ["calls", str(options.calls)]) for name, agent in pair}
+        traced_calls = mpt_calls(os.path.join(work, "out.txt"))
+        if traced_calls != 2 * options.calls:
+            sys.exit(f"the agent traced {traced_calls:,} calls, not {2 * options.calls:,}: "
+                     "the figures would not be those of traced calls")
+        line = []
+        for method in ("plain", "chained"):
+            without = int(results["without"][f"{method}_ns"]) / options.calls
+            with_agent = int(results["with"][f"{method}_ns"]) / options.calls
+            costs[method].append(with_agent - without)
+            line.append(f"{method}: {without:.1f} -> {with_agent:.1f} ns/call")
+        print(f"   round {round_number + 1}: " + "; ".join(line))
+    for method in ("plain", "chained"):
+        print(f"   {method}: median cost of tracing {statistics.median(costs[method]):.0f} ns per call")
+
+    print(f"2. untraced code: hash loop for {options.seconds} s, {options.rounds} rounds")
+    ratios = []
+    for round_number in range(options.rounds):
+        pair = [("without", None), ("with", traced)]
+        random.shuffle(pair)
+        rounds = {name: int(run(work, agent, ["compute", str(options.seconds)])["rounds"])
+                  for name, agent in pair}
+        ratio = rounds["with"] / rounds["without"]
+        ratios.append(ratio)
+        print(f"   round {round_number + 1}: without {rounds['without']:,}, with {rounds['with']:,}: ratio {ratio:.4f}")
+    print(f"   median throughput with/without: {statistics.median(ratios):.4f} "
+          f"(range {min(ratios):.4f}-{max(ratios):.4f})")
+
+
+if __name__ == "__main__":
+    main()
