@@ -471,6 +471,10 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
         }
         None => None,
     };
+    let mpt_wanted = options.mpt.is_some() || options.net.is_some();
+    if tracing || mpt_wanted {
+        crate::loaders::start(vm);
+    }
     let (state, tracer) = if tracing {
         (None, Some(Tracer::start(jvmti, &options, net.clone())?))
     } else {
@@ -484,7 +488,7 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
         MethodTimes::new(jvmti, filters, options.depth, options.thread)
     });
     let allocations = sites.then(|| AllocSampler::new(options.alloc_interval));
-    let mpt = if options.mpt.is_some() || options.net.is_some() {
+    let mpt = if mpt_wanted {
         let specs = options.mpt_specs().map_err(|error| error.to_string())?;
         Some(crate::mpt::Mpt::new(vm, specs, !tracing)?)
     } else {

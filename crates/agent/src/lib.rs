@@ -10,6 +10,7 @@ mod heap_dump;
 mod heap_sites;
 mod jni;
 mod jvmti;
+mod loaders;
 mod methods;
 mod mpt;
 mod net;

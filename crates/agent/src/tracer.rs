@@ -558,6 +558,7 @@ impl Tracer {
             },
         );
         let methods = self.jvmti.class_methods(class).map(|m| m.len() as u32).ok();
+        let loader = crate::loaders::loader_of(class);
         let defined = self.emit(
             state,
             ClassDef {
@@ -573,6 +574,8 @@ impl Tracer {
                 num_static_fields: None,
                 num_methods: methods,
                 num_instance_fields: None,
+                class_loader: Some(loader.index),
+                class_loader_name: Some(loader.name),
                 collation_value: None,
                 trace_id_ref: None,
                 content: NoContent,

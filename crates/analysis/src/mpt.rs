@@ -76,7 +76,8 @@ struct Open {
 #[derive(Default)]
 pub struct MptCollector {
     elements: usize,
-    classes: HashMap<Id, String>,
+    /// Class id → (name, ` [loader N: LoaderClass]` when the trace says).
+    classes: HashMap<Id, (String, Option<String>)>,
     methods: HashMap<Id, MethodInfo>,
     /// Open entries per thread (None: an entry that names no thread).
     open: HashMap<Option<Id>, Vec<Open>>,
@@ -107,7 +108,12 @@ impl MptCollector {
                 if let (Some(id), Some(name)) =
                     (id_of(class.class_id, class.transient_class_id), &class.name)
                 {
-                    self.classes.insert(id, name.clone());
+                    // As the agent names methods in its MPT record: with their loader.
+                    let loader = class.class_loader.map(|index| {
+                        let name = class.class_loader_name.as_deref().unwrap_or("bootstrap");
+                        format!(" [loader {index}: {name}]")
+                    });
+                    self.classes.insert(id, (name.clone(), loader));
                 }
             }
             TraceElement::MethodDef(method) => {
@@ -146,15 +152,16 @@ impl MptCollector {
                 Id::Transient(id) => format!("<transient method {id}>"),
             };
         };
-        let class = match method.class.and_then(|class| self.classes.get(&class)) {
-            Some(name) => name.clone(),
-            None => "<unknown class>".into(),
+        let (class, loader) = match method.class.and_then(|class| self.classes.get(&class)) {
+            Some((name, loader)) => (name.clone(), loader.as_deref().unwrap_or_default()),
+            None => ("<unknown class>".into(), ""),
         };
-        method
+        let name = method
             .signature
             .as_deref()
             .and_then(|signature| method_name_from_descriptor(&class, &method.name, signature))
-            .unwrap_or_else(|| format!("{class}.{}", method.name))
+            .unwrap_or_else(|| format!("{class}.{}", method.name));
+        format!("{name}{loader}")
     }
 
     fn entry(&self, entry: &MethodEntry) -> Result<Open, String> {

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use openprof_format::trace::reader::read_all;
+use openprof_format::trace::TraceElement;
 use openprof_testkit::{run_java, Run};
 
 fn openprof(args: &[&str]) -> Output {
@@ -106,52 +108,85 @@ fn classes_of_one_name_from_two_loaders_are_told_apart_by_loader_index() {
     // MptLoaders: two URLClassLoaders define MptTwin each; the first's applyAsInt is called
     // twice with 1, the second's three times with 2.
     let specs = spec_file("MptTwin.applyAsInt(int) 1\nMptTwin.applyAsInt(int) 0 class\n");
-    let run = run(
-        "MptLoaders",
-        &format!("file=loaders.txt,mpt=@{}", specs.display()),
-    );
-    let path = run.dir.join("loaders.txt");
-    let output = openprof(&["mpt", path.to_str().unwrap()]);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let report = text(&output.stdout);
-    let tables: Vec<&str> = report
-        .lines()
-        .filter(|line| line.starts_with("MptTwin.applyAsInt(int) [loader "))
-        .collect();
-    assert_eq!(tables.len(), 4, "{report}");
-    let mut loaders = tables.clone();
-    loaders.sort();
-    loaders.dedup();
-    assert_eq!(loaders.len(), 2, "two loaders, two tables each: {report}");
-    for loader in &loaders {
-        assert!(loader.ends_with(": java.net.URLClassLoader]"), "{report}");
-    }
-    // Per loader: the calls it made, its int value, and the class value naming the same loader.
-    let rows = rows(&report);
-    let (first, second) = (loaders[0], loaders[1]);
-    let index = |table: &str| {
-        table
-            .split("[loader ")
-            .nth(1)
-            .unwrap()
-            .split(':')
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    for (table, calls, value) in [(first, 2, "int 1"), (second, 3, "int 2")] {
-        assert!(
-            rows.iter().any(|row| row.0 == calls && row.3 == value),
-            "{table}: {report}"
+    for format in ["a", "x"] {
+        let file = if format == "a" {
+            "loaders.txt"
+        } else {
+            "loaders.xml"
+        };
+        let run = run(
+            "MptLoaders",
+            &format!("format={format},file={file},mpt=@{}", specs.display()),
         );
-        let class_value = format!(
-            "class MptTwin (loader {}: java.net.URLClassLoader)",
-            index(table)
-        );
-        assert!(
-            rows.iter()
-                .any(|row| row.0 == calls && row.3 == class_value),
-            "{class_value}: {report}"
-        );
+        let path = run.dir.join(file);
+        if format == "x" {
+            // The trace names each class's loader in its classDef, valid by the DTD.
+            let dtd = openprof_testkit::workspace_root().join("docs/trace.dtd");
+            let lint = Command::new("xmllint")
+                .args(["--noout", "--dtdvalid"])
+                .arg(dtd)
+                .arg(&path)
+                .output()
+                .expect("xmllint");
+            assert!(lint.status.success(), "{}", text(&lint.stderr));
+            let bytes = std::fs::read(&path).unwrap();
+            let twins: Vec<(Option<u32>, Option<String>)> = read_all(bytes.as_slice())
+                .filter_map(|element| match element.unwrap() {
+                    TraceElement::ClassDef(class) if class.name.as_deref() == Some("MptTwin") => {
+                        Some((class.class_loader, class.class_loader_name))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(twins.len(), 2, "{twins:?}");
+            assert_ne!(twins[0].0, twins[1].0, "{twins:?}");
+            for (index, name) in &twins {
+                assert!(index.is_some_and(|index| index > 0), "{twins:?}");
+                assert_eq!(name.as_deref(), Some("java.net.URLClassLoader"));
+            }
+        }
+        let output = openprof(&["mpt", path.to_str().unwrap()]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let report = text(&output.stdout);
+        let tables: Vec<&str> = report
+            .lines()
+            .filter(|line| line.starts_with("MptTwin.applyAsInt(int) [loader "))
+            .collect();
+        assert_eq!(tables.len(), 4, "{report}");
+        let mut loaders = tables.clone();
+        loaders.sort();
+        loaders.dedup();
+        assert_eq!(loaders.len(), 2, "two loaders, two tables each: {report}");
+        for loader in &loaders {
+            assert!(loader.ends_with(": java.net.URLClassLoader]"), "{report}");
+        }
+        // Per loader: the calls it made, its int value, and the class value naming the same loader.
+        let rows = rows(&report);
+        let (first, second) = (loaders[0], loaders[1]);
+        let index = |table: &str| {
+            table
+                .split("[loader ")
+                .nth(1)
+                .unwrap()
+                .split(':')
+                .next()
+                .unwrap()
+                .to_string()
+        };
+        for (table, calls, value) in [(first, 2, "int 1"), (second, 3, "int 2")] {
+            assert!(
+                rows.iter().any(|row| row.0 == calls && row.3 == value),
+                "{table}: {report}"
+            );
+            let class_value = format!(
+                "class MptTwin (loader {}: java.net.URLClassLoader)",
+                index(table)
+            );
+            assert!(
+                rows.iter()
+                    .any(|row| row.0 == calls && row.3 == class_value),
+                "{class_value}: {report}"
+            );
+        }
     }
 }

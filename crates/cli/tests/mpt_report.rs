@@ -45,6 +45,8 @@ fn class(id: u32, name: &str) -> TraceElement {
         num_static_fields: None,
         num_methods: None,
         num_instance_fields: None,
+        class_loader: None,
+        class_loader_name: None,
         collation_value: None,
         trace_id_ref: None,
         content: NoContent,

@@ -55,7 +55,7 @@ pub trait MptSink: Sync {
         stack: Option<String>,
     ) -> Option<u128>;
     fn exit(&self, method: jmethodID, ticket: u128, time: Seconds, cpu_nanos: u64);
-    /// A name/value note in the trace (apply errors, class loader names).
+    /// A name/value note in the trace (MPT Apply Errors).
     fn note(&self, name: &str, value: &str);
 }
 
@@ -98,7 +98,7 @@ struct Site {
     descriptor: String,
     is_static: bool,
     bridge: bool,
-    /// `example.Slow.work(int) [loader 1]`.
+    /// `example.Slow.work(int) [loader 1: java.net.URLClassLoader]`.
     label: String,
     state: RwLock<SiteState>,
 }
@@ -156,8 +156,6 @@ pub struct Mpt {
     started: AtomicBool,
     instrumentation: Mutex<Instrumentation>,
     sites: RwLock<Vec<Arc<Site>>>,
-    /// Class loaders by index (global references; index 0, the bootstrap loader, is null).
-    loaders: Mutex<Vec<(usize, String)>>,
     next_object_id: AtomicI64,
     /// Text output: per (site, spec), the calls by value.
     tables: Option<Mutex<MptAggregator>>,
@@ -243,7 +241,6 @@ impl Mpt {
             started: AtomicBool::new(false),
             instrumentation: Mutex::new(instrumentation),
             sites: RwLock::new(Vec::new()),
-            loaders: Mutex::new(Vec::new()),
             next_object_id: AtomicI64::new(1),
             tables: aggregate.then(|| Mutex::new(MptAggregator::new())),
             sink: OnceLock::new(),
@@ -602,7 +599,7 @@ impl Mpt {
         }) {
             return index as u32;
         }
-        let loader = self.loader_of(jni, class);
+        let loader = self.loader_of(class);
         let parameters = openprof_format::mpt::split_descriptor(&shape.descriptor)
             .map(|(parameters, _)| {
                 parameters
@@ -760,52 +757,10 @@ impl Mpt {
         }
     }
 
-    /// `loader N: ClassName` for a class's loader: the loader's index (0: bootstrap; others
-    /// numbered as first seen, each noted in the trace) and its class.
-    fn loader_of(&self, jni: Jni, class: jclass) -> String {
-        let index = self.loader_index(jni, class);
-        let name = if index == 0 {
-            "bootstrap".to_string()
-        } else {
-            lock(&self.loaders)
-                .get(index as usize - 1)
-                .map(|(_, name)| name.clone())
-                .unwrap_or_default()
-        };
-        format!("loader {index}: {name}")
-    }
-
-    fn loader_index(&self, jni: Jni, class: jclass) -> u32 {
-        let loader = self
-            .jvmti
-            .class_loader(class)
-            .unwrap_or(std::ptr::null_mut());
-        if loader.is_null() {
-            return 0;
-        }
-        let mut loaders = lock(&self.loaders);
-        if let Some(index) = loaders
-            .iter()
-            .position(|(known, _)| jni.is_same_object(*known as jobject, loader))
-        {
-            jni.delete_local_ref(loader);
-            return index as u32 + 1;
-        }
-        let loader_class = jni.object_class(loader);
-        let name = self
-            .jvmti
-            .class_signature(loader_class)
-            .map(|signature| class_name_from_signature(&signature))
-            .unwrap_or_default();
-        jni.delete_local_ref(loader_class);
-        loaders.push((jni.new_global_ref(loader) as usize, name.clone()));
-        jni.delete_local_ref(loader);
-        let index = loaders.len() as u32;
-        drop(loaders);
-        if let Some(sink) = self.sink.get() {
-            sink.note("MPT Class Loader", &format!("{index} {name}"));
-        }
-        index
+    /// `loader N: ClassName` for a class's loader (0: bootstrap; crate::loaders).
+    fn loader_of(&self, class: jclass) -> String {
+        let loader = crate::loaders::loader_of(class);
+        format!("loader {}: {}", loader.index, loader.name)
     }
 
     fn site(&self, site: jint) -> Option<Arc<Site>> {
@@ -1034,7 +989,7 @@ impl Mpt {
         };
         let pushed = jni.push_local_frame(16);
         let result = match chain.apply(jni, self, value) {
-            Ok(value) => chain::render(jni, known, value, &|class| self.loader_of(jni, class)),
+            Ok(value) => chain::render(jni, known, value, &|class| self.loader_of(class)),
             Err(failure) => (ValueType::Error, failure.name().to_string()),
         };
         if pushed {

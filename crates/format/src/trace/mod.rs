@@ -477,6 +477,10 @@ elements! {
         num_static_fields: opt u32 = "numStaticFields",
         num_methods: opt u32 = "numMethods",
         num_instance_fields: opt u32 = "numInstanceFields",
+        // Seed 003: classes of one name from different loaders are told apart by the loader's
+        // index (0: the bootstrap loader), reported with the loader's class name.
+        class_loader: opt u32 = "classLoader",
+        class_loader_name: opt String = "classLoaderName",
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
