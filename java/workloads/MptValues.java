@@ -30,6 +30,8 @@ public class MptValues {
         Probe.keep(boxed); // id: the same object, the same id
         Probe.keep("text");
         Probe.name("a name"); // length on a String can't apply: MPT Apply Error, EnableFailed
+        Probe.name("nul\u0000 and \uD83D\uDE00"); // a NUL and a character beyond the BMP
+        Probe.name("x".repeat(5000)); // cut at 1024 characters
         Probe.scaled(2.5, 'x', true, (byte) 7, (short) -3, 1L << 40, 1.5f);
         Probe.describe(new Recursive()); // its toString() calls describe: not traced meanwhile
         try {

@@ -5,7 +5,7 @@
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 
-use jvmti_bindings::sys::jni::{jarray, jboolean, jbyte, jsize, jstring, JNINativeMethod};
+use jvmti_bindings::sys::jni::{jarray, jbyte, jsize, jstring, JNINativeMethod};
 
 use crate::jvmti::{jclass, jfieldID, jmethodID, jobject, jvalue, JNIEnv};
 
@@ -14,6 +14,9 @@ use crate::jvmti::{jclass, jfieldID, jmethodID, jobject, jvalue, JNIEnv};
 pub struct Thrown;
 
 pub type JniResult<T> = Result<T, Thrown>;
+
+/// The longest string value recorded whole (UTF-16 units).
+pub const MAX_STRING_CHARS: i32 = 1024;
 
 /// The calling thread's JNI environment: valid only on the thread it was handed to.
 #[derive(Clone, Copy)]
@@ -441,22 +444,23 @@ impl Jni {
         self.checked(Typed { kind, value })
     }
 
-    /// A Java string's contents.
+    /// A Java string's contents, up to `MAX_STRING_CHARS` UTF-16 units: longer ones are cut
+    /// and end with `...(N chars)`, so that a huge value can't flood the output. Read as
+    /// UTF-16, so NULs and characters beyond the BMP come through as they are.
     pub fn string(self, string: jobject) -> JniResult<String> {
-        let chars = jni!(
+        let length = jni!(self, GetStringLength(string as jstring));
+        self.checked(())?;
+        let taken = length.clamp(0, MAX_STRING_CHARS);
+        let mut units = vec![0_u16; taken as usize];
+        jni!(
             self,
-            GetStringUTFChars(string as jstring, ptr::null_mut::<jboolean>())
+            GetStringRegion(string as jstring, 0, taken, units.as_mut_ptr())
         );
-        if chars.is_null() {
-            self.clear_exception();
-            return Err(Thrown);
+        self.checked(())?;
+        let mut text = String::from_utf16_lossy(&units);
+        if length > taken {
+            text.push_str(&format!("...({length} chars)"));
         }
-        // SAFETY: GetStringUTFChars returned a NUL-terminated modified UTF-8 copy, valid until
-        // released just below.
-        let text = unsafe { CStr::from_ptr(chars) }
-            .to_string_lossy()
-            .into_owned();
-        jni!(self, ReleaseStringUTFChars(string as jstring, chars));
         Ok(text)
     }
 

@@ -256,6 +256,7 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
         "Probe.scaled(double,char,boolean,byte,short,long,float) 5",
         "Probe.scaled(double,char,boolean,byte,short,long,float) 6",
         "Probe.scaled(double,char,boolean,byte,short,long,float) 7",
+        "Probe.name(String) 1",
     ];
     let (run, elements) = traced("MptValues", &specs);
     xmllint(&run);
@@ -318,7 +319,14 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
     );
     assert_eq!(of(specs[10]), expect(&[("42", 2), ("text", 1)]));
     // length can't apply to a String: an MPT Apply Error, and the call is still traced.
-    assert_eq!(of(specs[11]), expect(&[("EnableFailed", 1)]));
+    assert_eq!(of(specs[11]), expect(&[("EnableFailed", 3)]));
+    // Strings come through as UTF-16 (a NUL, which XML can't carry, written as an escape; a
+    // character beyond the BMP whole), and long ones are cut.
+    let names = of("Probe.name(String) 1");
+    assert_eq!(names.get("a name"), Some(&1), "{names:?}");
+    assert_eq!(names.get("nul\\u{0} and \u{1F600}"), Some(&1), "{names:?}");
+    let long = format!("{}...(5000 chars)", "x".repeat(1024));
+    assert_eq!(names.get(&long), Some(&1), "{names:?}");
     assert!(
         run.stderr().contains("MPT Apply Error") && run.stderr().contains("Probe.name"),
         "{}",

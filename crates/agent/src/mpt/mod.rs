@@ -827,20 +827,18 @@ impl Mpt {
                 })
                 .collect();
         }
+        // The chain's superclasses are local references: freed with the frame.
+        let pushed = jni.push_local_frame(128);
         let shapes: Vec<ClassShape> = self
             .chain_of(jni, receiver)
             .iter()
-            .enumerate()
-            .map(|(depth, (class, name))| {
+            .map(|(class, name)| {
                 let class = *class as jclass;
                 let superclass = jni.superclass(class);
                 let superclass_name = (!superclass.is_null())
                     .then(|| self.jvmti.class_signature(superclass).ok())
                     .flatten()
                     .map(|signature| class_name_from_signature(&signature));
-                if depth > 0 {
-                    // chain_of's references beyond the receiver are ours to free.
-                }
                 jni.delete_local_ref(superclass);
                 ClassShape {
                     name: name.clone(),
@@ -863,6 +861,9 @@ impl Mpt {
                 }
             })
             .collect();
+        if pushed {
+            jni.pop_local_frame();
+        }
         let find = |name: &str| shapes.iter().find(|shape| shape.name == name);
         let receiver_name = shapes.first().map(|shape| shape.name.clone());
         specs
@@ -1017,9 +1018,8 @@ impl Mpt {
             return;
         };
         // A spec added after the class was instrumented may have no argument passed yet.
-        for (at, spec) in specs.iter().enumerate() {
+        for at in 0..specs.len() {
             if chosen.get(at) == Some(&true) && !values.iter().any(|(v, _, _)| *v == at) {
-                let _ = spec;
                 values.push((at, ValueType::Error, Failure::Unknown.name().into()));
             }
         }
@@ -1077,13 +1077,14 @@ impl Mpt {
         let Some(frame) = THREAD.with(|thread| {
             let mut thread = thread.borrow_mut();
             // Frames left open above this one lost their exit (a StackOverflowError inside the
-            // hook itself, say): drop them.
-            while let Some(frame) = thread.frames.pop() {
-                if frame.site == site_id as u32 {
-                    return Some(frame);
-                }
-            }
-            None
+            // hook itself, say): drop them. An exit whose entry was never seen (its method was
+            // instrumented while the call ran) leaves the open calls as they are.
+            let at = thread
+                .frames
+                .iter()
+                .rposition(|frame| frame.site == site_id as u32)?;
+            thread.frames.truncate(at + 1);
+            thread.frames.pop()
         }) else {
             return;
         };
