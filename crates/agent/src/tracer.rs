@@ -130,6 +130,34 @@ pub struct Tracer {
     gc: GcLog,
 }
 
+/// The methodExit closing the entry of `ticket` (cpu=times and parameter tracing alike).
+fn method_exit_element(
+    thread_id: u32,
+    time: Seconds,
+    ticket: u128,
+    cpu: Seconds,
+    record: MethodRecord,
+) -> MethodExit {
+    MethodExit {
+        transient_thread_id_ref: None,
+        thread_id_ref: Some(thread_id),
+        time: Some(time),
+        ticket: Some(MultiPart(ticket)),
+        thread_cpu_time: Some(cpu),
+        method_id_ref: Some(record.id),
+        transient_method_id_ref: None,
+        transient_obj_id_ref: None,
+        obj_id_ref: None,
+        transient_class_id_ref: None,
+        class_id_ref: Some(record.class_id),
+        sequence_counter: None,
+        context_data: None,
+        collation_value: None,
+        trace_id_ref: None,
+        content: Values::default(),
+    }
+}
+
 fn now() -> Seconds {
     Seconds::now()
 }
@@ -884,24 +912,7 @@ impl Tracer {
         let record = self.method(&mut state, method);
         self.emit(
             &mut state,
-            MethodExit {
-                transient_thread_id_ref: None,
-                thread_id_ref: Some(thread_id),
-                time: Some(time),
-                ticket: Some(MultiPart(ticket)),
-                thread_cpu_time: Some(cpu),
-                method_id_ref: Some(record.id),
-                transient_method_id_ref: None,
-                transient_obj_id_ref: None,
-                obj_id_ref: None,
-                transient_class_id_ref: None,
-                class_id_ref: Some(record.class_id),
-                sequence_counter: None,
-                context_data: None,
-                collation_value: None,
-                trace_id_ref: None,
-                content: Values::default(),
-            },
+            method_exit_element(thread_id, time, ticket, cpu, record),
         );
     }
 
@@ -1238,26 +1249,10 @@ impl Tracer {
             return;
         }
         let record = self.method(&mut state, method);
+        let cpu = Seconds::from_nanos(u128::from(cpu_nanos));
         self.emit(
             &mut state,
-            MethodExit {
-                transient_thread_id_ref: None,
-                thread_id_ref: Some(thread_id),
-                time: Some(time),
-                ticket: Some(MultiPart(ticket)),
-                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu_nanos))),
-                method_id_ref: Some(record.id),
-                transient_method_id_ref: None,
-                transient_obj_id_ref: None,
-                obj_id_ref: None,
-                transient_class_id_ref: None,
-                class_id_ref: Some(record.class_id),
-                sequence_counter: None,
-                context_data: None,
-                collation_value: None,
-                trace_id_ref: None,
-                content: Values::default(),
-            },
+            method_exit_element(thread_id, time, ticket, cpu, record),
         );
     }
 

@@ -7,10 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use openprof_format::trace::attrs::ValueType;
-use openprof_format::trace::reader::read_all;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{run_java, workspace_root, Run};
+use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
 
 /// Writes the specifications to a file of their own and returns its path.
 fn spec_file(name: &str, specs: &[&str]) -> PathBuf {
@@ -30,25 +29,12 @@ fn traced(main_class: &str, specs: &[&str]) -> (Run, Vec<TraceElement>) {
     let run = run_java(Some(&options), main_class, &[], Duration::from_secs(180));
     assert!(run.success(), "{}\n{}", run.stdout(), run.stderr());
     assert!(run.stdout().contains("done"), "{}", run.stdout());
-    let bytes = std::fs::read(run.dir.join("trace.xml")).expect("the trace file");
-    let elements = read_all(bytes.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_or_else(|error| panic!("unreadable trace: {error}"));
+    let elements = read_trace(&run.dir.join("trace.xml"));
     (run, elements)
 }
 
 fn xmllint(run: &Run) {
-    let output = std::process::Command::new("xmllint")
-        .args(["--noout", "--dtdvalid"])
-        .arg(workspace_root().join("docs/trace.dtd"))
-        .arg(run.dir.join("trace.xml"))
-        .output()
-        .expect("xmllint");
-    assert!(
-        output.status.success(),
-        "xmllint: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    xmllint_trace(&run.dir.join("trace.xml"));
 }
 
 /// methodId → `Class.method descriptor`.
@@ -381,10 +367,7 @@ fn tracing_the_jdks_hottest_methods_under_stress_leaves_the_jvm_running_and_the_
     assert!(run.stdout().contains("stress done"), "{}", run.stdout());
     assert!(!run.stderr().contains("panicked"), "{}", run.stderr());
     xmllint(&run);
-    let bytes = std::fs::read(run.dir.join("trace.xml")).unwrap();
-    let elements: Vec<TraceElement> = read_all(bytes.as_slice())
-        .collect::<Result<_, _>>()
-        .expect("a readable trace");
+    let elements = read_trace(&run.dir.join("trace.xml"));
     let problems = validate(elements.iter().cloned().map(Ok));
     assert!(problems.is_empty(), "{problems:#?}");
     let by_spec = values_by_spec(&elements);

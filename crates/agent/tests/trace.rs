@@ -9,7 +9,7 @@ use openprof_format::trace::attrs::{FilterMode, ObjRef};
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{run_java, workspace_root, Run};
+use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
 
 const CALLS: usize = 1000;
 const EXCEPTIONS: usize = 5;
@@ -17,26 +17,12 @@ const EXCEPTIONS: usize = 5;
 fn traced(options: &str, args: &[&str]) -> (Run, Vec<TraceElement>) {
     let run = run_java(Some(options), "Calls", args, Duration::from_secs(180));
     assert!(run.success(), "{}", run.stderr());
-    let bytes = std::fs::read(run.dir.join("trace.xml")).expect("the trace file");
-    let elements = read_all(bytes.as_slice())
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap_or_else(|error| panic!("unreadable trace: {error}"));
+    let elements = read_trace(&run.dir.join("trace.xml"));
     (run, elements)
 }
 
 fn xmllint(run: &Run) {
-    let dtd = workspace_root().join("docs/trace.dtd");
-    let output = std::process::Command::new("xmllint")
-        .args(["--noout", "--dtdvalid"])
-        .arg(&dtd)
-        .arg(run.dir.join("trace.xml"))
-        .output()
-        .expect("xmllint");
-    assert!(
-        output.status.success(),
-        "xmllint: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    xmllint_trace(&run.dir.join("trace.xml"));
 }
 
 /// methodId → (class name, method name), from the classDef and methodDef elements.

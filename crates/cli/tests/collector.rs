@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Hello, Role, PROTOCOL_VERSION};
-use openprof_testkit::{java_command, wait_with_limit, workspace_root};
+use openprof_testkit::{java_command, wait_with_limit, xmllint_trace};
 
 const TOKEN: &str = "test-token-4d1f";
 
@@ -153,18 +153,7 @@ fn export_only_agent(store: &Path, name: &str) -> PathBuf {
 }
 
 fn xmllint(file: &Path) {
-    let output = Command::new("xmllint")
-        .args(["--noout", "--dtdvalid"])
-        .arg(workspace_root().join("docs/trace.dtd"))
-        .arg(file)
-        .output()
-        .expect("xmllint");
-    assert!(
-        output.status.success(),
-        "xmllint on {}: {}",
-        file.display(),
-        text(&output.stderr)
-    );
+    xmllint_trace(file);
 }
 
 fn validate(file: &Path) {

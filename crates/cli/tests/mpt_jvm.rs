@@ -7,9 +7,8 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use openprof_format::trace::reader::read_all;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{run_java, Run};
+use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
 
 fn openprof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_openprof"))
@@ -121,17 +120,10 @@ fn classes_of_one_name_from_two_loaders_are_told_apart_by_loader_index() {
         let path = run.dir.join(file);
         if format == "x" {
             // The trace names each class's loader in its classDef, valid by the DTD.
-            let dtd = openprof_testkit::workspace_root().join("docs/trace.dtd");
-            let lint = Command::new("xmllint")
-                .args(["--noout", "--dtdvalid"])
-                .arg(dtd)
-                .arg(&path)
-                .output()
-                .expect("xmllint");
-            assert!(lint.status.success(), "{}", text(&lint.stderr));
-            let bytes = std::fs::read(&path).unwrap();
-            let twins: Vec<(Option<u32>, Option<String>)> = read_all(bytes.as_slice())
-                .filter_map(|element| match element.unwrap() {
+            xmllint_trace(&path);
+            let twins: Vec<(Option<u32>, Option<String>)> = read_trace(&path)
+                .into_iter()
+                .filter_map(|element| match element {
                     TraceElement::ClassDef(class) if class.name.as_deref() == Some("MptTwin") => {
                         Some((class.class_loader, class.class_loader_name))
                     }

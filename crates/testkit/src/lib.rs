@@ -262,3 +262,27 @@ pub fn jcmd(pid: u32, args: &[&str]) -> String {
     assert!(output.status.success(), "jcmd {args:?} failed");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
+
+/// Checks a trace file against docs/trace.dtd with xmllint, a reader the project did not write.
+pub fn xmllint_trace(file: &Path) {
+    let output = Command::new("xmllint")
+        .args(["--noout", "--dtdvalid"])
+        .arg(workspace_root().join("docs/trace.dtd"))
+        .arg(file)
+        .output()
+        .expect("xmllint (libxml2-utils) is a prerequisite of the tests");
+    assert!(
+        output.status.success(),
+        "xmllint on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Every element of a trace file, failing the test on the first unreadable byte.
+pub fn read_trace(file: &Path) -> Vec<openprof_format::trace::TraceElement> {
+    let bytes = fs::read(file).unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+    openprof_format::trace::reader::read_all(bytes.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|error| panic!("unreadable trace {}: {error}", file.display()))
+}
