@@ -1,14 +1,15 @@
 //! Method parameter tracing end to end on real JVMs, read by `openprof mpt`: a method whose
 //! duration depends on its argument (the slow values ranked first, with their known
-//! durations), in HPROF text and in a trace, with stacks; and classes of one name from two
-//! class loaders, told apart by loader index.
+//! durations), in HPROF text and in a trace, with stacks; classes of one name from two class
+//! loaders, told apart by loader index; specifications given to `openprof attach`.
 
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
+use openprof_testkit::{java_command, read_trace, run_java, wait_with_limit, xmllint_trace, Run};
 
 fn openprof(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_openprof"))
@@ -181,4 +182,40 @@ fn classes_of_one_name_from_two_loaders_are_told_apart_by_loader_index() {
             );
         }
     }
+}
+
+#[test]
+fn specifications_given_when_attaching_trace_a_jvm_started_without_the_agent() {
+    // MptSlow loop: a thread alternates work(1) (2 ms) and work(3) (6 ms) until "stop".
+    let (mut command, dir) = java_command(None, "MptSlow", &["loop"]);
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+    let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read stdout");
+    assert_eq!(line.trim(), "ready");
+    let specs = spec_file("MptSlow.work(int) 1\n");
+    let profile = dir.join("attached.txt");
+    let attach = openprof(&[
+        "attach",
+        &child.id().to_string(),
+        &format!("mpt=@{},file={}", specs.display(), profile.display()),
+    ]);
+    assert!(attach.status.success(), "{}", text(&attach.stderr));
+    std::thread::sleep(Duration::from_millis(1500));
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let output = wait_with_limit(child, Duration::from_secs(60));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+
+    let report = openprof(&["mpt", profile.to_str().unwrap()]);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let report = text(&report.stdout);
+    let rows = rows(&report);
+    let values: Vec<&str> = rows.iter().map(|row| row.3.as_str()).collect();
+    assert_eq!(values, ["int 3", "int 1"], "{report}");
+    // The calls alternate: as many of each, give or take the one running at either end.
+    assert!(
+        rows[0].0 >= 20 && rows[0].0.abs_diff(rows[1].0) <= 1,
+        "{report}"
+    );
+    assert!(rows[0].1 >= 6.0 && rows[1].1 >= 2.0, "{report}");
 }
