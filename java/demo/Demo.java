@@ -2,7 +2,8 @@
  * The bundled demo: a small "report generator" with three visible costs, so a first profile has
  * something to say: counting primes (one method, the single hottest), sorting boxed longs
  * (spread over the JDK's TimSort and Long.compareTo) and formatting rows (spread over
- * java.util.Formatter and its regular expressions).
+ * java.util.Formatter and its regular expressions). countPrimes's limit cycles through three
+ * values, so that method parameter tracing has a slow value to find.
  *
  * Usage: java Demo [SECONDS]
  */
@@ -53,7 +54,8 @@ public class Demo {
         long end = System.nanoTime() + (long) (seconds * 1e9);
         int reports = 0;
         while (System.nanoTime() < end) {
-            sink += countPrimes(60_000);
+            // Three sizes of report: parameter tracing shows which limit makes the method slow.
+            sink += countPrimes(20_000 + (reports % 3) * 40_000);
             sink += formatRows(2_000).length();
             sink += sortValues(20_000, reports);
             reports++;

@@ -560,14 +560,23 @@ fn render(file: &Path, profile: &TextProfile, shown: &Shown) -> String {
         render_heap(&mut out, profile, histogram, shown.top);
     }
     render_sites(&mut out, profile, shown);
+    if !profile.mpt.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nmethod parameter tracing (`openprof mpt` shows more):"
+        );
+        out.push_str(&mpt_command::render_tables(&profile.mpt, shown.top));
+    }
     if summary.dumps == 0
         && times.dumps == 0
         && profile.heap_dumps.is_empty()
         && profile.sites.is_empty()
+        && profile.mpt.is_empty()
     {
         let _ = writeln!(
             out,
-            "no CPU samples, CPU times, heap dump or allocation sites in this profile"
+            "no CPU samples, CPU times, heap dump, allocation sites or parameter values in this \
+             profile"
         );
     }
     out

@@ -110,6 +110,13 @@ fn render(file: &Path, tables: &[MptTable], source: &Source, top: usize) -> Stri
         file.display(),
         tables.len()
     );
+    out.push_str(&render_tables(tables, top));
+    out
+}
+
+/// The tables, each with its `top` slowest values (also part of `openprof report` and run).
+pub fn render_tables(tables: &[MptTable], top: usize) -> String {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "times in ms; values ranked by mean wall time, slowest first"

@@ -82,16 +82,25 @@ fn the_slow_values_of_a_method_come_first_with_their_durations() {
             report.contains("15 calls, 3 values, 0 unfinished"),
             "{report}"
         );
-        let rows = rows(&report);
-        let values: Vec<&str> = rows.iter().map(|row| row.3.as_str()).collect();
+        let ranked = rows(&report);
+        let values: Vec<&str> = ranked.iter().map(|row| row.3.as_str()).collect();
         assert_eq!(values, ["int 20", "int 5", "int 1"], "{report}");
-        for ((calls, wall, cpu, _), spin_ms) in rows.iter().zip([40.0, 10.0, 2.0]) {
+        for ((calls, wall, cpu, _), spin_ms) in ranked.iter().zip([40.0, 10.0, 2.0]) {
             assert_eq!(*calls, 5, "{report}");
             // Each call spins until spin_ms have passed: never less; scheduling may add some.
             assert!(*wall >= spin_ms && *wall < spin_ms * 1.5 + 5.0, "{report}");
             // The spin runs on the CPU: the thread's CPU time is the wall time, or less when
             // the thread was descheduled.
             assert!(*cpu > 0.0 && *cpu <= *wall + 0.5, "{report}");
+        }
+        if format == "a" {
+            // openprof report shows the profile's parameter values too, slowest first.
+            let report = openprof(&["report", path.to_str().unwrap()]);
+            assert!(report.status.success(), "{}", text(&report.stderr));
+            let report = text(&report.stdout);
+            assert!(report.contains("method parameter tracing"), "{report}");
+            let first = rows(&report).into_iter().next().map(|row| row.3);
+            assert_eq!(first.as_deref(), Some("int 20"), "{report}");
         }
         if format == "x" {
             // events=stack: each entry carries its caller's stack.

@@ -200,8 +200,8 @@ fn source(descriptor: &str) -> String {
 }
 
 /// Checks a chain against the parameter's declared type (`declared`, a field descriptor);
-/// classes named by modifiers are loaded by `loader`, the traced class's. The error says which
-/// modifier can't apply and why.
+/// classes named by modifiers are loaded through the first of `loaders` that finds them. The
+/// error says which modifier can't apply and why.
 pub fn compile(
     jni: Jni,
     jvmti: Jvmti,
@@ -210,8 +210,7 @@ pub fn compile(
     loaders: &[jobject],
     modifiers: &[Modifier],
 ) -> Result<Chain, String> {
-    let loader = loaders;
-    let mut current = static_type(jni, known, declared, loader)?;
+    let mut current = static_type(jni, known, declared, loaders)?;
     let mut steps = Vec::new();
     for modifier in modifiers {
         let reference = kind_of(&current.descriptor) == b'L';
@@ -289,7 +288,7 @@ pub fn compile(
                 returns,
             } => {
                 let owner = known
-                    .load(jni, &class_descriptor(class)?, loader)
+                    .load(jni, &class_descriptor(class)?, loaders)
                     .map_err(|problem| format!("{modifier}: {problem}"))?;
                 let descriptor = find_static(jvmti, owner, name, |descriptor| {
                     let Some((parameters, result)) =
@@ -360,7 +359,7 @@ pub fn compile(
                 needs_reference()?;
                 let descriptor = class_descriptor(class)?;
                 let target = known
-                    .load(jni, &descriptor, loader)
+                    .load(jni, &descriptor, loaders)
                     .map_err(|problem| format!("{modifier}: {problem}"))?;
                 (
                     Step::Cast {
@@ -371,7 +370,7 @@ pub fn compile(
             }
         };
         steps.push(step);
-        current = static_type(jni, known, &next, loader)
+        current = static_type(jni, known, &next, loaders)
             .map_err(|problem| format!("after {modifier}: {problem}"))?;
     }
     if kind_of(&current.descriptor) == b'L' && !traceable(jni, known, &current) {
@@ -414,10 +413,10 @@ fn static_type(
     jni: Jni,
     known: &Known,
     descriptor: &str,
-    loader: &[jobject],
+    loaders: &[jobject],
 ) -> Result<Static, String> {
     let class = if kind_of(descriptor) == b'L' {
-        known.load(jni, descriptor, loader)?
+        known.load(jni, descriptor, loaders)?
     } else {
         std::ptr::null_mut()
     };
