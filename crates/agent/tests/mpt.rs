@@ -243,6 +243,7 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
         "Probe.scaled(double,char,boolean,byte,short,long,float) 6",
         "Probe.scaled(double,char,boolean,byte,short,long,float) 7",
         "Probe.name(String) 1",
+        "java.util.Map.get(Object) 1",
     ];
     let (run, elements) = traced("MptValues", &specs);
     xmllint(&run);
@@ -323,6 +324,15 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
         TraceElement::Tag(tag) if tag.name.as_deref() == Some("MPT Apply Error")
             && tag.value.as_deref().is_some_and(|text| text.contains("needs an array"))
     )));
+    // A method named by its interface is refused, not silently left untraced.
+    assert!(
+        run.stderr().contains(
+            "MPT Apply Error: java.util.Map.get(Object) 1 on java.util.Map: names an interface"
+        ),
+        "{}",
+        run.stderr()
+    );
+    assert!(!by_spec.contains_key("java.util.Map.get(Object) 1"));
     // Left by an exception: entered and exited once.
     assert_eq!(of(specs[12]), expect(&[("3", 1)]));
     for (spec, kind, text) in [

@@ -39,6 +39,7 @@ use hook_class::{HOOK_CLASS, HOOK_METHODS};
 const ACC_STATIC: u32 = 0x0008;
 const ACC_BRIDGE: u32 = 0x0040;
 const ACC_NATIVE: u32 = 0x0100;
+const ACC_INTERFACE: u32 = 0x0200;
 const ACC_ABSTRACT: u32 = 0x0400;
 
 /// Where traced calls go: the tracer (format=x, net=) and/or the text profile's tables.
@@ -494,6 +495,21 @@ impl Mpt {
                         .any(|(_, name)| entry.spec.method.names_class(name))
             })
             .collect();
+        let is_interface = self.jvmti.class_modifiers(class).unwrap_or(0) & ACC_INTERFACE != 0;
+        if is_interface {
+            // The variants are rules about a receiver's class and its superclasses; an
+            // interface is neither. Refused, not ignored.
+            for entry in &related {
+                self.apply_error(
+                    &entry.text,
+                    &binary_name,
+                    "names an interface: parameter tracing follows classes, so name a class \
+                     that implements the method (interfaces and their default methods are not \
+                     traced yet)",
+                );
+            }
+            return;
+        }
         let existing = instrumentation
             .instrumented
             .iter()
