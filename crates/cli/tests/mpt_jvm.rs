@@ -228,3 +228,35 @@ fn specifications_given_when_attaching_trace_a_jvm_started_without_the_agent() {
     );
     assert!(rows[0].1 >= 6.0 && rows[1].1 >= 2.0, "{report}");
 }
+
+#[test]
+fn a_call_still_running_when_the_jvm_exits_is_counted_unfinished() {
+    // MptUnfinished: a daemon thread blocks inside wait(7) for good; main calls wait(0) three
+    // times, then exits.
+    let specs = spec_file("MptUnfinished.wait(int) 1\n");
+    for format in ["a", "x"] {
+        let file = if format == "a" {
+            "wait.txt"
+        } else {
+            "wait.xml"
+        };
+        let run = run(
+            "MptUnfinished",
+            &format!("format={format},file={file},mpt=@{}", specs.display()),
+        );
+        let output = openprof(&["mpt", run.dir.join(file).to_str().unwrap()]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let report = text(&output.stdout);
+        assert!(
+            report.contains("3 calls, 1 values, 1 unfinished"),
+            "{format}: {report}"
+        );
+        let ranked = rows(&report);
+        assert_eq!(ranked.len(), 1, "{report}");
+        assert_eq!(
+            (ranked[0].0, ranked[0].3.as_str()),
+            (3, "int 0"),
+            "{report}"
+        );
+    }
+}

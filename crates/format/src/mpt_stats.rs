@@ -183,7 +183,13 @@ impl MptAggregator {
 
     /// Counts a call of `method` under `spec` that was entered and never exited.
     pub fn unfinished(&mut self, method: &str, spec: &str) {
-        self.slot(method, spec).0.unfinished += 1;
+        self.unfinished_calls(method, spec, 1);
+    }
+
+    /// Counts `calls` calls of `method` under `spec` that were entered and never exited.
+    pub fn unfinished_calls(&mut self, method: &str, spec: &str, calls: u64) {
+        let table = self.slot(method, spec).0;
+        table.unfinished = table.unfinished.saturating_add(calls);
     }
 
     /// The tables, by method then specification, each with its rows ranked.

@@ -14,7 +14,7 @@ pub mod hook_class;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Instant;
 
@@ -80,6 +80,8 @@ struct SiteSpec {
     declared: String,
     /// Checked at the first traced call: the chain, or the MPT Apply Error.
     chain: OnceLock<Result<Chain, String>>,
+    /// Calls entered and not yet exited: the text profile counts them as unfinished.
+    open: AtomicU64,
 }
 
 #[derive(Default)]
@@ -112,6 +114,22 @@ struct Frame {
     values: Vec<(usize, ValueType, String)>,
     started: Option<(Instant, u64)>,
     ticket: Option<u128>,
+}
+
+impl Frame {
+    /// The call is over (exited, or its exit lost): no longer open in its specs' counts.
+    fn close(&self) {
+        for (at, _, _) in &self.values {
+            if let Some(spec) = self.specs.get(*at) {
+                // Never below zero: a count that wrapped would stall every dump.
+                let _ = spec
+                    .open
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                        open.checked_sub(1)
+                    });
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -553,6 +571,7 @@ impl Mpt {
                     text: entry.text.clone(),
                     declared: declared_type(&binary_name, &descriptor, entry.spec.parameter),
                     chain: OnceLock::new(),
+                    open: AtomicU64::new(0),
                 })
                 .collect::<Vec<_>>();
             self.set_site_specs(site, site_specs);
@@ -1075,6 +1094,11 @@ impl Mpt {
             }
             _ => None,
         };
+        if self.tables.is_some() {
+            for (at, _, _) in &values {
+                specs[*at].open.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let started = (Instant::now(), cpu);
         THREAD.with(|thread| {
             if let Some(frame) = thread.borrow_mut().frames.last_mut() {
@@ -1099,7 +1123,9 @@ impl Mpt {
                 .frames
                 .iter()
                 .rposition(|frame| frame.site == site_id as u32)?;
-            thread.frames.truncate(at + 1);
+            for lost in thread.frames.drain(at + 1..) {
+                lost.close();
+            }
             thread.frames.pop()
         }) else {
             return;
@@ -1124,6 +1150,7 @@ impl Mpt {
         }
         if let Some(tables) = &self.tables {
             let mut tables = lock(tables);
+            frame.close();
             for (at, kind, text) in &frame.values {
                 tables.record(
                     &site.label,
@@ -1174,10 +1201,20 @@ impl Mpt {
 
     /// The per-value tables for the text profile, each named by method and spec.
     pub fn tables(&self) -> Vec<MptTable> {
-        self.tables
-            .as_ref()
-            .map(|tables| lock(tables).clone().finish())
-            .unwrap_or_default()
+        let Some(tables) = &self.tables else {
+            return Vec::new();
+        };
+        let mut tables = lock(tables).clone();
+        // Calls running now (or whose thread the run ended inside them) are unfinished.
+        for site in read(&self.sites).iter() {
+            for spec in read(&site.state).specs.iter() {
+                let open = spec.open.load(Ordering::Relaxed);
+                if open > 0 {
+                    tables.unfinished_calls(&site.label, &spec.text, open);
+                }
+            }
+        }
+        tables.finish()
     }
 }
 
