@@ -137,17 +137,18 @@ pub fn render_tables(tables: &[MptTable], top: usize) -> String {
         }
         let _ = writeln!(
             out,
-            "   rank     calls   wall total    wall mean     wall max     cpu mean      cpu max  value"
+            "   rank     calls   wall total    wall mean     wall max    cpu total     cpu mean      cpu max  value"
         );
         for (rank, row) in ranked.iter().take(top).enumerate() {
             let _ = writeln!(
                 out,
-                "  {:5} {:9} {:>12} {:>12} {:>12} {:>12} {:>12}  {} {}",
+                "  {:5} {:9} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  {} {}",
                 rank + 1,
                 row.calls,
                 format_ms(row.wall_total_ns),
                 format_ms(row.wall_mean_ns()),
                 format_ms(row.wall_max_ns),
+                format_ms(row.cpu_total_ns),
                 format_ms(row.cpu_mean_ns()),
                 format_ms(row.cpu_max_ns),
                 row.key.value_type.as_str(),

@@ -46,14 +46,14 @@ fn rows(report: &str) -> Vec<(u64, f64, f64, String)> {
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() < 8 || fields[0].parse::<u64>().is_err() {
+            if fields.len() < 9 || fields[0].parse::<u64>().is_err() {
                 return None;
             }
             Some((
                 fields[1].parse().ok()?,
                 fields[3].parse().ok()?,
-                fields[5].parse().ok()?,
-                fields[7..].join(" "),
+                fields[6].parse().ok()?,
+                fields[8..].join(" "),
             ))
         })
         .collect()

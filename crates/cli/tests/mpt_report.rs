@@ -196,10 +196,11 @@ fn section<'a>(report: &'a str, method: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The numbers and value of a row: (rank, calls, wall total, mean, max, cpu mean, max), value.
+/// The numbers and value of a row: (rank, calls, wall total, mean, max, cpu total, mean, max),
+/// value.
 fn row(line: &str) -> (Vec<&str>, String) {
     let fields: Vec<&str> = line.split_whitespace().collect();
-    (fields[..7].to_vec(), fields[7..].join(" "))
+    (fields[..8].to_vec(), fields[8..].join(" "))
 }
 
 #[test]
@@ -240,14 +241,14 @@ fn a_trace_is_reported_per_method_and_spec_slowest_value_first() {
         assert_eq!(
             rows[0],
             (
-                vec!["1", "2", "120.000", "60.000", "70.000", "50.000", "60.000"],
+                vec!["1", "2", "120.000", "60.000", "70.000", "100.000", "50.000", "60.000"],
                 "int 100".to_string()
             )
         );
         assert_eq!(
             rows[1],
             (
-                vec!["2", "1", "2.000", "2.000", "2.000", "1.000", "1.000"],
+                vec!["2", "1", "2.000", "2.000", "2.000", "1.000", "1.000", "1.000"],
                 "int 5".to_string()
             )
         );
