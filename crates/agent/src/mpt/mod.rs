@@ -80,6 +80,8 @@ struct SiteSpec {
     declared: String,
     /// Checked at the first traced call: the chain, or the MPT Apply Error.
     chain: OnceLock<Result<Chain, String>>,
+    /// Set by the thread that checks the chain.
+    compiling: AtomicBool,
     /// Calls entered and not yet exited: the text profile counts them as unfinished.
     open: AtomicU64,
 }
@@ -571,6 +573,7 @@ impl Mpt {
                     text: entry.text.clone(),
                     declared: declared_type(&binary_name, &descriptor, entry.spec.parameter),
                     chain: OnceLock::new(),
+                    compiling: AtomicBool::new(false),
                     open: AtomicU64::new(0),
                 })
                 .collect::<Vec<_>>();
@@ -985,6 +988,15 @@ impl Mpt {
         let Some(known) = self.known.get() else {
             return (ValueType::Error, Failure::Unknown.name().into());
         };
+        // The first call checks the chain, which runs Java code (class loading). Other threads
+        // calling meanwhile don't wait for it (they might hold a lock that code needs): their
+        // value is Unknown.
+        if spec.chain.get().is_none()
+            && spec.compiling.swap(true, Ordering::AcqRel)
+            && spec.chain.get().is_none()
+        {
+            return (ValueType::Error, Failure::Unknown.name().into());
+        }
         let chain = spec.chain.get_or_init(|| {
             // Classes the chain names are looked for as the seed says, through the loader of
             // the value's class first (HashMap's is the bootstrap loader, its keys' are not).
