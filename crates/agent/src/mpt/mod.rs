@@ -15,8 +15,8 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use jvmti_bindings::sys::jni::{jboolean, jbyte, jchar, jdouble, jfloat, jlong, jshort};
 use jvmti_bindings::sys::jvmti::{
@@ -37,6 +37,8 @@ use chain::{Chain, Failure, Known, ObjectIds};
 use hook_class::{HOOK_CLASS, HOOK_METHODS};
 
 const ACC_STATIC: u32 = 0x0008;
+/// How long a class being prepared waits for another thread's instrumentation work.
+const PREPARE_WAIT: Duration = Duration::from_secs(2);
 const ACC_BRIDGE: u32 = 0x0040;
 const ACC_NATIVE: u32 = 0x0100;
 const ACC_INTERFACE: u32 = 0x0200;
@@ -379,37 +381,54 @@ impl Mpt {
             return;
         }
         let jni = Jni(jni);
-        if PLANNING.with(|planning| planning.get()) {
+        if PLANNING.with(|planning| planning.get()) || !self.try_prepare(jni, class, PREPARE_WAIT) {
             lock(&self.deferred).push(jni.new_global_ref(class) as usize);
-            return;
         }
-        self.prepare(jni, class);
         self.drain_deferred(jni);
     }
 
-    fn prepare(&self, jni: Jni, class: jclass) {
-        busy(|| {
-            self.with_instrumentation(|instrumentation| {
-                if instrumentation.specs.is_empty() {
-                    return;
+    /// Plans a prepared class if the instrumentation lock can be had within `wait`: false if
+    /// not. A thread preparing a class may hold its loader's lock, which the lock holder's
+    /// retransformation could need (the verifier loads classes): waiting for good could hang
+    /// both, so after `wait` the class is left to the holder (`drain_deferred`).
+    fn try_prepare(&self, jni: Jni, class: jclass, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        let mut instrumentation = loop {
+            match self.instrumentation.try_lock() {
+                Ok(guard) => break guard,
+                Err(TryLockError::Poisoned(poisoned)) => break poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
+                Err(TryLockError::WouldBlock) => return false,
+            }
+        };
+        busy(|| {
+            PLANNING.with(|planning| planning.set(true));
+            if !instrumentation.specs.is_empty() {
                 let chain = self.chain_of(jni, class);
-                let mut candidates = self.note_ancestors(instrumentation, &chain);
+                let mut candidates = self.note_ancestors(&mut instrumentation, &chain);
                 candidates.insert(0, class as usize);
                 for candidate in candidates {
-                    self.replan(jni, instrumentation, candidate as jclass);
+                    self.replan(jni, &mut instrumentation, candidate as jclass);
                 }
-            })
+            }
+            PLANNING.with(|planning| planning.set(false));
         });
+        true
     }
 
-    /// Plans the classes prepared while the lock was held.
+    /// Plans the classes left while the lock was held, unless another thread holds it now
+    /// (that thread drains them once it lets go: each thread drains after its own work).
     fn drain_deferred(&self, jni: Jni) {
         loop {
             let Some(class) = lock(&self.deferred).pop() else {
                 return;
             };
-            self.prepare(jni, class as jclass);
+            if !self.try_prepare(jni, class as jclass, Duration::ZERO) {
+                lock(&self.deferred).push(class);
+                return;
+            }
             jni.delete_global_ref(class as jobject);
         }
     }
