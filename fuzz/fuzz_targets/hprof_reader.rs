@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use openprof_format::hprof_binary::{HprofError, HprofReader};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(reader) = HprofReader::new(data) else { return };
+    let Ok(reader) = HprofReader::new(data) else {
+        return;
+    };
     for item in reader {
         if let Err(error) = item {
             if let HprofError::Malformed { offset, .. } = error {
