@@ -140,9 +140,11 @@ impl MptTable {
 #[derive(Clone, Debug, Default)]
 pub struct MptAggregator {
     tables: Vec<MptTable>,
-    /// method → spec → the table's index and its rows' index by value. Nested so that a
-    /// lookup borrows the names instead of copying them.
-    index: HashMap<String, HashMap<String, (usize, RowIndex)>>,
+    /// Per table (same index): where each value's row is.
+    rows: Vec<RowIndex>,
+    /// method → spec → the table's index. Nested so that a lookup borrows the names instead
+    /// of copying them.
+    index: HashMap<String, HashMap<String, usize>>,
 }
 
 /// Where each value's row is in its table.
@@ -153,32 +155,43 @@ impl MptAggregator {
         MptAggregator::default()
     }
 
-    /// The table of (method, spec), made on first use, and its rows' index.
-    fn slot(&mut self, method: &str, spec: &str) -> (&mut MptTable, &mut RowIndex) {
+    /// The index of the table of (method, spec), made on first use: callers that record many
+    /// calls of one table keep it and use `record_in`.
+    pub fn table(&mut self, method: &str, spec: &str) -> usize {
         if !self.index.contains_key(method) {
             self.index.insert(method.to_string(), HashMap::new());
         }
         let specs = self.index.get_mut(method).expect("just made");
-        if !specs.contains_key(spec) {
-            self.tables.push(MptTable::new(method, spec));
-            specs.insert(spec.to_string(), (self.tables.len() - 1, HashMap::new()));
+        if let Some(&table) = specs.get(spec) {
+            return table;
         }
-        let (table, rows) = specs.get_mut(spec).expect("just made");
-        (&mut self.tables[*table], rows)
+        self.tables.push(MptTable::new(method, spec));
+        self.rows.push(RowIndex::new());
+        specs.insert(spec.to_string(), self.tables.len() - 1);
+        self.tables.len() - 1
     }
 
     /// Counts a finished call of `method` that recorded `key` for `spec`.
     pub fn record(&mut self, method: &str, spec: &str, key: ValueKey, wall_ns: u64, cpu_ns: u64) {
-        let (table, rows) = self.slot(method, spec);
+        let table = self.table(method, spec);
+        self.record_in(table, key, wall_ns, cpu_ns);
+    }
+
+    /// Counts a finished call in the table `table` (from `table`) that recorded `key`.
+    pub fn record_in(&mut self, table: usize, key: ValueKey, wall_ns: u64, cpu_ns: u64) {
+        let (Some(stats), Some(rows)) = (self.tables.get_mut(table), self.rows.get_mut(table))
+        else {
+            return;
+        };
         let row = match rows.get(&key) {
             Some(row) => *row,
             None => {
-                table.rows.push(ValueStats::new(key.clone()));
-                rows.insert(key, table.rows.len() - 1);
-                table.rows.len() - 1
+                stats.rows.push(ValueStats::new(key.clone()));
+                rows.insert(key, stats.rows.len() - 1);
+                stats.rows.len() - 1
             }
         };
-        table.rows[row].record(wall_ns, cpu_ns);
+        stats.rows[row].record(wall_ns, cpu_ns);
     }
 
     /// Counts a call of `method` under `spec` that was entered and never exited.
@@ -188,7 +201,8 @@ impl MptAggregator {
 
     /// Counts `calls` calls of `method` under `spec` that were entered and never exited.
     pub fn unfinished_calls(&mut self, method: &str, spec: &str, calls: u64) {
-        let table = self.slot(method, spec).0;
+        let table = self.table(method, spec);
+        let table = &mut self.tables[table];
         table.unfinished = table.unfinished.saturating_add(calls);
     }
 

@@ -84,6 +84,8 @@ struct SiteSpec {
     chain: OnceLock<Result<Chain, String>>,
     /// Set by the thread that checks the chain.
     compiling: AtomicBool,
+    /// Its table in the text profile's figures, once it has one.
+    table: OnceLock<usize>,
     /// Calls entered and not yet exited: the text profile counts them as unfinished.
     open: AtomicU64,
 }
@@ -593,6 +595,7 @@ impl Mpt {
                     declared: declared_type(&binary_name, &descriptor, entry.spec.parameter),
                     chain: OnceLock::new(),
                     compiling: AtomicBool::new(false),
+                    table: OnceLock::new(),
                     open: AtomicU64::new(0),
                 })
                 .collect::<Vec<_>>();
@@ -1145,7 +1148,7 @@ impl Mpt {
             return;
         }
         let (ended, cpu) = (Instant::now(), crate::signals::thread_cpu_nanos());
-        let Some(frame) = THREAD.with(|thread| {
+        let Some(mut frame) = THREAD.with(|thread| {
             let mut thread = thread.borrow_mut();
             // Frames left open above this one lost their exit (a StackOverflowError inside the
             // hook itself, say): drop them. An exit whose entry was never seen (its method was
@@ -1182,14 +1185,12 @@ impl Mpt {
         if let Some(tables) = &self.tables {
             let mut tables = lock(tables);
             frame.close();
-            for (at, kind, text) in &frame.values {
-                tables.record(
-                    &site.label,
-                    &frame.specs[*at].text,
-                    ValueKey::new(*kind, text.clone()),
-                    wall_nanos,
-                    cpu_nanos,
-                );
+            for (at, kind, text) in std::mem::take(&mut frame.values) {
+                let spec = &frame.specs[at];
+                let table = *spec
+                    .table
+                    .get_or_init(|| tables.table(&site.label, &spec.text));
+                tables.record_in(table, ValueKey::new(kind, text), wall_nanos, cpu_nanos);
             }
         }
     }
