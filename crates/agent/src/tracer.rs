@@ -130,6 +130,36 @@ pub struct Tracer {
     gc: GcLog,
 }
 
+/// A methodEntry of a traced call with what cpu=times and parameter tracing both write; each
+/// adds its own (the receiver and depth, or the values and stack).
+fn method_entry_element(
+    thread_id: u32,
+    time: Seconds,
+    ticket: u128,
+    cpu: Seconds,
+    record: MethodRecord,
+) -> MethodEntry {
+    MethodEntry {
+        transient_thread_id_ref: None,
+        thread_id_ref: Some(thread_id),
+        time: Some(time),
+        method_id_ref: Some(record.id),
+        transient_method_id_ref: None,
+        ticket: Some(MultiPart(ticket)),
+        transient_obj_id_ref: None,
+        obj_id_ref: None,
+        transient_class_id_ref: None,
+        class_id_ref: Some(record.class_id),
+        thread_cpu_time: Some(cpu),
+        sequence_counter: None,
+        context_data: None,
+        stack_depth: None,
+        collation_value: None,
+        trace_id_ref: None,
+        content: Values::default(),
+    }
+}
+
 /// The methodExit closing the entry of `ticket` (cpu=times and parameter tracing alike).
 fn method_exit_element(
     thread_id: u32,
@@ -867,23 +897,10 @@ impl Tracer {
         self.emit(
             &mut state,
             MethodEntry {
-                transient_thread_id_ref: None,
-                thread_id_ref: Some(thread_id),
-                time: Some(time),
-                method_id_ref: Some(record.id),
-                transient_method_id_ref: None,
-                ticket: Some(MultiPart(ticket)),
-                transient_obj_id_ref: None,
                 obj_id_ref: Some(object),
-                transient_class_id_ref: None,
-                class_id_ref: Some(record.class_id),
-                thread_cpu_time: Some(cpu),
                 sequence_counter: Some(sequence),
-                context_data: None,
                 stack_depth: depth,
-                collation_value: None,
-                trace_id_ref: None,
-                content: Values::default(),
+                ..method_entry_element(thread_id, time, ticket, cpu, record)
             },
         );
         drop(state);
@@ -1215,26 +1232,13 @@ impl Tracer {
             return None;
         }
         let record = self.method(&mut state, method);
+        let cpu = Seconds::from_nanos(u128::from(cpu_nanos));
         let written = self.emit(
             &mut state,
             MethodEntry {
-                transient_thread_id_ref: None,
-                thread_id_ref: Some(thread_id),
-                time: Some(time),
-                method_id_ref: Some(record.id),
-                transient_method_id_ref: None,
-                ticket: Some(MultiPart(ticket)),
-                transient_obj_id_ref: None,
-                obj_id_ref: None,
-                transient_class_id_ref: None,
-                class_id_ref: Some(record.class_id),
-                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu_nanos))),
-                sequence_counter: None,
                 context_data: stack,
-                stack_depth: None,
-                collation_value: None,
-                trace_id_ref: None,
                 content: Values(values),
+                ..method_entry_element(thread_id, time, ticket, cpu, record)
             },
         );
         written.then_some(ticket)

@@ -9,6 +9,24 @@ use super::validate::validate;
 use super::writer::TraceWriter;
 use super::*;
 
+/// xmllint (a reader the project did not write) with `args` on a file holding `bytes`.
+fn xmllint(bytes: &[u8], args: &[&str]) -> std::process::Output {
+    static FILES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let number = FILES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!(
+        "openprof-xmllint-{}-{number}.xml",
+        std::process::id()
+    ));
+    std::fs::write(&file, bytes).unwrap();
+    let output = std::process::Command::new("xmllint")
+        .args(args)
+        .arg(&file)
+        .output()
+        .expect("xmllint (libxml2-utils) is a prerequisite of the tests");
+    let _ = std::fs::remove_file(&file);
+    output
+}
+
 fn write_all(elements: &[TraceElement], document: bool) -> Vec<u8> {
     let mut writer = if document {
         TraceWriter::document(Vec::new())
@@ -110,14 +128,7 @@ fn xmllint_validates_a_document_of_every_element_against_the_dtd() {
         }
     }
     document.push_str(writer::DOCUMENT_TAIL);
-    let file = std::env::temp_dir().join(format!("openprof-dtd-{}.xml", std::process::id()));
-    std::fs::write(&file, &document).unwrap();
-    let output = std::process::Command::new("xmllint")
-        .args(["--noout", "--dtdvalid", dtd])
-        .arg(&file)
-        .output()
-        .expect("xmllint (libxml2-utils) is a prerequisite of the tests");
-    let _ = std::fs::remove_file(&file);
+    let output = xmllint(document.as_bytes(), &["--noout", "--dtdvalid", dtd]);
     assert!(
         output.status.success(),
         "xmllint: {}",
@@ -129,13 +140,7 @@ fn xmllint_validates_a_document_of_every_element_against_the_dtd() {
         writer::DOCUMENT_HEAD,
         writer::DOCUMENT_TAIL
     );
-    std::fs::write(&file, bad).unwrap();
-    let output = std::process::Command::new("xmllint")
-        .args(["--noout", "--dtdvalid", dtd])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let _ = std::fs::remove_file(&file);
+    let output = xmllint(bad.as_bytes(), &["--noout", "--dtdvalid", dtd]);
     assert!(!output.status.success());
 }
 
@@ -518,14 +523,7 @@ fn characters_xml_cannot_carry_are_written_as_escapes_and_the_document_stays_wel
         content: NoContent,
     })];
     let bytes = write_all(&elements, true);
-    let file = std::env::temp_dir().join(format!("openprof-chars-{}.xml", std::process::id()));
-    std::fs::write(&file, &bytes).unwrap();
-    let output = std::process::Command::new("xmllint")
-        .arg("--noout")
-        .arg(&file)
-        .output()
-        .expect("xmllint (libxml2-utils) is a prerequisite of the tests");
-    let _ = std::fs::remove_file(&file);
+    let output = xmllint(&bytes, &["--noout"]);
     assert!(
         output.status.success(),
         "{}",
