@@ -25,7 +25,7 @@ pub const HOOK_METHODS: &[(&str, &str)] = &[
 ];
 
 /// The descriptor of the hook's `arg` for a parameter of the given field descriptor.
-pub fn hook_arg_descriptor(field_descriptor: &str) -> &'static str {
+fn hook_arg_descriptor(field_descriptor: &str) -> &'static str {
     match field_descriptor.as_bytes().first() {
         Some(b'Z') => "(IZ)V",
         Some(b'B') => "(IB)V",

@@ -20,7 +20,7 @@ mod reader;
 
 use thiserror::Error;
 
-pub use code::{hook_arg_descriptor, HOOK_METHODS};
+pub use code::HOOK_METHODS;
 
 /// What to instrument in one class.
 #[derive(Clone, Debug, PartialEq, Eq)]

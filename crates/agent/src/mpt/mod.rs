@@ -406,16 +406,17 @@ impl Mpt {
             }
         };
         busy(|| {
-            PLANNING.with(|planning| planning.set(true));
-            if !instrumentation.specs.is_empty() {
+            planning(&mut instrumentation, |instrumentation| {
+                if instrumentation.specs.is_empty() {
+                    return;
+                }
                 let chain = self.chain_of(jni, class);
-                let mut candidates = self.note_ancestors(&mut instrumentation, &chain);
+                let mut candidates = self.note_ancestors(instrumentation, &chain);
                 candidates.insert(0, class as usize);
                 for candidate in candidates {
-                    self.replan(jni, &mut instrumentation, candidate as jclass);
+                    self.replan(jni, instrumentation, candidate as jclass);
                 }
-            }
-            PLANNING.with(|planning| planning.set(false));
+            })
         });
         true
     }
@@ -437,11 +438,7 @@ impl Mpt {
 
     /// Runs `work` holding the instrumentation lock, marked on this thread.
     fn with_instrumentation<R>(&self, work: impl FnOnce(&mut Instrumentation) -> R) -> R {
-        let mut instrumentation = lock(&self.instrumentation);
-        PLANNING.with(|planning| planning.set(true));
-        let result = work(&mut instrumentation);
-        PLANNING.with(|planning| planning.set(false));
-        result
+        planning(&mut lock(&self.instrumentation), work)
     }
 
     /// Plans every loaded class again (after specifications changed); returns how many
@@ -1295,6 +1292,18 @@ fn declared_type(binary_name: &str, descriptor: &str, parameter: u8) -> String {
 
 fn mpt() -> Option<&'static Mpt> {
     crate::agent::mpt()
+}
+
+/// Runs `work` on the locked instrumentation with this thread marked as planning (a class it
+/// prepares meanwhile is deferred: taking the lock again would deadlock).
+fn planning<R>(
+    instrumentation: &mut Instrumentation,
+    work: impl FnOnce(&mut Instrumentation) -> R,
+) -> R {
+    PLANNING.with(|planning| planning.set(true));
+    let result = work(instrumentation);
+    PLANNING.with(|planning| planning.set(false));
+    result
 }
 
 /// Runs a hook body unless the agent is off, keeping panics on this side of the boundary.
