@@ -460,11 +460,15 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Resu
                 OutputFormat::Binary => "b",
                 OutputFormat::Xml => "x",
             };
-            let hello = crate::net::hello(uuid::Uuid::new_v4(), token, format, options.to_string());
+            let hello = crate::net::hello(uuid::Uuid::new_v4(), format, options.to_string());
+            let identity = openprof_format::handshake::Identity::generate()
+                .map_err(|error| format!("net=: {error}"))?;
             Some(Arc::new(NetSink::start(NetConfig {
                 host: address.host.clone(),
                 port: address.port,
                 hello,
+                credential: token,
+                identity: Arc::new(identity),
                 tls,
                 max_queued_bytes: usize::try_from(options.net_buffer).unwrap_or(usize::MAX),
             })?))

@@ -10,11 +10,8 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use openprof_format::wire::{
-    self, Command, FrameBuffer, FrameKind, Hello, Loss, Reply, Role, Welcome, PROTOCOL_VERSION,
-};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use openprof_format::handshake::{ClientHandshake, ClientStep, CommandSigner, Identity};
+use openprof_format::wire::{self, Command, FrameBuffer, FrameKind, Hello, Loss, Reply, Role};
 use uuid::Uuid;
 
 /// How long a read waits before the thread looks for data to send.
@@ -46,6 +43,9 @@ struct NetState {
     stopping: bool,
     /// The collector's last refusal, reported once per distinct reason.
     last_problem: Option<String>,
+    /// A refusal that retrying can't cure (a wrong credential): the thread has stopped and
+    /// `finish` does not wait.
+    gave_up: bool,
 }
 
 struct Shared {
@@ -84,6 +84,10 @@ pub struct NetConfig {
     pub host: String,
     pub port: u16,
     pub hello: Hello,
+    /// The agent credential: proven to the collector, never sent.
+    pub credential: String,
+    /// The key pair this agent's id is bound to at the collector.
+    pub identity: Arc<Identity>,
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Unacknowledged bytes kept for the collector (`netbuffer=`); beyond them the oldest
     /// frames are dropped.
@@ -92,25 +96,7 @@ pub struct NetConfig {
 
 /// Builds a TLS client trusting the CA certificates of a PEM file.
 pub fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    let certificates = CertificateDer::pem_file_iter(ca_file)
-        .map_err(|error| format!("tlsca={ca_file}: {error}"))?;
-    for certificate in certificates {
-        let certificate = certificate.map_err(|error| format!("tlsca={ca_file}: {error}"))?;
-        roots
-            .add(certificate)
-            .map_err(|error| format!("tlsca={ca_file}: {error}"))?;
-    }
-    if roots.is_empty() {
-        return Err(format!("tlsca={ca_file} holds no certificate"));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|error| format!("TLS: {error}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    openprof_format::tls_client::config(ca_file).map_err(|error| format!("tlsca={error}"))
 }
 
 impl NetSink {
@@ -120,8 +106,8 @@ impl NetSink {
             .hello
             .agent_id
             .ok_or("the hello carries no agent id")?;
-        if let Some(_tls) = &config.tls {
-            ServerName::try_from(config.host.clone())
+        if config.tls.is_some() {
+            rustls::pki_types::ServerName::try_from(config.host.clone())
                 .map_err(|error| format!("net={}: not a TLS server name: {error}", config.host))?;
         }
         let shared = Arc::new(Shared {
@@ -170,7 +156,7 @@ impl NetSink {
         let goodbye = state.next_sequence;
         queue_data(&mut state, FrameKind::Goodbye, &[]);
         self.shared.changed.notify_all();
-        while state.acked < goodbye {
+        while state.acked < goodbye && !state.gave_up {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -183,7 +169,7 @@ impl NetSink {
                 .0;
         }
         let done = state.acked >= goodbye;
-        if !done {
+        if !done && !state.gave_up {
             eprintln!(
                 "openprof: the collector did not acknowledge the last {} frames in time; they are lost",
                 state.queue.len()
@@ -231,7 +217,18 @@ fn run(shared: &Shared, config: &NetConfig) {
             }
             match outcome {
                 Ok(Finished) => return,
-                Err(problem) => {
+                Err(Problem::Final(problem)) => {
+                    eprintln!(
+                        "openprof: collector {}:{}: {problem}; not retrying: the data meant for it is dropped",
+                        config.host, config.port
+                    );
+                    state.gave_up = true;
+                    state.stopping = true;
+                    drop(state);
+                    shared.changed.notify_all();
+                    return;
+                }
+                Err(Problem::Retry(problem)) => {
                     if state.last_problem.as_deref() != Some(problem.as_str()) {
                         eprintln!(
                             "openprof: collector {}:{}: {problem}; retrying",
@@ -253,7 +250,25 @@ fn run(shared: &Shared, config: &NetConfig) {
 trait Connection: Read + Write + Send {}
 impl<T: Read + Write + Send> Connection for T {}
 
-fn connect(config: &NetConfig) -> Result<Box<dyn Connection>, String> {
+/// Why a connection ended: worth retrying, or not until someone changes a configuration.
+enum Problem {
+    Retry(String),
+    Final(String),
+}
+
+impl From<String> for Problem {
+    fn from(problem: String) -> Problem {
+        Problem::Retry(problem)
+    }
+}
+
+impl From<&str> for Problem {
+    fn from(problem: &str) -> Problem {
+        Problem::Retry(problem.to_string())
+    }
+}
+
+fn connect(config: &NetConfig) -> Result<Box<dyn Connection>, Problem> {
     let address = (config.host.as_str(), config.port)
         .to_socket_addrs()
         .map_err(|error| format!("can't resolve: {error}"))?
@@ -267,13 +282,11 @@ fn connect(config: &NetConfig) -> Result<Box<dyn Connection>, String> {
         .map_err(|error| error.to_string())?;
     match &config.tls {
         None => Ok(Box::new(socket)),
-        Some(tls) => {
-            let name =
-                ServerName::try_from(config.host.clone()).map_err(|error| error.to_string())?;
-            let client = rustls::ClientConnection::new(tls.clone(), name)
-                .map_err(|error| format!("TLS: {error}"))?;
-            Ok(Box::new(rustls::StreamOwned::new(client, socket)))
-        }
+        Some(tls) => Ok(Box::new(openprof_format::tls_client::connect(
+            tls.clone(),
+            &config.host,
+            socket,
+        )?)),
     }
 }
 
@@ -288,7 +301,7 @@ fn is_timeout(error: &io::Error) -> bool {
 }
 
 /// Reads what has arrived (waiting at most one poll interval) into `buffer`.
-fn read_some(stream: &mut dyn Connection, buffer: &mut FrameBuffer) -> Result<(), String> {
+fn read_some(stream: &mut dyn Connection, buffer: &mut FrameBuffer) -> Result<(), Problem> {
     let mut chunk = [0u8; 16 * 1024];
     match stream.read(&mut chunk) {
         Ok(0) => Err("the collector closed the connection".into()),
@@ -297,7 +310,7 @@ fn read_some(stream: &mut dyn Connection, buffer: &mut FrameBuffer) -> Result<()
             Ok(())
         }
         Err(error) if is_timeout(&error) => Ok(()),
-        Err(error) => Err(format!("reading: {error}")),
+        Err(error) => Err(format!("reading: {error}").into()),
     }
 }
 
@@ -305,34 +318,41 @@ fn serve(
     shared: &Shared,
     config: &NetConfig,
     mut stream: Box<dyn Connection>,
-) -> Result<Finished, String> {
+) -> Result<Finished, Problem> {
     let write_error = |error: io::Error| format!("writing: {error}");
+    let (mut handshake, hello) = ClientHandshake::start(
+        config.hello.clone(),
+        &config.credential,
+        Some(config.identity.clone()),
+    )
+    .map_err(|error| Problem::Final(error.to_string()))?;
     stream
-        .write_all(&encode(FrameKind::Hello, &wire::to_json(&config.hello)))
+        .write_all(&hello)
         .and_then(|()| stream.flush())
         .map_err(write_error)?;
     let mut buffer = FrameBuffer::default();
     let deadline = Instant::now() + Duration::from_secs(10);
-    let welcome: Welcome = loop {
+    let (signer, welcome) = loop {
         if let Some(frame) = buffer.next_frame().map_err(|error| error.to_string())? {
-            match frame.kind {
-                FrameKind::Welcome => {
-                    break wire::parse_json(frame.kind, &frame.payload)
-                        .map_err(|error| error.to_string())?
-                }
-                FrameKind::Refused => {
-                    return Err(format!(
-                        "refused: {}",
-                        String::from_utf8_lossy(&frame.payload)
-                    ))
-                }
-                other => return Err(format!("answered the hello with {other:?}")),
+            match handshake.on_frame(frame) {
+                Ok(ClientStep::Send(bytes)) => stream
+                    .write_all(&bytes)
+                    .and_then(|()| stream.flush())
+                    .map_err(write_error)?,
+                Ok(ClientStep::Done(signer, welcome)) => break (signer, welcome),
+                Err(error) if error.retryable() => return Err(Problem::Retry(error.to_string())),
+                Err(error) => return Err(Problem::Final(error.to_string())),
             }
+            continue;
         }
         if Instant::now() > deadline {
             return Err("no answer to the hello".into());
         }
         read_some(stream.as_mut(), &mut buffer)?;
+    };
+    let mut commands = CommandGate {
+        signer,
+        last_serial: None,
     };
     {
         let mut state = lock(&shared.state);
@@ -387,8 +407,36 @@ fn serve(
         }
         read_some(stream.as_mut(), &mut buffer)?;
         while let Some(frame) = buffer.next_frame().map_err(|error| error.to_string())? {
-            handle(shared, frame)?;
+            handle(shared, &mut commands, frame)?;
         }
+    }
+}
+
+/// Lets through only commands sealed with this session's key, each with a serial above the
+/// last: a command injected or replayed by someone who does not know the credential closes
+/// the connection.
+struct CommandGate {
+    signer: CommandSigner,
+    last_serial: Option<u32>,
+}
+
+impl CommandGate {
+    fn open<'a>(&mut self, sealed: &'a [u8]) -> Result<&'a [u8], String> {
+        let record = self
+            .signer
+            .open(sealed)
+            .ok_or("a command without this session's signature: closing the connection")?;
+        let serial = record
+            .get(1..5)
+            .map(|bytes| u32::from_be_bytes(bytes.try_into().expect("4 bytes")))
+            .ok_or("a command too short for its serial")?;
+        if self.last_serial.is_some_and(|last| serial <= last) {
+            return Err(format!(
+                "command serial {serial} repeats or goes back: closing the connection"
+            ));
+        }
+        self.last_serial = Some(serial);
+        Ok(record)
     }
 }
 
@@ -404,7 +452,7 @@ fn acknowledge(state: &mut NetState, sequence: u64) {
     }
 }
 
-fn handle(shared: &Shared, frame: wire::Frame) -> Result<(), String> {
+fn handle(shared: &Shared, commands: &mut CommandGate, frame: wire::Frame) -> Result<(), Problem> {
     let fault = |error: wire::WireError| error.to_string();
     match frame.kind {
         FrameKind::Ack => {
@@ -418,7 +466,7 @@ fn handle(shared: &Shared, frame: wire::Frame) -> Result<(), String> {
             let pong = encode(FrameKind::Pong, &wire::encode_pair(number, now_ns()));
             lock(&shared.state).control.push_back(pong);
         }
-        FrameKind::Command => match Command::decode(&frame.payload) {
+        FrameKind::Command => match Command::decode(commands.open(&frame.payload)?) {
             Ok((serial, command)) => match lock(&shared.handler).as_ref() {
                 Some(handler) => handler(serial, command),
                 None => lock(&shared.state).control.push_back(encode(
@@ -432,12 +480,8 @@ fn handle(shared: &Shared, frame: wire::Frame) -> Result<(), String> {
                 )),
             },
             Err(error) => {
-                // The serial is readable even when the rest is not.
-                let serial = frame
-                    .payload
-                    .get(1..5)
-                    .map(|bytes| u32::from_be_bytes(bytes.try_into().expect("4 bytes")))
-                    .unwrap_or(0);
+                // The gate read the serial even though the rest does not decode.
+                let serial = commands.last_serial.unwrap_or(0);
                 lock(&shared.state).control.push_back(encode(
                     FrameKind::Reply,
                     &Reply {
@@ -450,28 +494,26 @@ fn handle(shared: &Shared, frame: wire::Frame) -> Result<(), String> {
             }
         },
         FrameKind::Refused => {
-            return Err(format!(
-                "closed by the collector: {}",
-                String::from_utf8_lossy(&frame.payload)
-            ))
+            let refusal = wire::Refusal::decode(&frame.payload);
+            let problem = format!("closed by the collector: {}", refusal.reason);
+            return Err(if refusal.retry {
+                Problem::Retry(problem)
+            } else {
+                Problem::Final(problem)
+            });
         }
-        other => return Err(format!("the collector sent an unexpected {other:?} frame")),
+        other => return Err(format!("the collector sent an unexpected {other:?} frame").into()),
     }
     Ok(())
 }
 
-/// The hello of this agent.
-pub fn hello(agent_id: Uuid, token: String, format: &str, options: String) -> Hello {
-    Hello {
-        version: PROTOCOL_VERSION,
-        role: Role::Agent,
-        token,
-        agent_id: Some(agent_id),
-        hostname: crate::tracer::hostname(),
-        pid: std::process::id(),
-        format: format.into(),
-        options,
-    }
+/// The hello of this agent (the handshake adds its nonce and identity key).
+pub fn hello(agent_id: Uuid, format: &str, options: String) -> Hello {
+    let mut hello = Hello::new(Role::Agent, Some(agent_id));
+    hello.hostname = crate::tracer::hostname();
+    hello.format = format.into();
+    hello.options = options;
+    hello
 }
 
 /// The buffer in front of a [`Sink`]: large enough that HPROF output goes to the collector in

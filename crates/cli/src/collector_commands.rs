@@ -8,41 +8,98 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use openprof_collector::client::{send_control, Endpoint};
 use openprof_collector::replay::{replay, ReplayPlan};
-use openprof_collector::server::{parse_command, send_control, Server, ServerConfig};
+use openprof_collector::server::{parse_command, Server, ServerConfig};
 use openprof_collector::store::sqlite::SqliteStore;
 use openprof_collector::store::{ExportOptions, Store};
 use openprof_format::wire::ControlRequest;
 use uuid::Uuid;
 
-/// The shared token, from the command line, a file or $OPENPROF_TOKEN.
+/// The agent credential, from the command line, a file or $OPENPROF_TOKEN.
 #[derive(Args, Clone, Debug)]
 pub struct TokenArgs {
-    /// The shared token (prefer --token-file or $OPENPROF_TOKEN: a command line is visible to
-    /// every user of the machine).
+    /// The agent credential, which agents give with token= (prefer --token-file or
+    /// $OPENPROF_TOKEN: a command line is visible to every user of the machine).
     #[arg(long, env = "OPENPROF_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// A file whose first line is the token.
+    /// A file whose first line is the agent credential.
     #[arg(long, conflicts_with = "token")]
     token_file: Option<PathBuf>,
 }
 
 impl TokenArgs {
     fn value(&self) -> Result<String> {
-        match (&self.token, &self.token_file) {
-            (Some(token), _) if !token.is_empty() => Ok(token.clone()),
-            (_, Some(file)) => {
-                let text = std::fs::read_to_string(file)
-                    .with_context(|| format!("can't read --token-file {}", file.display()))?;
-                let token = text.lines().next().unwrap_or("").trim().to_string();
-                if token.is_empty() {
-                    bail!("--token-file {} is empty", file.display());
-                }
-                Ok(token)
+        credential(&self.token, &self.token_file, "--token", "OPENPROF_TOKEN")?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "the agent credential is needed: --token-file, --token or $OPENPROF_TOKEN (agents give it with token=)"
+            )
+        })
+    }
+}
+
+/// The control credential, which `openprof control` proves: from the command line, a file or
+/// $OPENPROF_CONTROL_TOKEN.
+#[derive(Args, Clone, Debug)]
+pub struct ControlTokenArgs {
+    /// The control credential (prefer --control-token-file or $OPENPROF_CONTROL_TOKEN).
+    #[arg(long, env = "OPENPROF_CONTROL_TOKEN", hide_env_values = true)]
+    control_token: Option<String>,
+    /// A file whose first line is the control credential.
+    #[arg(long, conflicts_with = "control_token")]
+    control_token_file: Option<PathBuf>,
+}
+
+impl ControlTokenArgs {
+    fn value(&self) -> Result<Option<String>> {
+        credential(
+            &self.control_token,
+            &self.control_token_file,
+            "--control-token",
+            "OPENPROF_CONTROL_TOKEN",
+        )
+    }
+}
+
+/// A credential given inline or in a file (its first line).
+fn credential(
+    inline: &Option<String>,
+    file: &Option<PathBuf>,
+    flag: &str,
+    variable: &str,
+) -> Result<Option<String>> {
+    match (inline, file) {
+        (Some(token), _) if !token.is_empty() => Ok(Some(token.clone())),
+        (Some(_), _) => bail!("{flag} (or ${variable}) is empty"),
+        (_, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("can't read {flag}-file {}", file.display()))?;
+            let token = text.lines().next().unwrap_or("").trim().to_string();
+            if token.is_empty() {
+                bail!("{flag}-file {} is empty", file.display());
             }
-            _ => bail!(
-                "a token is needed: --token, --token-file or $OPENPROF_TOKEN (agents give it with token=)"
-            ),
+            Ok(Some(token))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// How a command-line client reaches the collector.
+#[derive(Args, Clone, Debug)]
+pub struct CollectorArgs {
+    /// The collector.
+    #[arg(long, default_value = "127.0.0.1:7911")]
+    collector: String,
+    /// Talk TLS to the collector, trusting the CA certificates of this PEM file.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+}
+
+impl CollectorArgs {
+    fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            address: self.collector.clone(),
+            tls_ca: self.tls_ca.clone(),
         }
     }
 }
@@ -57,6 +114,8 @@ pub struct ServeArgs {
     store: PathBuf,
     #[command(flatten)]
     token: TokenArgs,
+    #[command(flatten)]
+    control_token: ControlTokenArgs,
     /// TLS: the collector's certificate chain (PEM); agents then need tlsca=.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -72,14 +131,22 @@ pub struct ServeArgs {
 }
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    // Colour only for a person at a terminal: logs in files and pipes stay plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .init();
     let token = args.token.value()?;
+    let control_token = args.control_token.value()?;
+    if control_token.as_deref() == Some(token.as_str()) {
+        bail!("the control credential must differ from the agent credential: whoever holds an agent's token would otherwise control every agent");
+    }
     let store = SqliteStore::open(&args.store)
         .with_context(|| format!("can't open the store {}", args.store.display()))?;
     let mut config = ServerConfig::new(token);
+    config.control_token = control_token;
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     config.command_timeout = Duration::from_secs(args.command_timeout.max(1));
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -113,11 +180,10 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
 
 #[derive(Args, Debug)]
 pub struct ControlArgs {
-    /// The collector.
-    #[arg(long, default_value = "127.0.0.1:7911")]
-    collector: String,
     #[command(flatten)]
-    token: TokenArgs,
+    collector: CollectorArgs,
+    #[command(flatten)]
+    token: ControlTokenArgs,
     /// The agent (its agentId, as `openprof ls` shows); all connected agents if left out.
     #[arg(long)]
     agent: Option<Uuid>,
@@ -139,7 +205,11 @@ pub struct ControlArgs {
 }
 
 pub fn control(args: ControlArgs) -> Result<ExitCode> {
-    let token = args.token.value()?;
+    let token = args.token.value()?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the control credential is needed: --control-token-file, --control-token or $OPENPROF_CONTROL_TOKEN (the collector's --control-token-file)"
+        )
+    })?;
     let argument = match args.argument.as_deref() {
         Some(path) if args.command.starts_with("mpt-") && path.starts_with('@') => Some(
             std::fs::read_to_string(&path[1..])
@@ -153,14 +223,15 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
         agent: args.agent,
         command,
     };
-    let response = send_control(&args.collector, &token, &request).map_err(anyhow::Error::msg)?;
+    let response =
+        send_control(&args.collector.endpoint(), &token, &request).map_err(anyhow::Error::msg)?;
     if let Some(error) = response.error {
-        bail!("{error}");
+        bail!("{}", printable(&error));
     }
     let mut failed = false;
     for reply in &response.replies {
         let status = if reply.ok { "ok" } else { "FAILED" };
-        println!("{} {status}: {}", reply.agent, reply.message);
+        println!("{} {status}: {}", reply.agent, printable(&reply.message));
         failed |= !reply.ok;
     }
     Ok(if failed {
@@ -191,13 +262,13 @@ pub fn ls(args: LsArgs) -> Result<ExitCode> {
     let store = open_store(&args.store)?;
     let catalog = store.catalog()?;
     for node in &catalog.nodes {
-        println!("node {} {}", node.node, node.hostname);
+        println!("node {} {}", node.node, printable(&node.hostname));
         for process in catalog.processes.iter().filter(|p| p.node == node.node) {
             println!(
                 "  process {} pid {} {}",
                 process.process,
                 process.pid,
-                process.name.as_deref().unwrap_or("")
+                printable(process.name.as_deref().unwrap_or(""))
             );
             for agent in catalog
                 .agents
@@ -254,8 +325,8 @@ fn print_agent(
         "{indent}agent {} pid {} on {} format={}: {} frames, {} bytes{}{}{}",
         agent.agent,
         agent.pid,
-        agent.hostname,
-        agent.format,
+        printable(&agent.hostname),
+        printable(&agent.format),
         agent.frames,
         agent.bytes,
         clock,
@@ -343,9 +414,8 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
 pub struct ReplayArgs {
     /// A recorded trace (format=x document or fragments).
     file: PathBuf,
-    /// The collector.
-    #[arg(long, default_value = "127.0.0.1:7911")]
-    collector: String,
+    #[command(flatten)]
+    collector: CollectorArgs,
     #[command(flatten)]
     token: TokenArgs,
     /// Elements per fragment frame.
@@ -373,7 +443,8 @@ pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
         duplicate_every: args.duplicate_every,
         fresh_ids: args.fresh_ids,
     };
-    let report = replay(&args.collector, &token, &recording, &plan).map_err(anyhow::Error::msg)?;
+    let report = replay(&args.collector.endpoint(), &token, &recording, &plan)
+        .map_err(anyhow::Error::msg)?;
     let seconds = report.elapsed.as_secs_f64().max(1e-9);
     let percentile = |p: f64| {
         report
@@ -395,4 +466,35 @@ pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
         percentile(0.99)
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Text that agents sent (host names, process names, replies), with control characters shown
+/// as escapes: printed raw, they could drive the reader's terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("host-1"), "host-1");
+        assert_eq!(
+            printable("evil\u{1b}]0;owned\u{7}\n"),
+            "evil\\u{1b}]0;owned\\u{7}\\n"
+        );
+    }
 }

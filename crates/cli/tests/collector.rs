@@ -9,12 +9,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use openprof_collector::client::{self, Endpoint, Transport};
+use openprof_format::handshake::Identity;
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::TraceElement;
-use openprof_format::wire::{self, FrameKind, Hello, Role, PROTOCOL_VERSION};
+use openprof_format::wire::{self, FrameKind, Hello, Refusal, Role};
 use openprof_testkit::{java_command, wait_with_limit, xmllint_trace};
 
 const TOKEN: &str = "test-token-4d1f";
+const CONTROL_TOKEN: &str = "test-control-token-9a2e";
 
 fn openprof(args: &[&str]) -> Output {
     let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
@@ -55,6 +58,7 @@ impl Collector {
             .arg(store)
             .args(extra)
             .env("OPENPROF_TOKEN", TOKEN)
+            .env("OPENPROF_CONTROL_TOKEN", CONTROL_TOKEN)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -357,32 +361,43 @@ fn a_shuffled_replay_with_duplicates_stores_the_original_trace() {
     );
 }
 
-/// A raw connection that says hello as an agent.
-fn raw_agent(address: &str, token: &str) -> (TcpStream, wire::Frame) {
-    let mut socket = TcpStream::connect(address).unwrap();
-    socket
+/// A connection that has done the handshake as a new agent with `token`.
+fn raw_agent(address: &str, token: &str) -> Result<Box<dyn Transport>, String> {
+    raw_agent_as(address, token, uuid::Uuid::new_v4(), "test").map(|(stream, _)| stream)
+}
+
+/// The same with a chosen agent id and host name; returns the identity key too.
+fn raw_agent_as(
+    address: &str,
+    token: &str,
+    agent: uuid::Uuid,
+    hostname: &str,
+) -> Result<(Box<dyn Transport>, std::sync::Arc<Identity>), String> {
+    let mut hello = Hello::new(Role::Agent, Some(agent));
+    hello.hostname = hostname.into();
+    hello.format = "x".into();
+    let identity = std::sync::Arc::new(Identity::generate().unwrap());
+    let connected = client::connect(
+        &Endpoint::plain(address),
+        hello,
+        token,
+        Some(identity.clone()),
+    )?;
+    connected
+        .stream
+        .socket()
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        role: Role::Agent,
-        token: token.into(),
-        agent_id: Some(uuid::Uuid::new_v4()),
-        hostname: "test".into(),
-        pid: 1,
-        format: "x".into(),
-        options: String::new(),
-    };
-    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).unwrap();
-    let answer = wire::read_frame(&mut socket).unwrap().unwrap();
-    (socket, answer)
+    Ok((connected.stream, identity))
 }
 
 /// Reads frames until the collector refuses (and closes); returns the reason.
-fn refusal(socket: &mut TcpStream) -> String {
+fn refusal(mut socket: &mut dyn Read) -> String {
     loop {
-        match wire::read_frame(socket) {
-            Ok(Some(frame)) if frame.kind == FrameKind::Refused => return text(&frame.payload),
+        match wire::read_frame(&mut socket) {
+            Ok(Some(frame)) if frame.kind == FrameKind::Refused => {
+                return Refusal::decode(&frame.payload).reason
+            }
             Ok(Some(_)) => continue,
             other => panic!("no refusal, got {other:?}"),
         }
@@ -396,8 +411,7 @@ fn malformed_frames_close_only_their_own_connection() {
     let (mut healthy, _dir) = ticker(&collector.address, "3");
     let stdout = wait_for_ready(&mut healthy);
 
-    let (mut socket, answer) = raw_agent(&collector.address, TOKEN);
-    assert_eq!(answer.kind, FrameKind::Welcome);
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
     wire::write_frame(
         &mut socket,
         FrameKind::Fragment,
@@ -407,18 +421,18 @@ fn malformed_frames_close_only_their_own_connection() {
     let reason = refusal(&mut socket);
     assert!(reason.contains("fragment 1 is malformed"), "{reason}");
 
-    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
     socket.write_all(&[99, 0, 0, 0, 0]).unwrap();
     let reason = refusal(&mut socket);
     assert!(reason.contains("frame kind 99 is unknown"), "{reason}");
 
-    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
     socket.write_all(&[4, 0x7f, 0, 0, 0]).unwrap();
     let reason = refusal(&mut socket);
     assert!(reason.contains("longer than"), "{reason}");
 
     // A frame cut short by a vanishing peer.
-    let (mut socket, _) = raw_agent(&collector.address, TOKEN);
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
     socket.write_all(&[4, 0, 0, 1, 0, 1, 2]).unwrap();
     drop(socket);
 
@@ -441,30 +455,74 @@ fn malformed_frames_close_only_their_own_connection() {
     assert_eq!(method_count(&document, "work"), Some(calls));
 }
 
+/// A client that says a well-formed hello, reads the challenge and answers it with `proof`
+/// (it does not know the credential); returns the collector's answer to the proof.
+fn rogue_client(address: &str, role: Role, proof: &[u8]) -> wire::Frame {
+    let mut socket = TcpStream::connect(address).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut hello = Hello::new(role, (role == Role::Agent).then(uuid::Uuid::new_v4));
+    hello.nonce = openprof_format::handshake::fresh_nonce().unwrap();
+    hello.identity = Some(Identity::generate().unwrap().public_hex());
+    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).unwrap();
+    let challenge = wire::read_frame(&mut socket).unwrap().unwrap();
+    assert_eq!(challenge.kind, FrameKind::Challenge);
+    let proof = format!(
+        "{{\"proof\":\"{}\",\"signature\":\"{}\"}}",
+        hex(proof),
+        hex(&[0; 64])
+    );
+    wire::write_frame(&mut socket, FrameKind::Proof, proof.as_bytes()).unwrap();
+    wire::read_frame(&mut socket).unwrap().unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 #[test]
-fn a_wrong_or_missing_token_is_refused_and_never_logged() {
+fn a_wrong_credential_is_refused_for_good_and_never_travels() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    for token in ["wrong-token-xyz", ""] {
-        let (mut socket, answer) = raw_agent(&collector.address, token);
+    // A client that can't prove the credential is refused, and told not to retry.
+    for role in [Role::Agent, Role::Control] {
+        let answer = rogue_client(&collector.address, role, &[7; 32]);
         assert_eq!(answer.kind, FrameKind::Refused);
-        assert!(text(&answer.payload).contains("wrong or missing token"));
-        let mut rest = Vec::new();
-        let _ = socket.read_to_end(&mut rest);
+        let refusal = Refusal::decode(&answer.payload);
+        assert!(refusal.reason.contains("wrong"), "{refusal:?}");
+        assert!(refusal.reason.contains("credential"), "{refusal:?}");
+        assert!(!refusal.retry, "{refusal:?}");
     }
-    // A control client with a wrong token can't run a command.
-    let output = openprof(&[
-        "control",
-        "--collector",
-        &collector.address,
-        "--token",
-        "wrong-token-xyz",
-        "gc",
-    ]);
-    assert!(!output.status.success());
-    assert!(text(&output.stderr).contains("wrong or missing token"));
+    // A client with another credential does not believe the collector either: the
+    // collector's proof was made with a key it does not share.
+    let error = raw_agent(&collector.address, "wrong-token-xyz")
+        .err()
+        .unwrap();
+    assert!(error.contains("could not prove"), "{error}");
+    // Control needs the control credential: the agent credential is not enough.
+    for (flag, token) in [
+        ("--control-token", "wrong-token-xyz"),
+        ("--control-token", TOKEN),
+    ] {
+        let output = openprof(&[
+            "control",
+            "--collector",
+            &collector.address,
+            flag,
+            token,
+            "gc",
+        ]);
+        assert!(!output.status.success());
+        assert!(
+            text(&output.stderr).contains("could not prove"),
+            "{}",
+            text(&output.stderr)
+        );
+    }
 
-    // A JVM with the wrong token runs to its end unharmed and says why nothing was sent.
+    // A JVM with the wrong token runs to its end unharmed, says once why nothing was sent,
+    // and does not wait at exit for a collector that will never take its data.
     let options = format!(
         "net={},token=wrong-token-xyz,format=x,cpu=times,filter=+Ticker",
         collector.address
@@ -472,18 +530,19 @@ fn a_wrong_or_missing_token_is_refused_and_never_logged() {
     let (mut command, _dir) = java_command(Some(&options), "Ticker", &["0.5"]);
     let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(
-        text(&output.stderr).contains("wrong or missing token"),
-        "{}",
-        text(&output.stderr)
-    );
+    let stderr = text(&output.stderr);
+    assert_eq!(stderr.matches("could not prove").count(), 1, "{stderr}");
+    assert!(stderr.contains("not retrying"), "{stderr}");
+    assert!(!stderr.contains("did not acknowledge"), "{stderr}");
     assert!(trace_ids(&ls(store.path())).is_empty());
     let log = collector.log();
-    assert!(log.contains("wrong or missing token"), "{log}");
+    assert!(log.contains("wrong agent credential"), "{log}");
     assert!(
-        !log.contains("wrong-token-xyz") && !log.contains(TOKEN),
+        !log.contains("wrong-token-xyz") && !log.contains(TOKEN) && !log.contains(CONTROL_TOKEN),
         "{log}"
     );
+    // Colour codes only on a terminal: this log goes to a pipe.
+    assert!(!log.contains('\u{1b}'), "{log}");
     // Nor is the right one stored anywhere.
     for entry in walk(store.path()) {
         let bytes = std::fs::read(&entry).unwrap();
@@ -493,6 +552,160 @@ fn a_wrong_or_missing_token_is_refused_and_never_logged() {
             entry.display()
         );
     }
+}
+
+/// Listens where a collector would, records every byte agents send and answers each hello
+/// with a challenge whose proof is made up (it does not know the token).
+fn impostor() -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = heard.clone();
+    std::thread::spawn(move || {
+        for socket in listener.incoming() {
+            let Ok(mut socket) = socket else { return };
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let _ = socket.set_read_timeout(Some(Duration::from_secs(30)));
+                if let Ok(Some(hello)) = wire::read_frame(&mut socket) {
+                    record.lock().unwrap().extend_from_slice(&hello.payload);
+                    let challenge = format!(
+                        "{{\"nonce\":\"{}\",\"proof\":\"{}\"}}",
+                        hex(&[1; 32]),
+                        hex(&[2; 32])
+                    );
+                    let _ =
+                        wire::write_frame(&mut socket, FrameKind::Challenge, challenge.as_bytes());
+                }
+                let mut rest = [0u8; 4096];
+                while let Ok(read) = socket.read(&mut rest) {
+                    if read == 0 {
+                        break;
+                    }
+                    record.lock().unwrap().extend_from_slice(&rest[..read]);
+                }
+            });
+        }
+    });
+    (address, heard)
+}
+
+#[test]
+fn an_impostor_on_the_collectors_port_learns_nothing_and_gets_no_data() {
+    let (address, heard) = impostor();
+    let options = format!("net={address},token={TOKEN},format=x,cpu=times,filter=+Ticker");
+    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["0.5"]);
+    let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("could not prove"), "{stderr}");
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+    let heard = heard.lock().unwrap().clone();
+    assert!(!heard.is_empty(), "the agent never said hello");
+    assert!(
+        !heard.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()),
+        "the impostor heard the token"
+    );
+    // Nothing past the hello: no proof, no trace data.
+    assert!(
+        !text(&heard).contains("threadStart") && !text(&heard).contains("\"proof\""),
+        "the impostor got more than a hello: {}",
+        text(&heard)
+    );
+    // The control client, likewise, sends nothing to it.
+    let (address, heard) = impostor();
+    let output = openprof(&[
+        "control",
+        "--collector",
+        &address,
+        "--control-token",
+        CONTROL_TOKEN,
+        "gc",
+    ]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("could not prove"),
+        "{}",
+        text(&output.stderr)
+    );
+    let heard = heard.lock().unwrap().clone();
+    assert!(!heard
+        .windows(CONTROL_TOKEN.len())
+        .any(|w| w == CONTROL_TOKEN.as_bytes()));
+}
+
+#[test]
+fn an_agent_id_cannot_be_taken_over_by_another_token_holder() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let agent = uuid::Uuid::new_v4();
+    let (first, _) = raw_agent_as(&collector.address, TOKEN, agent, "first").unwrap();
+    drop(first);
+    // The same agent id with another identity key: someone else holding the agent credential.
+    let error = raw_agent_as(&collector.address, TOKEN, agent, "thief")
+        .err()
+        .unwrap();
+    assert!(error.contains("belongs to another agent"), "{error}");
+}
+
+#[test]
+fn before_authentication_frames_are_small_and_faults_are_answered() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let refused = |first: &[u8]| {
+        let mut socket = TcpStream::connect(&collector.address).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        socket.write_all(first).unwrap();
+        let answer = wire::read_frame(&mut socket).unwrap().unwrap();
+        assert_eq!(answer.kind, FrameKind::Refused);
+        Refusal::decode(&answer.payload).reason
+    };
+    // A hello claiming 16 MiB is refused from its header, before its payload is read.
+    let reason = refused(&[1, 1, 0, 0, 0]);
+    assert!(reason.contains("before authentication"), "{reason}");
+    // A bad frame before the hello is answered with the reason, as for any other fault.
+    let reason = refused(&[99, 0, 0, 0, 0]);
+    assert!(reason.contains("frame kind 99 is unknown"), "{reason}");
+    let reason = refused(&[4, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1]);
+    assert!(reason.contains("must be a hello"), "{reason}");
+    // An older agent's hello (protocol 1, token inside) is refused for good, naming versions.
+    let mut old = Vec::new();
+    wire::encode_frame(
+        FrameKind::Hello,
+        br#"{"version":1,"role":"agent","token":"t","agent_id":"00000000-0000-0000-0000-000000000001"}"#,
+        &mut old,
+    );
+    let reason = refused(&old);
+    assert!(reason.contains("protocol version 1"), "{reason}");
+}
+
+#[test]
+fn names_agents_send_are_shown_with_control_characters_escaped() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let (mut socket, _) = raw_agent_as(
+        &collector.address,
+        TOKEN,
+        uuid::Uuid::new_v4(),
+        "evil\u{1b}]0;owned\u{7}\u{1b}[2J",
+    )
+    .unwrap();
+    wire::write_frame(
+        &mut socket,
+        FrameKind::Goodbye,
+        &wire::with_sequence(1, b""),
+    )
+    .unwrap();
+    // Pings may come first.
+    while wire::read_frame(&mut socket).unwrap().unwrap().kind != FrameKind::Ack {}
+    let listing = ls(store.path());
+    assert!(
+        !listing.contains('\u{1b}') && !listing.contains('\u{7}'),
+        "{listing:?}"
+    );
+    assert!(listing.contains("evil\\u{1b}]0;owned\\u{7}"), "{listing}");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -509,7 +722,13 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn control(address: &str, args: &[&str]) -> Output {
-    let mut all = vec!["control", "--collector", address, "--token", TOKEN];
+    let mut all = vec![
+        "control",
+        "--collector",
+        address,
+        "--control-token",
+        CONTROL_TOKEN,
+    ];
     all.extend_from_slice(args);
     openprof(&all)
 }
@@ -564,6 +783,24 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
         "{}",
         text(&deeper.stdout)
     );
+    // Commands that read or end the JVM are refused by an agent whose options don't allow
+    // them, whoever holds the control credential.
+    for (command, word) in [
+        (&["dump-heap"][..], "commands=heap"),
+        (&["exit"][..], "commands=exit"),
+        (
+            &["mpt-add", "CpuSplit.heavy(long,int) 1"][..],
+            "commands=mpt",
+        ),
+    ] {
+        let refused = control(&collector.address, command);
+        assert!(!refused.status.success(), "{command:?} was obeyed");
+        assert!(
+            text(&refused.stdout).contains(word),
+            "{command:?}: {}",
+            text(&refused.stdout)
+        );
+    }
     let output = wait_with_limit(child, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
 
@@ -681,16 +918,8 @@ fn tls_agents_stream_and_plain_ones_are_turned_away() {
     plain
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        role: Role::Agent,
-        token: TOKEN.into(),
-        agent_id: Some(uuid::Uuid::new_v4()),
-        hostname: "plain".into(),
-        pid: 1,
-        format: "x".into(),
-        options: String::new(),
-    };
+    let mut hello = Hello::new(Role::Agent, Some(uuid::Uuid::new_v4()));
+    hello.nonce = openprof_format::handshake::fresh_nonce().unwrap();
     let _ = wire::write_frame(&mut plain, FrameKind::Hello, &wire::to_json(&hello));
     let mut answer = Vec::new();
     let _ = plain.read_to_end(&mut answer);
@@ -710,6 +939,33 @@ fn tls_agents_stream_and_plain_ones_are_turned_away() {
         "{}",
         collector.log()
     );
+    // The command-line clients speak TLS too.
+    let address = format!("localhost:{port}");
+    let control = openprof(&[
+        "control",
+        "--collector",
+        &address,
+        "--tls-ca",
+        cert.to_str().unwrap(),
+        "--control-token",
+        CONTROL_TOKEN,
+        "gc",
+    ]);
+    assert!(
+        text(&control.stderr).contains("no agent is connected"),
+        "the control client did not get through TLS: {}",
+        text(&control.stderr)
+    );
+    let plain_control = openprof(&[
+        "control",
+        "--collector",
+        &address,
+        "--control-token",
+        CONTROL_TOKEN,
+        "gc",
+    ]);
+    assert!(!plain_control.status.success());
+    assert!(!text(&plain_control.stderr).contains("no agent is connected"));
 }
 
 #[test]
@@ -913,7 +1169,7 @@ fn data_dropped_while_the_collector_was_away_is_reported_as_lost() {
 fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let options = agent_options(&collector.address, "format=x");
+    let options = agent_options(&collector.address, "format=x,commands=mpt");
     let (mut command, _dir) = java_command(Some(&options), "MptSlow", &["loop"]);
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
     let stdout = wait_for_ready(&mut child);

@@ -4,12 +4,14 @@
 //!
 //! - [`scan`]: a fast check of trace fragments: well-formed, which trace and collationValue each
 //!   element has, and the hierarchy elements typed.
+//! - [`client`]: the blocking clients' connection and handshake, and control requests.
 //! - [`server`]: the listener, agent and control connections, the store writer thread.
 //! - [`replay`]: a client that replays a recorded trace as an agent (tests, benchmarks).
 //! - [`clock`]: clock offsets from heartbeat round trips.
 //! - [`store`]: the [`store::Store`] trait and its embedded backend (SQLite catalog + zstd
 //!   segments).
 
+pub mod client;
 pub mod clock;
 pub mod replay;
 pub mod scan;

@@ -1,15 +1,20 @@
 //! A replay client: sends a recorded trace to a collector as an agent would, optionally with
 //! its elements shuffled and some sent twice, to test collation and to measure ingest.
 
-use std::io::Write;
-use std::net::TcpStream;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use openprof_format::handshake::Identity;
 use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
-use openprof_format::wire::{self, FrameKind, Hello, Role, Welcome, PROTOCOL_VERSION};
+use openprof_format::wire::{self, FrameBuffer, FrameKind, Hello, Refusal, Role};
 use uuid::Uuid;
 
+use crate::client::{connect, Endpoint, Transport};
 use crate::scan::scan_fragment;
+
+/// How long the acknowledgement reader holds the connection before the sender may write.
+const ACK_POLL: Duration = Duration::from_millis(1);
 
 /// How to replay.
 #[derive(Clone, Debug)]
@@ -89,10 +94,10 @@ fn shuffle<T>(items: &mut [T], seed: u64) {
     }
 }
 
-/// Sends `recording` to the collector at `address` as a new agent and waits until the
+/// Sends `recording` to the collector at `endpoint` as a new agent and waits until the
 /// collector has acknowledged all of it.
 pub fn replay(
-    address: &str,
+    endpoint: &Endpoint,
     token: &str,
     recording: &[u8],
     plan: &ReplayPlan,
@@ -122,85 +127,111 @@ pub fn replay(
         fragments.push(fragment);
     }
     let agent = Uuid::new_v4();
-    let mut socket = TcpStream::connect(address)
-        .map_err(|error| format!("can't connect to {address}: {error}"))?;
-    let _ = socket.set_nodelay(true);
-    let io = |error: std::io::Error| format!("talking to {address}: {error}");
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        role: Role::Agent,
-        token: token.to_string(),
-        agent_id: Some(agent),
-        hostname: "replay".into(),
-        pid: std::process::id(),
-        format: "x".into(),
-        options: "replay".into(),
-    };
-    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).map_err(io)?;
-    let answer = wire::read_frame(&mut socket)
-        .map_err(|error| error.to_string())?
-        .ok_or("the collector closed the connection")?;
-    match answer.kind {
-        FrameKind::Welcome => {
-            let _: Welcome = wire::parse_json(answer.kind, &answer.payload)
-                .map_err(|error| error.to_string())?;
-        }
-        FrameKind::Refused => {
-            return Err(format!(
-                "refused: {}",
-                String::from_utf8_lossy(&answer.payload)
-            ))
-        }
-        other => return Err(format!("the collector answered with {other:?}")),
-    }
-    // Acknowledgements are read on a thread of their own while frames go out.
-    let mut reader = socket.try_clone().map_err(io)?;
+    let mut hello = Hello::new(Role::Agent, Some(agent));
+    hello.hostname = "replay".into();
+    hello.format = "x".into();
+    hello.options = "replay".into();
+    let identity = Arc::new(Identity::generate().map_err(|error| error.to_string())?);
+    let connected = connect(endpoint, hello, token, Some(identity))?;
+    let address = endpoint.address.clone();
+    let io = move |error: std::io::Error| format!("talking to {address}: {error}");
+    connected
+        .stream
+        .socket()
+        .set_read_timeout(Some(ACK_POLL))
+        .map_err(io.clone())?;
+    // One stream (TLS can't be split): the acknowledgement reader and the sender take turns.
+    let stream: Arc<Mutex<Box<dyn Transport>>> = Arc::new(Mutex::new(connected.stream));
+    let reader = stream.clone();
     let total = fragments.len() as u64 + 1;
     let acks = std::thread::spawn(move || -> Result<Vec<(u64, Instant)>, String> {
         let mut seen = Vec::new();
+        let mut buffer = FrameBuffer::default();
+        let mut chunk = vec![0u8; 64 << 10];
         loop {
-            let frame = wire::read_frame(&mut reader)
-                .map_err(|error| error.to_string())?
-                .ok_or("the collector closed the connection before acknowledging everything")?;
-            match frame.kind {
-                FrameKind::Ack => {
-                    let sequence = wire::decode_u64(frame.kind, &frame.payload)
-                        .map_err(|error| error.to_string())?;
-                    seen.push((sequence, Instant::now()));
-                    if sequence >= total {
-                        return Ok(seen);
+            while let Some(frame) = buffer.next_frame().map_err(|error| error.to_string())? {
+                match frame.kind {
+                    FrameKind::Ack => {
+                        let sequence = wire::decode_u64(frame.kind, &frame.payload)
+                            .map_err(|error| error.to_string())?;
+                        seen.push((sequence, Instant::now()));
+                        if sequence >= total {
+                            return Ok(seen);
+                        }
                     }
+                    FrameKind::Ping => {}
+                    FrameKind::Refused => {
+                        return Err(format!(
+                            "closed by the collector: {}",
+                            Refusal::decode(&frame.payload).reason
+                        ))
+                    }
+                    other => return Err(format!("unexpected {other:?} frame")),
                 }
-                FrameKind::Ping => {}
-                FrameKind::Refused => {
-                    return Err(format!(
-                        "closed by the collector: {}",
-                        String::from_utf8_lossy(&frame.payload)
-                    ))
+            }
+            let read = {
+                let mut stream = reader
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                stream.read(&mut chunk)
+            };
+            match read {
+                Ok(0) => {
+                    return Err(
+                        "the collector closed the connection before acknowledging everything"
+                            .into(),
+                    )
                 }
-                other => return Err(format!("unexpected {other:?} frame")),
+                Ok(read) => buffer.push(&chunk[..read]),
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    std::thread::yield_now()
+                }
+                Err(error) => return Err(format!("reading: {error}")),
             }
         }
     });
     let started = Instant::now();
     let mut sent_at = Vec::with_capacity(fragments.len() + 1);
     let mut bytes = 0;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, &socket);
+    // Frames go out in batches of about a megabyte, each written while holding the stream.
+    let mut batch = Vec::with_capacity(1 << 20);
+    let mut batch_frames = 0;
+    let mut send = |batch: &mut Vec<u8>, batch_frames: &mut usize| -> Result<(), String> {
+        let mut stream = stream
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        stream
+            .write_all(batch)
+            .and_then(|()| stream.flush())
+            .map_err(io.clone())?;
+        drop(stream);
+        let now = Instant::now();
+        sent_at.extend(std::iter::repeat_n(now, *batch_frames));
+        batch.clear();
+        *batch_frames = 0;
+        Ok(())
+    };
     for (index, fragment) in fragments.iter().enumerate() {
         let payload = wire::with_sequence(index as u64 + 1, fragment);
         bytes += payload.len();
-        wire::write_frame(&mut out, FrameKind::Fragment, &payload).map_err(io)?;
-        sent_at.push(Instant::now());
+        wire::encode_frame(FrameKind::Fragment, &payload, &mut batch);
+        batch_frames += 1;
+        if batch.len() >= 1 << 20 {
+            send(&mut batch, &mut batch_frames)?;
+        }
     }
-    wire::write_frame(
-        &mut out,
+    wire::encode_frame(
         FrameKind::Goodbye,
         &wire::with_sequence(total, &[]),
-    )
-    .map_err(io)?;
-    out.flush().map_err(io)?;
-    sent_at.push(Instant::now());
-    drop(out);
+        &mut batch,
+    );
+    batch_frames += 1;
+    send(&mut batch, &mut batch_frames)?;
     let acked = acks
         .join()
         .map_err(|_| "the acknowledgement reader failed".to_string())??;

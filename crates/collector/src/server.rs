@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use openprof_format::handshake::{CommandSigner, ServerHandshake};
 use openprof_format::wire::{
-    self, AgentReply, Command, ControlRequest, ControlResponse, FrameKind, Hello, Loss, Reply,
-    Role, Welcome, WireError, HEADER_LEN, PROTOCOL_VERSION,
+    self, AgentReply, Command, ControlRequest, ControlResponse, FrameKind, Hello, Loss, Refusal,
+    Reply, Role, Welcome, WireError, HEADER_LEN, MAX_HELLO, PROTOCOL_VERSION,
 };
-use subtle::ConstantTimeEq;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -26,8 +26,12 @@ use crate::store::{AgentInfo, Received, Store};
 /// How the collector runs.
 #[derive(Clone)]
 pub struct ServerConfig {
-    /// Needed by every connection; compared in constant time.
-    pub token: String,
+    /// The agent credential: agents (and replay clients) prove they know it, and so does the
+    /// collector to them.
+    pub agent_token: String,
+    /// The control credential: `openprof control` proves it; without one, control clients are
+    /// refused.
+    pub control_token: Option<String>,
     /// TLS, when the collector has a certificate.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// How often agents are pinged for a clock sample.
@@ -39,9 +43,10 @@ pub struct ServerConfig {
 }
 
 impl ServerConfig {
-    pub fn new(token: impl Into<String>) -> ServerConfig {
+    pub fn new(agent_token: impl Into<String>) -> ServerConfig {
         ServerConfig {
-            token: token.into(),
+            agent_token: agent_token.into(),
+            control_token: None,
             tls: None,
             heartbeat: Duration::from_secs(1),
             command_timeout: Duration::from_secs(120),
@@ -64,6 +69,8 @@ struct LiveAgent {
     pending: Mutex<HashMap<u32, oneshot::Sender<Reply>>>,
     /// Which connection this is, so that a replaced connection does not unregister its successor.
     connection: u64,
+    /// Seals each command with the session's key, so that the agent can tell it came from us.
+    signer: CommandSigner,
 }
 
 #[derive(Default)]
@@ -251,6 +258,28 @@ fn frame(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
+/// A connection that has proven its role's credential.
+struct Authenticated {
+    hello: Hello,
+    signer: CommandSigner,
+}
+
+/// Why a connection is refused before or during authentication: sent to the peer in a Refused
+/// frame (when it can still be told), and logged.
+struct Refuse(Refusal);
+
+impl From<WireError> for Refuse {
+    fn from(error: WireError) -> Refuse {
+        Refuse(Refusal::final_(error.to_string()))
+    }
+}
+
+impl From<std::io::Error> for Refuse {
+    fn from(error: std::io::Error) -> Refuse {
+        Refuse(Refusal::transient(format!("connection: {error}")))
+    }
+}
+
 async fn connection(
     socket: TcpStream,
     peer: SocketAddr,
@@ -270,59 +299,119 @@ async fn connection(
         }
         None => Box::new(socket),
     };
-    let first = tokio::time::timeout(shared.config.hello_timeout, read_frame(&mut stream)).await;
-    let hello_frame = match first {
-        Err(_) => return Err(protocol("no hello within the time allowed")),
-        Ok(result) => result?.ok_or_else(|| protocol("closed before saying hello"))?,
-    };
-    let hello = match check_hello(&hello_frame, &shared.config.token) {
-        Ok(hello) => hello,
-        Err(reason) => {
-            let refusal = frame(FrameKind::Refused, reason.to_string().as_bytes());
-            let _ = stream.write_all(&refusal).await;
+    let authenticated = tokio::time::timeout(
+        shared.config.hello_timeout,
+        authenticate(&mut stream, &shared),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(Refuse(Refusal::transient(
+            "the handshake did not finish within the time allowed",
+        )))
+    });
+    let Authenticated { hello, signer } = match authenticated {
+        Ok(authenticated) => authenticated,
+        Err(Refuse(refusal)) => {
+            let refused = frame(FrameKind::Refused, &refusal.encode());
+            let _ = stream.write_all(&refused).await;
             let _ = stream.shutdown().await;
-            return Err(reason);
+            return Err(protocol(format!("refused: {}", refusal.reason)));
         }
     };
     match hello.role {
-        Role::Agent => agent_connection(stream, peer, hello, shared, shutdown).await,
+        Role::Agent => agent_connection(stream, peer, hello, signer, shared, shutdown).await,
         Role::Control => control_connection(stream, peer, shared).await,
     }
 }
 
-fn check_hello(frame: &wire::Frame, token: &str) -> Result<Hello, Fault> {
-    if frame.kind != FrameKind::Hello {
-        return Err(protocol(format!(
+/// Reads the hello (at most [`MAX_HELLO`] bytes: nothing larger is buffered before the peer
+/// is authenticated), proves the role's credential to the peer, and checks the peer's proof
+/// and, for an agent, that its id is bound to its identity key.
+async fn authenticate(
+    stream: &mut Box<dyn Stream>,
+    shared: &Shared,
+) -> Result<Authenticated, Refuse> {
+    let hello_frame = read_small_frame(stream)
+        .await?
+        .ok_or_else(|| Refuse(Refusal::transient("closed before saying hello")))?;
+    if hello_frame.kind != FrameKind::Hello {
+        return Err(Refuse(Refusal::final_(format!(
             "the first frame must be a hello, not {:?}",
-            frame.kind
-        )));
+            hello_frame.kind
+        ))));
     }
-    let hello: Hello = wire::parse_json(FrameKind::Hello, &frame.payload)?;
-    // Compare in constant time before anything else about the hello is acted on.
-    let token_ok: bool = hello.token.as_bytes().ct_eq(token.as_bytes()).into();
-    if !token_ok {
-        return Err(protocol("wrong or missing token"));
+    let handshake = ServerHandshake::start(&hello_frame.payload)
+        .map_err(|reason| Refuse(Refusal::final_(reason)))?;
+    let credential = match handshake.hello().role {
+        Role::Agent => shared.config.agent_token.clone(),
+        Role::Control => shared.config.control_token.clone().ok_or_else(|| {
+            Refuse(Refusal::final_(
+                "this collector takes no control clients: it was started without a control credential (--control-token-file)",
+            ))
+        })?,
+    };
+    let challenge = frame(
+        FrameKind::Challenge,
+        &handshake.challenge(credential.as_bytes()),
+    );
+    stream.write_all(&challenge).await?;
+    let proof = read_small_frame(stream)
+        .await?
+        .ok_or_else(|| Refuse(Refusal::transient("closed during the handshake")))?;
+    if proof.kind != FrameKind::Proof {
+        return Err(Refuse(Refusal::final_(format!(
+            "a proof must answer the challenge, not a {:?} frame",
+            proof.kind
+        ))));
     }
-    if hello.version != PROTOCOL_VERSION {
-        return Err(protocol(format!(
-            "protocol version {} is not spoken here (this collector speaks {PROTOCOL_VERSION})",
-            hello.version
-        )));
+    let (signer, identity) = handshake
+        .finish(credential.as_bytes(), &proof.payload)
+        .map_err(|reason| Refuse(Refusal::final_(reason)))?;
+    let hello = handshake.hello().clone();
+    if let (Some(agent), Some(identity)) = (hello.agent_id, identity) {
+        let store = shared.store.clone();
+        let bound = tokio::task::spawn_blocking(move || store.bind_identity(agent, &identity))
+            .await
+            .map_err(|error| Refuse(Refusal::transient(format!("store task failed: {error}"))))?
+            .map_err(|error| Refuse(Refusal::transient(format!("store: {error}"))))?;
+        if !bound {
+            return Err(Refuse(Refusal::final_(format!(
+                "agent id {agent} belongs to another agent (its identity key differs): an agent id can't be taken over"
+            ))));
+        }
     }
-    if hello.role == Role::Agent && hello.agent_id.is_none() {
-        return Err(protocol("an agent's hello must carry its agent_id"));
+    Ok(Authenticated { hello, signer })
+}
+
+/// Reads a frame of the handshake: its length is checked against [`MAX_HELLO`] before any of
+/// its payload is read.
+async fn read_small_frame(stream: &mut Box<dyn Stream>) -> Result<Option<wire::Frame>, Refuse> {
+    let mut header = [0u8; HEADER_LEN];
+    match stream.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error.into()),
     }
-    Ok(hello)
+    let (kind, length) = wire::parse_header(header)?;
+    if length > MAX_HELLO {
+        return Err(Refuse(Refusal::final_(format!(
+            "a {kind:?} frame of {length} bytes is longer than the {MAX_HELLO} bytes allowed before authentication"
+        ))));
+    }
+    let mut payload = vec![0u8; length as usize];
+    stream.read_exact(&mut payload).await?;
+    Ok(Some(wire::Frame { kind, payload }))
 }
 
 async fn agent_connection(
     stream: Box<dyn Stream>,
     peer: SocketAddr,
     hello: Hello,
+    signer: CommandSigner,
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Fault> {
-    let agent = hello.agent_id.expect("checked in check_hello");
+    let agent = hello.agent_id.expect("checked by the handshake");
     let info = AgentInfo {
         agent,
         hostname: hello.hostname.clone(),
@@ -375,6 +464,7 @@ async fn agent_connection(
         outgoing: outgoing.clone(),
         pending: Mutex::new(HashMap::new()),
         connection,
+        signer,
     });
     lock(&shared.registry.agents).insert(agent, live.clone());
 
@@ -483,7 +573,8 @@ async fn agent_connection(
         }
     }
     if let Err(fault) = &result {
-        let _ = outgoing.send(frame(FrameKind::Refused, fault.to_string().as_bytes()));
+        let refusal = Refusal::transient(fault.to_string());
+        let _ = outgoing.send(frame(FrameKind::Refused, &refusal.encode()));
     }
     drop(outgoing);
     drop(live);
@@ -605,7 +696,7 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
         let serial = shared.registry.next_serial.fetch_add(1, Ordering::Relaxed) + 1;
         let (reply_to, reply) = oneshot::channel();
         lock(&live.pending).insert(serial, reply_to);
-        let record = request.command.encode(serial);
+        let record = live.signer.seal(&request.command.encode(serial));
         let sent = live
             .outgoing
             .send(frame(FrameKind::Command, &record))
@@ -643,49 +734,6 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
         replies,
         error: None,
     }
-}
-
-/// Sends one command through a collector, as `openprof control` does (blocking).
-pub fn send_control(
-    collector: &str,
-    token: &str,
-    request: &ControlRequest,
-) -> Result<ControlResponse, String> {
-    let mut socket = std::net::TcpStream::connect(collector)
-        .map_err(|error| format!("can't connect to the collector at {collector}: {error}"))?;
-    let hello = Hello {
-        version: PROTOCOL_VERSION,
-        role: Role::Control,
-        token: token.to_string(),
-        agent_id: None,
-        hostname: String::new(),
-        pid: std::process::id(),
-        format: String::new(),
-        options: String::new(),
-    };
-    let io = |error: std::io::Error| format!("talking to the collector: {error}");
-    wire::write_frame(&mut socket, FrameKind::Hello, &wire::to_json(&hello)).map_err(io)?;
-    let answer = wire::read_frame(&mut socket)
-        .map_err(|error| error.to_string())?
-        .ok_or("the collector closed the connection")?;
-    match answer.kind {
-        FrameKind::Welcome => {}
-        FrameKind::Refused => {
-            return Err(format!(
-                "the collector refused: {}",
-                String::from_utf8_lossy(&answer.payload)
-            ))
-        }
-        other => return Err(format!("the collector answered with {other:?}")),
-    }
-    wire::write_frame(&mut socket, FrameKind::Command, &wire::to_json(request)).map_err(io)?;
-    let reply = wire::read_frame(&mut socket)
-        .map_err(|error| error.to_string())?
-        .ok_or("the collector closed the connection before replying")?;
-    if reply.kind != FrameKind::Reply {
-        return Err(format!("the collector answered with {:?}", reply.kind));
-    }
-    wire::parse_json(FrameKind::Reply, &reply.payload).map_err(|error| error.to_string())
 }
 
 /// Commands by name, for the command line.

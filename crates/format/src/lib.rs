@@ -15,7 +15,10 @@
 //!   ranked slowest first.
 //! - [`trace`]: the open trace format: elements, writer, streaming reader, DTD, filters, validation.
 //! - [`wire`]: the agent-collector protocol: frames, messages, HPROF's socket commands.
+//! - [`tls_client`]: TLS to the collector for agents and clients (rustls).
+//! - [`handshake`]: the wire's challenge–response authentication and command signatures.
 
+pub mod handshake;
 pub mod heap;
 pub mod hprof_binary;
 pub mod hprof_binary_profile;
@@ -26,5 +29,6 @@ pub mod java_names;
 pub mod mpt;
 pub mod mpt_stats;
 pub mod options;
+pub mod tls_client;
 pub mod trace;
 pub mod wire;

@@ -91,6 +91,9 @@ pub struct Options {
     pub net_buffer: u64,
     /// `mpt=@FILE`: method parameter tracing specifications (docs/mpt.md).
     pub mpt: Option<String>,
+    /// `commands=`: which commands from the collector beyond steering the profile are carried
+    /// out (heap dumps, exit, parameter tracing); none by default.
+    pub commands: Vec<crate::wire::CommandClass>,
 }
 
 impl Default for Options {
@@ -119,6 +122,7 @@ impl Default for Options {
             token: None,
             tls_ca: None,
             net_buffer: DEFAULT_NET_BUFFER,
+            commands: Vec::new(),
             mpt: None,
         }
     }
@@ -172,6 +176,12 @@ const OPTION_TABLE: &[(&str, &str, &str, &str)] = &[
         "none",
     ),
     ("tlsca", "<pem file>", "TLS to the collector (net=)", "off"),
+    (
+        "commands",
+        "heap+exit+mpt|all",
+        "collector commands allowed beyond profiling (net=)",
+        "none",
+    ),
     (
         "netbuffer",
         "<size>",
@@ -383,6 +393,7 @@ impl Options {
                     options.alloc_interval = parse_bytes(name, value, (0, MAX_ALLOC_INTERVAL))?
                 }
                 "netbuffer" => options.net_buffer = parse_bytes(name, value, NET_BUFFER_RANGE)?,
+                "commands" => options.commands = parse_command_classes(name, value)?,
                 "mpt" => {
                     if value.len() < 2 || !value.starts_with('@') {
                         return Err(bad(
@@ -458,6 +469,12 @@ impl Options {
                 return Err(bad(
                     "tlsca",
                     "tlsca= is for net=; there is no collector to talk TLS to",
+                ));
+            }
+            if !self.commands.is_empty() {
+                return Err(bad(
+                    "commands",
+                    "commands= is for net=; there is no collector to send commands",
                 ));
             }
             if self.net_buffer != DEFAULT_NET_BUFFER {
@@ -660,12 +677,44 @@ impl Options {
             "  - heap=dump writes every live object at exit and on SIGQUIT (kill -QUIT <pid>);\n",
             "    format=b writes HPROF binary (JAVA PROFILE 1.0.2) to java.hprof.\n",
             "  - net=<host>:<port> streams to `openprof serve` (docs/protocol.md); the collector\n",
-            "    needs token=<secret> or token=@<file>; tlsca=<pem> turns on TLS.\n",
+            "    needs token=<secret> or token=@<file>; tlsca=<pem> turns on TLS. Commands\n",
+            "    that read the heap, end the JVM or trace parameter values are refused unless\n",
+            "    commands= names them (heap, exit, mpt, joined by +; or all).\n",
             "  - Not implemented yet, and refused: cpu=old; monitor=y in text output\n",
             "    (use format=x); heap= with format=x. msa=y is refused on Linux.\n",
         ));
         text
     }
+}
+
+/// `commands=`: words joined by `+` (`heap+mpt`), or `all`, or `none`.
+fn parse_command_classes(
+    name: &str,
+    value: &str,
+) -> Result<Vec<crate::wire::CommandClass>, OptionError> {
+    use crate::wire::CommandClass;
+    let optional = [CommandClass::Heap, CommandClass::Exit, CommandClass::Mpt];
+    match value {
+        "all" => return Ok(optional.to_vec()),
+        "none" => return Ok(Vec::new()),
+        _ => {}
+    }
+    let mut classes = Vec::new();
+    for word in value.split('+') {
+        let class = optional
+            .iter()
+            .find(|class| class.option_word() == word)
+            .ok_or_else(|| {
+                bad(
+                    name,
+                    format!("'{word}' is not a command class; use heap, exit, mpt (joined by +), all or none"),
+                )
+            })?;
+        if !classes.contains(class) {
+            classes.push(*class);
+        }
+    }
+    Ok(classes)
 }
 
 impl fmt::Display for Options {
@@ -708,6 +757,10 @@ impl fmt::Display for Options {
         }
         if self.net.is_some() {
             parts.push(format!("netbuffer={}", self.net_buffer));
+            if !self.commands.is_empty() {
+                let words: Vec<&str> = self.commands.iter().map(|c| c.option_word()).collect();
+                parts.push(format!("commands={}", words.join("+")));
+            }
         }
         if let Some(mpt) = &self.mpt {
             parts.push(format!("mpt={mpt}"));
@@ -954,6 +1007,26 @@ mod tests {
         }
         let error = error_of("cpu=samples,netbuffer=1m");
         assert!(error.problem.contains("netbuffer= is for net="), "{error}");
+    }
+
+    #[test]
+    fn commands_name_the_classes_allowed_beyond_profiling() {
+        use crate::wire::CommandClass::*;
+        let net = |text: &str| Options::parse(&format!("net=localhost:7911,commands={text}"));
+        assert!(Options::parse("net=localhost:7911")
+            .unwrap()
+            .commands
+            .is_empty());
+        assert_eq!(net("heap+mpt").unwrap().commands, vec![Heap, Mpt]);
+        assert_eq!(net("all").unwrap().commands, vec![Heap, Exit, Mpt]);
+        assert!(net("none").unwrap().commands.is_empty());
+        let options = net("exit+heap").unwrap();
+        assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        let error = net("heap+everything").unwrap_err();
+        assert_eq!(error.option, "commands");
+        assert!(error.problem.contains("'everything'"), "{error}");
+        let error = error_of("cpu=samples,commands=heap");
+        assert!(error.problem.contains("commands= is for net="), "{error}");
     }
 
     #[test]

@@ -9,11 +9,13 @@ use thiserror::Error;
 use uuid::Uuid;
 
 /// The protocol version a hello carries; a collector refuses versions it does not speak.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// The largest payload either side accepts: a frame claiming more is malformed.
 pub const MAX_PAYLOAD: u32 = 16 << 20;
 /// The bytes of a frame header: kind and length.
 pub const HEADER_LEN: usize = 5;
+/// The largest hello a collector reads: it arrives before authentication, so it is small.
+pub const MAX_HELLO: u32 = 4096;
 
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +46,10 @@ pub enum FrameKind {
     Loss = 11,
     /// Agent → collector: `u8 sequence`: the agent has sent its last frame.
     Goodbye = 12,
+    /// Collector → peer, answering a hello: JSON [`crate::handshake::Challenge`].
+    Challenge = 13,
+    /// Peer → collector, answering the challenge: JSON [`crate::handshake::Proof`].
+    Proof = 14,
 }
 
 impl FrameKind {
@@ -62,6 +68,8 @@ impl FrameKind {
             10 => Pong,
             11 => Loss,
             12 => Goodbye,
+            13 => Challenge,
+            14 => Proof,
             _ => return None,
         })
     }
@@ -184,13 +192,18 @@ pub enum Role {
     Control,
 }
 
-/// The first frame of a connection.
+/// The first frame of a connection. It carries no secret: the credential is proven by the
+/// handshake that follows (crate::handshake).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Hello {
     pub version: u32,
     pub role: Role,
-    /// The shared secret; compared in constant time and never stored or logged.
-    pub token: String,
+    /// 32 random bytes in hex, fresh for each connection.
+    #[serde(default)]
+    pub nonce: String,
+    /// An agent's Ed25519 public key in hex: its agent id stays bound to it.
+    #[serde(default)]
+    pub identity: Option<String>,
     /// The agent's id (the agentCreate's agentId); stable across reconnections.
     #[serde(default)]
     pub agent_id: Option<Uuid>,
@@ -206,8 +219,61 @@ pub struct Hello {
     pub options: String,
 }
 
+impl Hello {
+    /// A hello of this protocol version; the handshake fills its nonce and identity.
+    pub fn new(role: Role, agent_id: Option<Uuid>) -> Hello {
+        Hello {
+            version: PROTOCOL_VERSION,
+            role,
+            nonce: String::new(),
+            identity: None,
+            agent_id,
+            hostname: String::new(),
+            pid: std::process::id(),
+            format: String::new(),
+            options: String::new(),
+        }
+    }
+}
+
+/// A Refused frame's payload: why, and whether connecting again could help.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Refusal {
+    pub reason: String,
+    /// False for reasons that stay true until someone changes a configuration (a wrong
+    /// credential, a protocol version the collector does not speak): the agent gives up.
+    pub retry: bool,
+}
+
+impl Refusal {
+    pub fn final_(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            reason: reason.into(),
+            retry: false,
+        }
+    }
+
+    pub fn transient(reason: impl Into<String>) -> Refusal {
+        Refusal {
+            reason: reason.into(),
+            retry: true,
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        to_json(self)
+    }
+
+    /// Reads a refusal; text that is not one (an older collector's plain reason) is taken as
+    /// a reason worth retrying.
+    pub fn decode(payload: &[u8]) -> Refusal {
+        serde_json::from_slice(payload)
+            .unwrap_or_else(|_| Refusal::transient(String::from_utf8_lossy(payload)))
+    }
+}
+
 impl std::fmt::Display for Hello {
-    /// Everything but the token, for logs.
+    /// For logs.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.agent_id {
             Some(agent) => write!(
@@ -385,7 +451,43 @@ const CMD_MPT_ADD: u8 = 0x84;
 const CMD_MPT_REMOVE: u8 = 0x85;
 const CMD_MPT_LIST: u8 = 0x86;
 
+/// What a command may do beyond steering the profile; an agent carries out such commands only
+/// when its `commands=` option allows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CommandClass {
+    /// Steers or dumps the profile: always allowed.
+    Profile,
+    /// Reads every object's contents (DUMP HEAP): `commands=heap`.
+    Heap,
+    /// Ends the JVM: `commands=exit`.
+    Exit,
+    /// Reads parameter values of running code (MPT_ADD, MPT_REMOVE): `commands=mpt`.
+    Mpt,
+}
+
+impl CommandClass {
+    /// The word of the `commands=` option that allows this class.
+    pub fn option_word(self) -> &'static str {
+        match self {
+            CommandClass::Profile => "profile",
+            CommandClass::Heap => "heap",
+            CommandClass::Exit => "exit",
+            CommandClass::Mpt => "mpt",
+        }
+    }
+}
+
 impl Command {
+    /// What the command may do, for the agent's permission check.
+    pub fn class(&self) -> CommandClass {
+        match self {
+            Command::DumpHeap => CommandClass::Heap,
+            Command::ExitVm => CommandClass::Exit,
+            Command::MptAdd { .. } | Command::MptRemove { .. } => CommandClass::Mpt,
+            _ => CommandClass::Profile,
+        }
+    }
+
     /// The command as HPROF's record: `u1 tag, u4 serial, u4 length, body`, ids 8 bytes wide.
     pub fn encode(&self, serial: u32) -> Vec<u8> {
         let (tag, body): (u8, Vec<u8>) = match self {
@@ -699,19 +801,16 @@ mod tests {
     }
 
     #[test]
-    fn hello_display_leaves_the_token_out() {
-        let hello = Hello {
-            version: PROTOCOL_VERSION,
-            role: Role::Agent,
-            token: "s3cret".into(),
-            agent_id: Some(Uuid::nil()),
-            hostname: "h".into(),
-            pid: 1,
-            format: "x".into(),
-            options: String::new(),
-        };
-        assert!(!hello.to_string().contains("s3cret"));
+    fn hellos_and_refusals_round_trip() {
+        let mut hello = Hello::new(Role::Agent, Some(Uuid::nil()));
+        hello.hostname = "h".into();
         let parsed: Hello = parse_json(FrameKind::Hello, &to_json(&hello)).unwrap();
         assert_eq!(parsed, hello);
+        let refusal = Refusal::final_("wrong agent credential");
+        assert_eq!(Refusal::decode(&refusal.encode()), refusal);
+        assert_eq!(
+            Refusal::decode(b"plain words"),
+            Refusal::transient("plain words")
+        );
     }
 }

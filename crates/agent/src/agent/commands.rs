@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use openprof_format::options::CpuMode;
-use openprof_format::wire::{Command, Reply};
+use openprof_format::wire::{Command, CommandClass, Reply};
 
 use super::{heap_figures, lock, Agent};
 use crate::jvmti::{JNIEnv, JVMTI_EVENT_SAMPLED_OBJECT_ALLOC};
@@ -50,8 +50,13 @@ impl Agent {
             let Some((serial, command)) = lock(&self.commands).pop_front() else {
                 return;
             };
-            let outcome = catch_unwind(AssertUnwindSafe(|| self.execute(jni, &command)))
-                .unwrap_or_else(|_| Err("internal error while carrying out the command".into()));
+            let outcome = match self.refusal(&command) {
+                Some(refused) => Err(refused),
+                None => catch_unwind(AssertUnwindSafe(|| self.execute(jni, &command)))
+                    .unwrap_or_else(
+                        |_| Err("internal error while carrying out the command".into()),
+                    ),
+            };
             if let Some(state) = &self.state {
                 let _ = lock(state).output.flush();
             }
@@ -73,6 +78,24 @@ impl Agent {
                 exit_vm(self.vm);
             }
         }
+    }
+
+    /// Why this agent does not carry out a command its options do not allow, if it doesn't.
+    fn refusal(&self, command: &Command) -> Option<String> {
+        let class = command.class();
+        if class == CommandClass::Profile || self.options.commands.contains(&class) {
+            return None;
+        }
+        let name = match command {
+            Command::DumpHeap => "dump-heap",
+            Command::ExitVm => "exit",
+            Command::MptAdd { .. } => "mpt-add",
+            _ => "mpt-remove",
+        };
+        Some(format!(
+            "this agent does not allow {name}: it was started without commands={} (an agent obeys commands that read or end the JVM only when its options say so)",
+            class.option_word()
+        ))
     }
 
     fn execute(&self, jni: *mut JNIEnv, command: &Command) -> Result<String, String> {

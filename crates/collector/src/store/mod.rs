@@ -141,6 +141,9 @@ pub type FrameVisitor<'a> = dyn FnMut(FrameKind, u64, &[u8]) -> Result<(), Store
 pub trait Store: Send + Sync + 'static {
     /// Registers an agent's (re)connection; returns the highest sequence stored for it (0: none).
     fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError>;
+    /// Binds an agent id to the identity key of the agent that first proved it, durably;
+    /// returns whether `identity` is the key the id is bound to.
+    fn bind_identity(&self, agent: Uuid, identity: &[u8]) -> Result<bool, StoreError>;
     /// Stores frames durably: when this returns `Ok`, they survive the collector's death
     /// (SIGKILL) and may be acknowledged. Frames at or below an agent's stored sequence are
     /// ignored (a resend after reconnection).

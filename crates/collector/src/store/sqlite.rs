@@ -53,7 +53,7 @@ impl Default for SqliteOptions {
     }
 }
 /// The catalog's layout (`PRAGMA user_version`).
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS agents (
@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS agents (
     process TEXT, last_sequence INTEGER NOT NULL DEFAULT 0, frames INTEGER NOT NULL DEFAULT 0,
     bytes INTEGER NOT NULL DEFAULT 0, lost_frames INTEGER NOT NULL DEFAULT 0,
     lost_bytes INTEGER NOT NULL DEFAULT 0, finished INTEGER NOT NULL DEFAULT 0,
-    clock_offset INTEGER, clock_error INTEGER, clock_samples INTEGER);
+    clock_offset INTEGER, clock_error INTEGER, clock_samples INTEGER, identity BLOB);
 CREATE TABLE IF NOT EXISTS nodes (node TEXT PRIMARY KEY, hostname TEXT, element BLOB);
 CREATE TABLE IF NOT EXISTS processes (
     process TEXT PRIMARY KEY, node TEXT, pid INTEGER, name TEXT, element BLOB);
@@ -398,6 +398,17 @@ fn migrate(db: &Connection) -> Result<(), StoreError> {
     }
     if !columns.iter().any(|name| name == "elements") {
         db.execute_batch("ALTER TABLE frames ADD COLUMN elements INTEGER NOT NULL DEFAULT 0")?;
+    }
+    // Layout 1 had agents without the identity key their id is bound to.
+    let mut agent_columns = Vec::new();
+    {
+        let mut query = db.prepare("SELECT name FROM pragma_table_info('agents')")?;
+        for name in query.query_map([], |row| row.get::<_, String>(0))? {
+            agent_columns.push(name?);
+        }
+    }
+    if !agent_columns.iter().any(|name| name == "identity") {
+        db.execute_batch("ALTER TABLE agents ADD COLUMN identity BLOB")?;
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(())
@@ -1069,6 +1080,25 @@ impl Store for SqliteStore {
         let mut inner = self.lock();
         inner.refresh()?;
         Ok(inner.last_sequence.get(&agent).copied().unwrap_or(0))
+    }
+
+    fn bind_identity(&self, agent: Uuid, identity: &[u8]) -> Result<bool, StoreError> {
+        let inner = self.lock();
+        if inner.writer.is_none() {
+            return Err(inner.read_only());
+        }
+        // Synchronous: a binding lost in a crash would let the id be taken over.
+        inner.db.execute(
+            "INSERT INTO agents (agent, identity) VALUES (?1, ?2)
+             ON CONFLICT(agent) DO UPDATE SET identity = COALESCE(identity, ?2)",
+            params![agent.to_string(), identity],
+        )?;
+        let bound: Option<Vec<u8>> = inner.db.query_row(
+            "SELECT identity FROM agents WHERE agent = ?1",
+            params![agent.to_string()],
+            |row| row.get(0),
+        )?;
+        Ok(bound.as_deref() == Some(identity))
     }
 
     fn record_clock(&self, agent: Uuid, estimate: ClockEstimate) -> Result<(), StoreError> {
