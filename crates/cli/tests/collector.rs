@@ -1252,3 +1252,79 @@ fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
     assert!(ones >= 50 && ones.abs_diff(threes) <= 2, "{values:?}");
     assert_eq!(values.len(), 2, "{values:?}");
 }
+
+/// A collector that knows the agent credential and runs the real handshake, then sends one
+/// command frame made by `command` from the session's signer; returns whether the agent closed
+/// the connection after it.
+fn collector_sending(
+    command: fn(&openprof_format::handshake::CommandSigner) -> Vec<u8>,
+) -> (String, std::sync::mpsc::Receiver<bool>) {
+    use openprof_format::handshake::ServerHandshake;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let (closed, closed_seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut socket, _)) = listener.accept() else {
+            return;
+        };
+        socket
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let hello = wire::read_frame(&mut socket).unwrap().unwrap();
+        let handshake = ServerHandshake::start(&hello.payload).unwrap();
+        wire::write_frame(
+            &mut socket,
+            FrameKind::Challenge,
+            &handshake.challenge(TOKEN.as_bytes()),
+        )
+        .unwrap();
+        let proof = wire::read_frame(&mut socket).unwrap().unwrap();
+        let (signer, _) = handshake.finish(TOKEN.as_bytes(), &proof.payload).unwrap();
+        let welcome = br#"{"version":2,"resume_after":0}"#;
+        wire::write_frame(&mut socket, FrameKind::Welcome, welcome).unwrap();
+        wire::write_frame(&mut socket, FrameKind::Command, &command(&signer)).unwrap();
+        // Read until the agent closes (it should) or goes quiet.
+        let mut sink = [0u8; 65536];
+        let closed_by_agent = loop {
+            match socket.read(&mut sink) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(_) => break false,
+            }
+        };
+        let _ = closed.send(closed_by_agent);
+        // Later connections are turned away.
+        for socket in listener.incoming() {
+            drop(socket);
+        }
+    });
+    (address, closed_seen)
+}
+
+#[test]
+fn an_agent_obeys_only_commands_sealed_with_its_session_key() {
+    let unsealed: fn(&openprof_format::handshake::CommandSigner) -> Vec<u8> =
+        |_| wire::Command::ForceGc.encode(1);
+    let forged: fn(&openprof_format::handshake::CommandSigner) -> Vec<u8> = |signer| {
+        let mut sealed = signer.seal(&wire::Command::ForceGc.encode(1));
+        let last = sealed.len() - 1;
+        sealed[last] ^= 0x55;
+        sealed
+    };
+    for make in [unsealed, forged] {
+        let (address, closed) = collector_sending(make);
+        let options = format!("net={address},token={TOKEN},format=x,cpu=times,filter=+Ticker");
+        let (mut command, _dir) = java_command(Some(&options), "Ticker", &["1"]);
+        let output = wait_with_limit(command.spawn().unwrap(), Duration::from_secs(120));
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.contains("without this session's signature"),
+            "{stderr}"
+        );
+        assert!(
+            closed.recv_timeout(Duration::from_secs(30)).unwrap(),
+            "the agent kept the connection"
+        );
+    }
+}

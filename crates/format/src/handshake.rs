@@ -461,7 +461,30 @@ mod tests {
     }
 
     #[test]
-    fn a_signature_by_another_key_is_refused() {
+    fn an_identity_signature_by_another_key_is_refused() {
+        // The hello names one key; the proof is signed with another.
+        let named = Identity::generate().unwrap();
+        let signing = Identity::generate().unwrap();
+        let mut hello = agent_hello();
+        hello.nonce = fresh_nonce().unwrap();
+        hello.identity = Some(named.public_hex());
+        let payload = wire::to_json(&hello);
+        let server = ServerHandshake::start(&payload).unwrap();
+        let challenge: Challenge =
+            wire::parse_json(FrameKind::Challenge, &server.challenge(b"k")).unwrap();
+        let transcript = transcript(&payload, &challenge.nonce);
+        let mut message = IDENTITY_LABEL.to_vec();
+        message.extend_from_slice(transcript.as_ref());
+        let proof = wire::to_json(&Proof {
+            proof: mac(b"k", CLIENT_LABEL, &transcript).as_ref().to_vec(),
+            signature: signing.pair.sign(&message).as_ref().to_vec(),
+        });
+        let error = server.finish(b"k", &proof).err().unwrap();
+        assert!(error.contains("identity signature"), "{error}");
+    }
+
+    #[test]
+    fn a_tampered_hello_is_noticed_by_the_client() {
         let identity = Arc::new(Identity::generate().unwrap());
         let mut hello = agent_hello();
         // The hello claims someone else's public key.
