@@ -505,20 +505,7 @@ fn a_wrong_credential_is_refused_for_good_and_never_travels() {
         ("--control-token", "wrong-token-xyz"),
         ("--control-token", TOKEN),
     ] {
-        let output = openprof(&[
-            "control",
-            "--collector",
-            &collector.address,
-            flag,
-            token,
-            "gc",
-        ]);
-        assert!(!output.status.success());
-        assert!(
-            text(&output.stderr).contains("could not prove"),
-            "{}",
-            text(&output.stderr)
-        );
+        control_is_not_believed(&collector.address, flag, token);
     }
 
     // A JVM with the wrong token runs to its end unharmed, says once why nothing was sent,
@@ -552,6 +539,17 @@ fn a_wrong_credential_is_refused_for_good_and_never_travels() {
             entry.display()
         );
     }
+}
+
+/// `openprof control gc` with this credential fails: the collector's proof is not believed.
+fn control_is_not_believed(address: &str, flag: &str, token: &str) {
+    let output = openprof(&["control", "--collector", address, flag, token, "gc"]);
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("could not prove"),
+        "{}",
+        text(&output.stderr)
+    );
 }
 
 /// Listens where a collector would, records every byte agents send and answers each hello
@@ -614,20 +612,7 @@ fn an_impostor_on_the_collectors_port_learns_nothing_and_gets_no_data() {
     );
     // The control client, likewise, sends nothing to it.
     let (address, heard) = impostor();
-    let output = openprof(&[
-        "control",
-        "--collector",
-        &address,
-        "--control-token",
-        CONTROL_TOKEN,
-        "gc",
-    ]);
-    assert!(!output.status.success());
-    assert!(
-        text(&output.stderr).contains("could not prove"),
-        "{}",
-        text(&output.stderr)
-    );
+    control_is_not_believed(&address, "--control-token", CONTROL_TOKEN);
     let heard = heard.lock().unwrap().clone();
     assert!(!heard
         .windows(CONTROL_TOKEN.len())

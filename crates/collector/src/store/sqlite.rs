@@ -386,13 +386,7 @@ fn migrate(db: &Connection) -> Result<(), StoreError> {
         )));
     }
     // Layout 0 had frames without their trace and element count.
-    let mut columns = Vec::new();
-    {
-        let mut query = db.prepare("SELECT name FROM pragma_table_info('frames')")?;
-        for name in query.query_map([], |row| row.get::<_, String>(0))? {
-            columns.push(name?);
-        }
-    }
+    let columns = column_names(db, "frames")?;
     if !columns.iter().any(|name| name == "trace") {
         db.execute_batch("ALTER TABLE frames ADD COLUMN trace TEXT")?;
     }
@@ -400,18 +394,21 @@ fn migrate(db: &Connection) -> Result<(), StoreError> {
         db.execute_batch("ALTER TABLE frames ADD COLUMN elements INTEGER NOT NULL DEFAULT 0")?;
     }
     // Layout 1 had agents without the identity key their id is bound to.
-    let mut agent_columns = Vec::new();
+    if !column_names(db, "agents")?
+        .iter()
+        .any(|name| name == "identity")
     {
-        let mut query = db.prepare("SELECT name FROM pragma_table_info('agents')")?;
-        for name in query.query_map([], |row| row.get::<_, String>(0))? {
-            agent_columns.push(name?);
-        }
-    }
-    if !agent_columns.iter().any(|name| name == "identity") {
         db.execute_batch("ALTER TABLE agents ADD COLUMN identity BLOB")?;
     }
     db.pragma_update(None, "user_version", SCHEMA_VERSION)?;
     Ok(())
+}
+
+/// The columns a table has now.
+fn column_names(db: &Connection, table: &str) -> Result<Vec<String>, StoreError> {
+    let mut query = db.prepare("SELECT name FROM pragma_table_info(?1)")?;
+    let names = query.query_map([table], |row| row.get::<_, String>(0))?;
+    Ok(names.collect::<Result<_, _>>()?)
 }
 
 impl SqliteStore {
