@@ -166,10 +166,7 @@ pub enum Phase {
 pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
     match start(vm, options_text, Phase::OnLoad) {
         Ok(_) => JNI_OK,
-        Err(message) => {
-            eprintln!("openprof ERROR: {message}");
-            JNI_ERR
-        }
+        Err(message) => refuse(Phase::OnLoad, &message),
     }
 }
 
@@ -177,44 +174,39 @@ pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
 /// was; what happened is also written where `openprof attach` reads it (the attach protocol
 /// carries only Agent_OnAttach's return code back).
 pub fn on_attach(vm: *mut JavaVM, options_text: &str) -> jint {
-    let outcome = start(vm, options_text, Phase::Live);
-    let (code, report) = match outcome {
-        Ok(summary) => (JNI_OK, summary),
-        Err(message) => {
-            eprintln!("openprof ERROR: {message}");
-            (JNI_ERR, format!("openprof ERROR: {message}"))
+    match start(vm, options_text, Phase::Live) {
+        Ok(summary) => {
+            write_attach_report(&summary);
+            JNI_OK
         }
-    };
-    write_attach_report(&report);
-    code
+        Err(message) => refuse(Phase::Live, &message),
+    }
+}
+
+/// Says why the agent does not start, where the phase's user looks for it, and returns the
+/// refusal for the JVM.
+pub fn refuse(phase: Phase, message: &str) -> jint {
+    eprintln!("openprof ERROR: {message}");
+    if phase == Phase::Live {
+        write_attach_report(&format!("openprof ERROR: {message}"));
+    }
+    JNI_ERR
 }
 
 /// Leaves what the attach did in `/tmp/.openprof_attach<pid>` (the JVM's own /tmp and pid,
 /// which `openprof attach` reaches through /proc, as it reaches the attach socket). Created
 /// afresh and private to the JVM's user; a file someone else put there is not written through.
 fn write_attach_report(report: &str) {
+    use openprof_format::private_file::{create_private, AtALink};
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let path = format!(
         "/tmp/{}{}",
         openprof_format::options::ATTACH_REPORT_FILE_PREFIX,
         std::process::id()
     );
-    let open = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-    };
     // A stale report of an earlier attach is ours to replace; /tmp's sticky bit keeps anyone
-    // else's.
-    let file = open().or_else(|_| {
-        let _ = std::fs::remove_file(&path);
-        open()
-    });
-    if let Ok(mut file) = file {
+    // else's, and then no report is written (`openprof attach` says so).
+    if let Ok(mut file) = create_private(std::path::Path::new(&path), AtALink::Replace) {
         let _ = writeln!(file, "{report}");
     }
 }

@@ -28,19 +28,20 @@ use std::panic::catch_unwind;
 use jvmti::{jint, JavaVM};
 use jvmti_bindings::sys::jni::JNI_ERR;
 
-/// The option string the JVM passed (after `=` in `-agentpath:lib=options`).
+/// The option string the JVM passed (after `=` in `-agentpath:lib=options`), or why it is
+/// refused (an option that is not UTF-8, named).
 ///
 /// # Safety
 /// `options` is null or a NUL-terminated string that lives for the call.
-unsafe fn options_text(options: *const c_char) -> String {
+unsafe fn options_text(options: *const c_char) -> Result<String, String> {
     if options.is_null() {
-        String::new()
-    } else {
-        // SAFETY: guaranteed by the caller (the JVM).
-        unsafe { CStr::from_ptr(options) }
-            .to_string_lossy()
-            .into_owned()
+        return Ok(String::new());
     }
+    // SAFETY: guaranteed by the caller (the JVM).
+    let bytes = unsafe { CStr::from_ptr(options) }.to_bytes();
+    openprof_format::options::options_text(bytes)
+        .map(str::to_owned)
+        .map_err(|error| error.to_string())
 }
 
 /// Called by the JVM for `-agentpath:libopenprof_agent.so[=options]` before it starts.
@@ -55,7 +56,11 @@ pub unsafe extern "system" fn Agent_OnLoad(
 ) -> jint {
     // SAFETY: the JVM passes a valid (or null) option string.
     let text = unsafe { options_text(options) };
-    catch_unwind(|| agent::on_load(vm, &text)).unwrap_or_else(|_| {
+    catch_unwind(|| match &text {
+        Ok(text) => agent::on_load(vm, text),
+        Err(message) => agent::refuse(agent::Phase::OnLoad, message),
+    })
+    .unwrap_or_else(|_| {
         eprintln!("openprof ERROR: internal error while starting; the JVM will not start");
         JNI_ERR
     })
@@ -74,7 +79,11 @@ pub unsafe extern "system" fn Agent_OnAttach(
 ) -> jint {
     // SAFETY: the JVM passes a valid (or null) option string.
     let text = unsafe { options_text(options) };
-    catch_unwind(|| agent::on_attach(vm, &text)).unwrap_or_else(|_| {
+    catch_unwind(|| match &text {
+        Ok(text) => agent::on_attach(vm, text),
+        Err(message) => agent::refuse(agent::Phase::Live, message),
+    })
+    .unwrap_or_else(|_| {
         eprintln!("openprof ERROR: internal error while attaching; the JVM runs on unprofiled");
         JNI_ERR
     })

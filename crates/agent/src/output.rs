@@ -2,7 +2,7 @@
 //! with HPROF's `force` rule, written by the agent's thread and at dumps, never by application
 //! threads.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Seek};
 use std::path::{Path, PathBuf};
 
@@ -11,6 +11,7 @@ use openprof_format::hprof_text::{
     TextRoot, TextWriter, Trace, TRACE_SERIAL_START,
 };
 use openprof_format::options::{Options, OutputFormat};
+use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
 
 use crate::binary_output::BinaryOutput;
 use crate::heap_dump::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
@@ -36,6 +37,39 @@ pub fn hprof_date() -> String {
         .to_string()
 }
 
+/// Creates the output file of `file=` (profile or trace) with HPROF's `force` rule, private to
+/// the JVM's user: with `force=y` a file there is replaced; with `force=n` HPROF's
+/// `<name>.<pid>[.txt]` is used instead. A link at `file=` is never written through: `force=n`
+/// refuses it, `force=y` replaces the link itself.
+pub fn create_output_file(options: &Options) -> Result<(File, PathBuf), String> {
+    let mut path = PathBuf::from(options.output_file());
+    let at_a_link = if options.force {
+        AtALink::Replace
+    } else {
+        AtALink::Refuse
+    };
+    if !options.force {
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                return Err(format!(
+                    "file={} {}; remove it, or force=y replaces the link itself",
+                    path.display(),
+                    PrivateFileError::Link
+                ))
+            }
+            Ok(_) => path = PathBuf::from(options.unique_output_file(std::process::id())),
+            Err(_) => {}
+        }
+    }
+    match create_private(&path, at_a_link) {
+        Ok(file) => Ok((file, path)),
+        Err(PrivateFileError::Create(error)) => {
+            Err(format!("can't write file={}: {error}", path.display()))
+        }
+        Err(error) => Err(format!("file={} {error}", path.display())),
+    }
+}
+
 impl Output {
     /// Creates the output file and writes its header. With `force=y` an existing file is
     /// replaced; with `force=n` HPROF's `<name>.<pid>[.txt]` is used instead.
@@ -53,16 +87,7 @@ impl Output {
                 )
             }
             None => {
-                let mut path = PathBuf::from(options.output_file());
-                if !options.force && path.exists() {
-                    path = PathBuf::from(options.unique_output_file(std::process::id()));
-                }
-                let file = OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(true)
-                    .open(&path)
-                    .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+                let (file, path) = create_output_file(options)?;
                 (Sink::File(file), path)
             }
         };

@@ -302,12 +302,7 @@ impl Tracer {
                 (TraceSink::Net(net), agent_id, "")
             }
             None => {
-                let mut path = std::path::PathBuf::from(options.output_file());
-                if !options.force && path.exists() {
-                    path = options.unique_output_file(std::process::id()).into();
-                }
-                let file = File::create(&path)
-                    .map_err(|error| format!("can't write file={}: {error}", path.display()))?;
+                let (file, _path) = crate::output::create_output_file(options)?;
                 (
                     TraceSink::File(BufWriter::new(file)),
                     Uuid::new_v4(),

@@ -196,3 +196,82 @@ fn help_prints_the_usage_table_and_exits_0() {
     assert!(stdout.contains("depth=<size>           stack trace depth              4"));
     assert!(run.files().is_empty(), "{:?}", run.files());
 }
+
+#[test]
+fn options_that_are_not_utf8_are_refused_naming_the_option() {
+    use std::os::unix::ffi::OsStringExt;
+    let (without_agent, dir) = openprof_testkit::java_command(None, "CpuSplit", &["0.1"]);
+    let mut argument = format!(
+        "-agentpath:{}=cpu=samples,file=",
+        openprof_testkit::agent_library().display()
+    )
+    .into_bytes();
+    argument.extend_from_slice(b"out\xff\xfe.txt,depth=3");
+    // The agent goes before the class path and the main class.
+    let mut java = std::process::Command::new(without_agent.get_program());
+    java.current_dir(&dir)
+        .arg(std::ffi::OsString::from_vec(argument))
+        .args(without_agent.get_args())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let run = Run {
+        output: openprof_testkit::wait_with_limit(java.spawn().expect("start java"), LIMIT),
+        dir,
+    };
+    assert!(!run.success(), "the JVM started");
+    assert!(!run.stdout().contains("calls="), "the program ran");
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("openprof ERROR: option file: is not UTF-8"),
+        "{stderr}"
+    );
+    assert!(run.files().is_empty(), "left files {:?}", run.files());
+}
+
+/// A private file holding `contents`, in a directory of its own.
+fn token_file(contents: &[u8], mode: u32) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::Builder::new()
+        .prefix("openprof-token-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    let file = dir.join("token");
+    std::fs::write(&file, contents).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+    file
+}
+
+#[test]
+fn a_token_file_too_long_or_endless_is_refused_naming_it() {
+    // One line of a mebibyte: no token is that long.
+    let long = token_file(&vec![b'k'; 1 << 20], 0o600);
+    assert_refused(
+        &format!("cpu=samples,net=127.0.0.1:9,token=@{}", long.display()),
+        &format!("option token: {} is longer than 4096 bytes", long.display()),
+    );
+    // A file that never ends must not be read into memory to its end.
+    assert_refused(
+        "cpu=samples,net=127.0.0.1:9,token=@/dev/zero",
+        "option token: /dev/zero is longer than 4096 bytes",
+    );
+}
+
+#[test]
+fn a_token_file_others_may_read_is_used_with_a_warning() {
+    let file = token_file(b"s3cret-token\n", 0o644);
+    let run = run_with(&format!(
+        "cpu=samples,net=127.0.0.1:9,token=@{}",
+        file.display()
+    ));
+    assert!(run.success(), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains(&format!(
+            "openprof WARNING: the token file {} may be read by other users (mode 644)",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-token"), "{stderr}");
+}

@@ -8,10 +8,15 @@
 //! working directory (or its temp directory), and otherwise prints a thread dump. The request is
 //! `1\0<command>\0<arg>\0<arg>\0<arg>\0`; the reply is a status line, then the command's output,
 //! and the JVM closes the connection.
+//!
+//! The request can carry secrets (the agent's options hold the collector's token), so it goes
+//! only to the target process itself: the socket must belong to the target's user, and the
+//! process listening on it must be the target. A reply is read up to a bound, within a time limit.
 
 use std::ffi::CString;
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -23,6 +28,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the JVM may take to run a command (Agent_OnAttach walks every loaded class).
 const REPLY_PATIENCE: Duration = Duration::from_secs(120);
+
+/// The longest reply to `load` taken: HotSpot answers a status line and `return code: N`, or
+/// the dynamic loader's one-line reason; anything longer is not a JVM's answer.
+pub const LOAD_REPLY_MAX: usize = 4 << 10;
 
 /// HotSpot takes exactly three arguments of at most 1024 bytes each
 /// (`AttachOperation::arg_length_max`), and command names of at most 16.
@@ -55,6 +64,13 @@ pub enum AttachError {
     BadRequest { pid: u32, why: String },
     #[error("JVM {pid} sent a reply the attach protocol does not have: {reply:?}")]
     Protocol { pid: u32, reply: String },
+    #[error(
+        "JVM {pid} sent a reply longer than {max} bytes; the rest was not read (is that socket \
+         the JVM's attach listener?)"
+    )]
+    ReplyTooLong { pid: u32, max: usize },
+    #[error("JVM {pid} did not finish its reply within {} s", waited.as_secs())]
+    ReplyTimeout { pid: u32, waited: Duration },
     #[error("JVM {pid} failed the `{command}` command (status {status}): {message}")]
     CommandFailed {
         pid: u32,
@@ -80,6 +96,8 @@ pub struct Target {
     /// The target's `/tmp`, reached through `/proc/<pid>/root` so that a JVM in a container or
     /// with a private /tmp is found too.
     pub tmp_dir: PathBuf,
+    /// The target's effective uid: its attach socket must belong to it.
+    pub uid: u32,
     /// Whether the target has a handler for SIGQUIT (HotSpot does, unless started with -Xrs).
     catches_quit: bool,
 }
@@ -104,6 +122,11 @@ impl Target {
             }
         };
         let ns_pid = innermost_ns_pid(&status).unwrap_or(pid);
+        let uid = effective_uid(&status).ok_or_else(|| AttachError::Io {
+            pid,
+            doing: format!("reading /proc/{pid}/status"),
+            source: io::Error::new(io::ErrorKind::InvalidData, "it has no Uid: line"),
+        })?;
         let catches_quit = catches_signal(&status, libc::SIGQUIT).unwrap_or(true);
         let through_root = PathBuf::from(format!("/proc/{pid}/root/tmp"));
         let tmp_dir = match fs::metadata(&through_root) {
@@ -125,6 +148,7 @@ impl Target {
             pid,
             ns_pid,
             tmp_dir,
+            uid,
             catches_quit,
         })
     }
@@ -216,20 +240,21 @@ impl Target {
         Path::new(&format!("/proc/{}", self.pid)).exists()
     }
 
-    /// Sends one command and returns the JVM's status and output. Starts the listener first if
-    /// needed.
+    /// Sends one command and returns the JVM's status and output, refusing a reply longer than
+    /// `max_reply` bytes. Starts the listener first if needed.
     pub fn execute(
         &self,
         command: &str,
         args: &[&str],
         timeout: Duration,
+        max_reply: usize,
     ) -> Result<(i32, String), AttachError> {
         let request = encode_request(command, args)
             .map_err(|why| AttachError::BadRequest { pid: self.pid, why })?;
         self.start_listener(timeout)?;
         let socket = self.socket_path();
-        check_socket_owner(&socket, current_euid())
-            .map_err(|why| AttachError::Permission { pid: self.pid, why })?;
+        let permission = |why| AttachError::Permission { pid: self.pid, why };
+        check_socket_owner(&socket, self.uid, current_euid()).map_err(permission)?;
         let io_error = |doing: &str| {
             let pid = self.pid;
             let doing = doing.to_string();
@@ -237,21 +262,73 @@ impl Target {
         };
         let mut stream = UnixStream::connect(&socket)
             .map_err(io_error(&format!("connecting to {}", socket.display())))?;
-        stream
-            .set_read_timeout(Some(REPLY_PATIENCE))
-            .map_err(io_error("setting a read timeout"))?;
+        // The file's owner can be changed by root, and a process of the same user can bind a
+        // socket at another process's path: the listener itself must be the target.
+        let (peer_pid, peer_uid) =
+            peer_credentials(&stream).map_err(io_error("reading the listener's credentials"))?;
+        listener_is_target(&socket, peer_pid, peer_uid, self.pid, self.uid).map_err(permission)?;
         stream
             .write_all(&request)
             .map_err(io_error("sending the request"))?;
-        let mut reply = Vec::new();
-        stream
-            .read_to_end(&mut reply)
-            .map_err(io_error("reading the reply"))?;
+        let reply = self.read_reply(&mut stream, max_reply)?;
         let reply = String::from_utf8_lossy(&reply).into_owned();
         parse_reply(&reply).ok_or(AttachError::Protocol {
             pid: self.pid,
             reply,
         })
+    }
+
+    /// Reads until the JVM closes the connection: at most `max` bytes, within REPLY_PATIENCE
+    /// in all (a reply that trickles in does not reset the clock).
+    fn read_reply(&self, stream: &mut UnixStream, max: usize) -> Result<Vec<u8>, AttachError> {
+        let pid = self.pid;
+        let started = Instant::now();
+        let mut reply = Vec::new();
+        let mut buffer = [0u8; 4096];
+        loop {
+            let left = REPLY_PATIENCE.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(AttachError::ReplyTimeout {
+                    pid,
+                    waited: REPLY_PATIENCE,
+                });
+            }
+            stream
+                .set_read_timeout(Some(left))
+                .map_err(|source| AttachError::Io {
+                    pid,
+                    doing: "setting a read timeout".into(),
+                    source,
+                })?;
+            match stream.read(&mut buffer) {
+                Ok(0) => return Ok(reply),
+                Ok(count) => {
+                    if reply.len() + count > max {
+                        return Err(AttachError::ReplyTooLong { pid, max });
+                    }
+                    reply.extend_from_slice(&buffer[..count]);
+                }
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(AttachError::ReplyTimeout {
+                        pid,
+                        waited: started.elapsed(),
+                    })
+                }
+                Err(source) => {
+                    return Err(AttachError::Io {
+                        pid,
+                        doing: "reading the reply".into(),
+                        source,
+                    })
+                }
+            }
+        }
     }
 }
 
@@ -286,7 +363,8 @@ impl Target {
                 why: format!("the library path {library} is not absolute"),
             });
         }
-        let (status, output) = self.execute("load", &[library, "true", options], timeout)?;
+        let (status, output) =
+            self.execute("load", &[library, "true", options], timeout, LOAD_REPLY_MAX)?;
         load_outcome(pid, status, output)
     }
 }
@@ -368,6 +446,15 @@ pub fn innermost_ns_pid(status: &str) -> Option<u32> {
         .and_then(|pid| pid.parse().ok())
 }
 
+/// The effective uid of /proc/PID/status's `Uid:` line (real, effective, saved, filesystem).
+pub fn effective_uid(status: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|uids| uids.split_whitespace().nth(1))
+        .and_then(|uid| uid.parse().ok())
+}
+
 /// Whether /proc/PID/status's `SigCgt:` mask (caught signals, bit N-1 for signal N) has `signal`.
 pub fn catches_signal(status: &str, signal: libc::c_int) -> Option<bool> {
     let mask = status
@@ -392,18 +479,37 @@ fn current_euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// The JDK's check before connecting: the socket is ours (or we are root) and only its owner may
-/// use it, so that no other user can stand in for the JVM.
-pub fn check_socket_owner(socket: &Path, euid: u32) -> Result<(), String> {
+/// The check before connecting: the socket belongs to the target's user and only its owner
+/// may use it, so that no other user can stand in for the JVM; and, as the JDK checks, it is
+/// ours unless we are root.
+pub fn check_socket_owner(socket: &Path, target_uid: u32, euid: u32) -> Result<(), String> {
     let meta = fs::symlink_metadata(socket)
         .map_err(|error| format!("can't stat {}: {error}", socket.display()))?;
     if !meta.file_type().is_socket() {
         return Err(format!("{} is not a socket", socket.display()));
     }
-    socket_owner_ok(meta.uid(), meta.mode(), euid, &socket.display().to_string())
+    socket_owner_ok(
+        meta.uid(),
+        meta.mode(),
+        target_uid,
+        euid,
+        &socket.display().to_string(),
+    )
 }
 
-fn socket_owner_ok(uid: u32, mode: u32, euid: u32, name: &str) -> Result<(), String> {
+fn socket_owner_ok(
+    uid: u32,
+    mode: u32,
+    target_uid: u32,
+    euid: u32,
+    name: &str,
+) -> Result<(), String> {
+    if uid != target_uid {
+        return Err(format!(
+            "{name} belongs to uid {uid}, but the process runs as uid {target_uid}: someone \
+             else's socket; refusing to send it the options"
+        ));
+    }
     if uid != euid && euid != 0 {
         return Err(format!(
             "{name} belongs to uid {uid}, not to us (uid {euid}); attach as the JVM's user"
@@ -413,6 +519,56 @@ fn socket_owner_ok(uid: u32, mode: u32, euid: u32, name: &str) -> Result<(), Str
         return Err(format!(
             "{name} may be used by other users (mode {:o}); refusing it",
             mode & 0o777
+        ));
+    }
+    Ok(())
+}
+
+/// The pid (in our namespace) and uid of the process that listens on the connected socket.
+fn peer_credentials(stream: &UnixStream) -> io::Result<(u32, u32)> {
+    let mut credentials = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the socket is open for the call; `credentials` is a ucred and `length` its size,
+    // which is what SO_PEERCRED fills in.
+    let status = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut credentials as *mut libc::ucred).cast(),
+            &mut length,
+        )
+    };
+    if status != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((credentials.pid as u32, credentials.uid))
+}
+
+/// The listener must be the target process, running as the target's user.
+fn listener_is_target(
+    socket: &Path,
+    peer_pid: u32,
+    peer_uid: u32,
+    pid: u32,
+    uid: u32,
+) -> Result<(), String> {
+    if peer_pid != pid {
+        return Err(format!(
+            "{} is served by process {peer_pid}, not by process {pid}; refusing to send it the \
+             options",
+            socket.display()
+        ));
+    }
+    if peer_uid != uid {
+        return Err(format!(
+            "{} is served as uid {peer_uid}, but the process runs as uid {uid}; refusing to send \
+             it the options",
+            socket.display()
         ));
     }
     Ok(())
@@ -529,8 +685,11 @@ mod tests {
 
     #[test]
     fn status_fields_are_read() {
-        let status = "Name:\tjava\nPid:\t4242\nNSpid:\t4242\t17\nSigCgt:\t0000000181005ccf\n";
+        let status = "Name:\tjava\nPid:\t4242\nNSpid:\t4242\t17\nUid:\t1000\t1001\t1001\t1001\n\
+                      SigCgt:\t0000000181005ccf\n";
         assert_eq!(innermost_ns_pid(status), Some(17));
+        assert_eq!(effective_uid(status), Some(1001));
+        assert_eq!(effective_uid("Pid:\t99\n"), None);
         assert_eq!(innermost_ns_pid("NSpid:\t99\n"), Some(99));
         assert_eq!(innermost_ns_pid("Pid:\t99\n"), None);
         // 0x...5ccf has bit 2 (SIGQUIT, 3) set; 0x...5cc8 does not.
@@ -553,14 +712,33 @@ mod tests {
 
     #[test]
     fn socket_owner_and_mode_are_checked() {
-        assert!(socket_owner_ok(1000, 0o600, 1000, "s").is_ok());
-        assert!(socket_owner_ok(1000, 0o600, 0, "s").is_ok(), "root may");
-        assert!(socket_owner_ok(1001, 0o600, 1000, "s")
+        assert!(socket_owner_ok(1000, 0o600, 1000, 1000, "s").is_ok());
+        assert!(
+            socket_owner_ok(1000, 0o600, 1000, 0, "s").is_ok(),
+            "root may"
+        );
+        assert!(socket_owner_ok(1001, 0o600, 1001, 1000, "s")
             .unwrap_err()
-            .contains("uid 1001"));
-        assert!(socket_owner_ok(1000, 0o666, 1000, "s")
+            .contains("not to us"));
+        // Not the target's, even for root.
+        assert!(socket_owner_ok(1001, 0o600, 1000, 0, "s")
+            .unwrap_err()
+            .contains("belongs to uid 1001, but the process runs as uid 1000"));
+        assert!(socket_owner_ok(1000, 0o666, 1000, 1000, "s")
             .unwrap_err()
             .contains("other users"));
+    }
+
+    #[test]
+    fn the_listener_must_be_the_target() {
+        let socket = Path::new("/tmp/.java_pid7");
+        assert!(listener_is_target(socket, 7, 1000, 7, 1000).is_ok());
+        assert!(listener_is_target(socket, 8, 1000, 7, 1000)
+            .unwrap_err()
+            .contains("served by process 8, not by process 7"));
+        assert!(listener_is_target(socket, 7, 0, 7, 1000)
+            .unwrap_err()
+            .contains("as uid 0"));
     }
 
     #[test]

@@ -5,8 +5,11 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use openprof_attach::{AttachError, Target, DEFAULT_TIMEOUT};
+use openprof_attach::{AttachError, Target, DEFAULT_TIMEOUT, LOAD_REPLY_MAX};
 use openprof_testkit::{java_command, wait_until_ready, wait_with_limit};
+
+/// The system properties of a test JVM (a few KiB), with room to spare.
+const PROPERTIES_MAX: usize = 64 << 10;
 
 #[test]
 fn a_running_jvm_answers_commands_and_the_trigger_file_is_gone() {
@@ -20,7 +23,7 @@ fn a_running_jvm_answers_commands_and_the_trigger_file_is_gone() {
     // The listener starts on the first attach (SIGQUIT and the trigger file), and is reused.
     for _ in 0..2 {
         let (status, properties) = target
-            .execute("properties", &[], DEFAULT_TIMEOUT)
+            .execute("properties", &[], DEFAULT_TIMEOUT, PROPERTIES_MAX)
             .expect("properties");
         assert_eq!(status, 0, "{properties}");
         assert!(properties.contains("java.version="), "{properties}");
@@ -32,7 +35,7 @@ fn a_running_jvm_answers_commands_and_the_trigger_file_is_gone() {
     );
     // A command HotSpot does not know is answered with a failure status, not a hang.
     let (status, output) = target
-        .execute("nosuchcommand", &[], DEFAULT_TIMEOUT)
+        .execute("nosuchcommand", &[], DEFAULT_TIMEOUT, LOAD_REPLY_MAX)
         .expect("a reply");
     assert_ne!(status, 0, "{output}");
     // A library that is not there: the JVM's loader says so and the JVM runs on.

@@ -61,11 +61,11 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         .tmp_dir
         .join(format!("{ATTACH_REPORT_FILE_PREFIX}{}", target.ns_pid));
     // A report left by an earlier attach must not pass for this one's.
-    if owned_by_us(&report) {
+    if written_by_the_agent(&report, target.uid) {
         let _ = fs::remove_file(&report);
     }
     let outcome = target.load_agent(&agent, &args.options, Duration::from_secs(args.timeout));
-    let said = take_report(&report);
+    let said = take_report(&report, target.uid);
     match outcome {
         Ok(_) => {
             println!("openprof: attached to JVM {pid} ({})", agent.display());
@@ -85,17 +85,15 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
     }
 }
 
-/// A plain file (not a link) of ours, or any when we are root (attached to another user's JVM,
-/// whose agent wrote it as that user).
-fn owned_by_us(path: &Path) -> bool {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file() && (meta.uid() == euid || euid == 0))
+/// A plain file (not a link) of the JVM's user, as the agent creates it: another user's file
+/// in the shared /tmp is not taken for the agent's words, even by root.
+fn written_by_the_agent(path: &Path, jvm_uid: u32) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|meta| meta.is_file() && meta.uid() == jvm_uid)
 }
 
 /// Reads and removes the agent's report.
-fn take_report(path: &Path) -> Option<String> {
-    if !owned_by_us(path) {
+fn take_report(path: &Path, jvm_uid: u32) -> Option<String> {
+    if !written_by_the_agent(path, jvm_uid) {
         return None;
     }
     let text = fs::metadata(path)
@@ -104,4 +102,29 @@ fn take_report(path: &Path) -> Option<String> {
         .and_then(|_| fs::read_to_string(path).ok());
     let _ = fs::remove_file(path);
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_of_another_user_is_not_the_agents() {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join(format!("{ATTACH_REPORT_FILE_PREFIX}4242"));
+        fs::write(&report, "openprof agent attached with cpu=samples\n").unwrap();
+        let ours = fs::metadata(&report).unwrap().uid();
+        assert!(written_by_the_agent(&report, ours));
+        assert!(!written_by_the_agent(&report, ours + 1));
+        assert_eq!(take_report(&report, ours + 1), None);
+        assert!(report.exists(), "another user's file is left alone");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&report, &link).unwrap();
+        assert!(!written_by_the_agent(&link, ours), "a link is not followed");
+        assert_eq!(
+            take_report(&report, ours).as_deref(),
+            Some("openprof agent attached with cpu=samples\n")
+        );
+        assert!(!report.exists());
+    }
 }

@@ -13,6 +13,7 @@ use openprof_collector::replay::{replay, ReplayPlan};
 use openprof_collector::server::{parse_command, Server, ServerConfig};
 use openprof_collector::store::sqlite::SqliteStore;
 use openprof_collector::store::{ExportOptions, Store};
+use openprof_format::private_file::{create_private, AtALink};
 use openprof_format::wire::ControlRequest;
 use uuid::Uuid;
 
@@ -72,13 +73,12 @@ fn credential(
         (Some(token), _) if !token.is_empty() => Ok(Some(token.clone())),
         (Some(_), _) => bail!("{flag} (or ${variable}) is empty"),
         (_, Some(file)) => {
-            let text = std::fs::read_to_string(file)
-                .with_context(|| format!("can't read {flag}-file {}", file.display()))?;
-            let token = text.lines().next().unwrap_or("").trim().to_string();
-            if token.is_empty() {
-                bail!("{flag}-file {} is empty", file.display());
+            let read = openprof_format::secret::read_token_file(file)
+                .map_err(|error| anyhow::anyhow!("{flag}-file: {error}"))?;
+            if let Some(warning) = read.readable_by_others {
+                eprintln!("openprof WARNING: {warning}");
             }
-            Ok(Some(token))
+            Ok(Some(read.token))
         }
         _ => Ok(None),
     }
@@ -376,9 +376,10 @@ pub struct ExportArgs {
 pub fn export(args: ExportArgs) -> Result<ExitCode> {
     let store = open_store(&args.store)?;
     let mut out: Box<dyn std::io::Write> = match &args.output {
+        // The trace holds what the application did: private, and never through a link.
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("can't write {}", path.display()))?,
+            create_private(path, AtALink::Refuse)
+                .map_err(|error| anyhow::anyhow!("-o {} {error}", path.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };

@@ -1313,3 +1313,71 @@ fn an_agent_obeys_only_commands_sealed_with_its_session_key() {
         );
     }
 }
+
+/// `openprof export` under umask 000, writing to `into`.
+fn export_permissive(store: &Path, trace: &str, into: &Path) -> Output {
+    let child = Command::new("sh")
+        .arg("-c")
+        .arg("umask 000 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_openprof"))
+        .args(["export", trace, "--store"])
+        .arg(store)
+        .arg("-o")
+        .arg(into)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start openprof export");
+    wait_with_limit(child, Duration::from_secs(120))
+}
+
+#[test]
+fn exports_are_private_and_never_written_through_a_link() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = |path: &Path| std::fs::symlink_metadata(path).unwrap().mode() & 0o7777;
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let (child, _) = ticker(&collector.address, "0.3");
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let traces = trace_ids(&ls(store.path()));
+    assert_eq!(traces.len(), 1);
+    let out = tempfile::tempdir().unwrap();
+
+    let fresh = out.path().join("fresh.xml");
+    let exported = export_permissive(store.path(), &traces[0], &fresh);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    assert_eq!(mode(&fresh), 0o600);
+    xmllint(&fresh);
+
+    // A file already there is replaced by a private one.
+    let earlier = out.path().join("earlier.xml");
+    std::fs::write(&earlier, "earlier").unwrap();
+    std::fs::set_permissions(&earlier, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let exported = export_permissive(store.path(), &traces[0], &earlier);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    assert_eq!(mode(&earlier), 0o600);
+    assert_eq!(
+        std::fs::read(&earlier).unwrap(),
+        std::fs::read(&fresh).unwrap()
+    );
+
+    // A link is neither followed nor replaced.
+    let victim = out.path().join("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    let link = out.path().join("link.xml");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let exported = export_permissive(store.path(), &traces[0], &link);
+    let stderr = text(&exported.stderr);
+    assert!(!exported.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} is a symbolic link", link.display())),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    drop(collector);
+}

@@ -1,6 +1,8 @@
 //! openprof's data formats: pure data, no JVM and no sockets.
 //!
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
+//! - [`private_file`]: output files created private to their owner, never through a link.
+//! - [`secret`]: the collector's token read from a file, bounded.
 //! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader.
 //! - [`hprof_binary_profile`]: an HPROF binary file read into the text reader's model: heap
 //!   histograms, allocation sites, CPU samples, traces.
@@ -29,6 +31,8 @@ pub mod java_names;
 pub mod mpt;
 pub mod mpt_stats;
 pub mod options;
+pub mod private_file;
+pub mod secret;
 pub mod tls_client;
 pub mod trace;
 pub mod wire;

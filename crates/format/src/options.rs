@@ -154,6 +154,28 @@ pub struct OptionError {
     pub problem: String,
 }
 
+/// The option string as the JVM passes it (bytes) as text. An option that is not UTF-8 is
+/// refused by name: read with replacement characters, a `file=` would name another file.
+pub fn options_text(bytes: &[u8]) -> Result<&str, OptionError> {
+    std::str::from_utf8(bytes).map_err(|_| {
+        // No byte of a multi-byte UTF-8 character is a comma: the items split cleanly.
+        let item = bytes
+            .split(|&byte| byte == b',')
+            .find(|item| std::str::from_utf8(item).is_err())
+            .unwrap_or(bytes);
+        let name = item.split(|&byte| byte == b'=').next().unwrap_or(item);
+        match std::str::from_utf8(name) {
+            Ok(name) if name.len() < item.len() => {
+                bad(name, "is not UTF-8; give its value as UTF-8 text")
+            }
+            _ => bad(
+                &String::from_utf8_lossy(item),
+                "is not UTF-8; options are UTF-8 text",
+            ),
+        }
+    })
+}
+
 fn bad(option: &str, problem: impl Into<String>) -> OptionError {
     OptionError {
         option: option.to_string(),
@@ -541,14 +563,21 @@ impl Options {
     }
 
     /// The collector's token: `token=` itself, or the first line of its `@FILE` (so that the
-    /// secret need not show in the process list). Empty when none was given.
+    /// secret need not show in the process list), read by [`crate::secret::read_token_file`];
+    /// a file others may read is used, with a warning on standard error. Empty when none was
+    /// given.
     pub fn token_value(&self) -> Result<String, OptionError> {
         match self.token.as_deref() {
             None => Ok(String::new()),
             Some(value) => match value.strip_prefix('@') {
-                Some(path) => std::fs::read_to_string(path)
-                    .map(|text| text.lines().next().unwrap_or("").trim().to_string())
-                    .map_err(|error| bad("token", format!("can't read {path}: {error}"))),
+                Some(path) => {
+                    let read = crate::secret::read_token_file(std::path::Path::new(path))
+                        .map_err(|error| bad("token", error.to_string()))?;
+                    if let Some(warning) = read.readable_by_others {
+                        eprintln!("openprof WARNING: {warning}");
+                    }
+                    Ok(read.token)
+                }
                 None => Ok(value.to_string()),
             },
         }
@@ -795,6 +824,27 @@ impl fmt::Display for Options {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_that_are_not_utf8_are_named() {
+        assert_eq!(
+            options_text(b"cpu=samples,file=a.txt"),
+            Ok("cpu=samples,file=a.txt")
+        );
+        let error = options_text(b"cpu=samples,file=a\xff.txt,depth=3").unwrap_err();
+        assert_eq!(error.option, "file");
+        assert_eq!(
+            error.to_string(),
+            "option file: is not UTF-8; give its value as UTF-8 text"
+        );
+        let error = options_text(b"cpu=samples,\xfe\xff").unwrap_err();
+        assert!(
+            error.to_string().ends_with("options are UTF-8 text"),
+            "{error}"
+        );
+        // Characters of more than one byte are fine.
+        assert_eq!(options_text("file=é.txt".as_bytes()), Ok("file=é.txt"));
+    }
 
     fn error_of(text: &str) -> OptionError {
         Options::parse(text).expect_err(text)
