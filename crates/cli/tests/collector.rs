@@ -1234,7 +1234,10 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
         assert!(refusal_without_hello(&mut socket, Duration::from_secs(5)).is_some());
     }
     let log = collector.log();
-    let lines = log.lines().filter(|line| line.contains("not authenticated")).count();
+    let lines = log
+        .lines()
+        .filter(|line| line.contains("not authenticated"))
+        .count();
     assert!((1..=3).contains(&lines), "{lines} lines:\n{log}");
     // Once they go, agents get in again.
     drop(idle);
@@ -1258,7 +1261,9 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
 
 /// The bytes of a store's segments and catalog.
 fn store_bytes(store: &Path) -> u64 {
-    let mut total = std::fs::metadata(store.join("catalog.sqlite")).unwrap().len();
+    let mut total = std::fs::metadata(store.join("catalog.sqlite"))
+        .unwrap()
+        .len();
     for entry in std::fs::read_dir(store.join("segments")).unwrap() {
         total += entry.unwrap().metadata().unwrap().len();
     }
@@ -1272,14 +1277,18 @@ fn a_full_store_refuses_data_and_says_why() {
     assert!(text(&bad.stderr).contains("12q"), "{}", text(&bad.stderr));
 
     let store = tempfile::tempdir().unwrap();
-    let collector = Collector::start_with(store.path(), "127.0.0.1:0", &["--max-store-bytes", "300k"]);
+    let collector =
+        Collector::start_with(store.path(), "127.0.0.1:0", &["--max-store-bytes", "300k"]);
     let (child, _dir) = ticker(&collector.address, "3");
     let output = wait_with_limit(child, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
     let agent_said = text(&output.stderr);
     assert!(agent_said.contains("the store is full"), "{agent_said}");
     let log = collector.log();
-    assert!(log.contains("the store is full") && log.contains("--max-store-bytes"), "{log}");
+    assert!(
+        log.contains("the store is full") && log.contains("--max-store-bytes"),
+        "{log}"
+    );
     let used = store_bytes(store.path());
     assert!(used <= (300 << 10) + (64 << 10), "{used} bytes stored");
     // What was stored before it filled up is intact: one trace without gaps.

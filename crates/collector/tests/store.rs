@@ -932,7 +932,16 @@ fn a_second_opener_reads_while_the_writer_writes() {
     std::io::Write::write_all(&mut file, b"a block being committed").unwrap();
     let length = std::fs::metadata(&segment).unwrap().len();
 
-    let reader = SqliteStore::open(dir.path()).unwrap();
+    // A second writer is refused, naming the store and who holds it.
+    match SqliteStore::open(dir.path()) {
+        Err(StoreError::Locked { dir: locked, pid }) => {
+            assert_eq!(locked, dir.path());
+            assert_eq!(pid, Some(std::process::id()));
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a second writer opened the store"),
+    }
+    let reader = SqliteStore::open_read_only(dir.path()).unwrap();
     assert!(reader.is_read_only());
     assert_eq!(
         std::fs::metadata(&segment).unwrap().len(),
@@ -964,9 +973,8 @@ fn a_second_opener_reads_while_the_writer_writes() {
     assert!(explicit.is_read_only());
     assert_eq!(explicit.catalog().unwrap(), writer.catalog().unwrap());
 
-    // Once the writer is gone, the next opener writes.
+    // Once the writer is gone, the next opener writes (even while readers read).
     drop(writer);
-    drop(reader);
     let next = SqliteStore::open(dir.path()).unwrap();
     assert!(!next.is_read_only());
     assert!(explicit.catalog().is_ok());

@@ -23,6 +23,15 @@ pub enum StoreError {
     NoSuchTrace(Uuid),
     #[error("no agent {0} in the store")]
     NoSuchAgent(Uuid),
+    /// Another process (a running collector) writes the store.
+    #[error("another collector{} writes the store {}; stop it first, or give this one another --store", .pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default(), .dir.display())]
+    Locked {
+        dir: std::path::PathBuf,
+        pid: Option<u32>,
+    },
+    /// The store reached its size limit.
+    #[error("the store is full: {used} bytes used, the limit (--max-store-bytes) is {limit}")]
+    Full { used: u64, limit: u64 },
 }
 
 /// An agent as its hello describes it (the token is never part of it).
