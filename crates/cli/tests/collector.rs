@@ -1257,6 +1257,23 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
     let mut extra = TcpStream::connect(&small.address).unwrap();
     let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
     assert!(reason.contains("2 connections"), "{reason}");
+
+    // And a cap on all connections, authenticated or not.
+    let third = tempfile::tempdir().unwrap();
+    let capped = Collector::start_with(
+        third.path(),
+        "127.0.0.1:0",
+        &["--max-connections", "3", "--max-unauthenticated", "10"],
+    );
+    let (_agent, answer) = raw_agent(&capped.address, TOKEN);
+    assert_eq!(answer.kind, FrameKind::Welcome);
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&capped.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&capped.address).unwrap();
+    let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
+    assert!(reason.contains("3 connections are open"), "{reason}");
 }
 
 /// The bytes of a store's segments and catalog.
@@ -1298,4 +1315,78 @@ fn a_full_store_refuses_data_and_says_why() {
     assert_eq!(traces.len(), 1, "{listing}");
     let file = store.path().join("partial.xml");
     export(store.path(), &traces[0], &file);
+}
+
+/// The most memory process `pid` has held (VmHWM), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|number| number.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+    kib << 10
+}
+
+#[test]
+fn data_arriving_faster_than_it_is_stored_waits_within_the_byte_budget() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start_with(store.path(), "127.0.0.1:0", &["--queue-bytes", "16m"]);
+    let before = peak_memory(collector.child.id());
+    // 16 MiB that do not compress, sent 8 times by each of 4 agents as fast as loopback goes:
+    // far faster than they can be compressed and synced.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let chunk: Vec<u8> = (0..(16 << 20) - 16)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let chunk = std::sync::Arc::new(chunk);
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let (mut socket, answer) = raw_agent(&collector.address, TOKEN);
+            assert_eq!(answer.kind, FrameKind::Welcome);
+            let chunk = chunk.clone();
+            std::thread::spawn(move || {
+                let mut writer = socket.try_clone().unwrap();
+                let sending = std::thread::spawn(move || {
+                    for sequence in 1..=8u64 {
+                        wire::write_frame(
+                            &mut writer,
+                            FrameKind::Hprof,
+                            &wire::with_sequence(sequence, &chunk),
+                        )
+                        .unwrap();
+                    }
+                });
+                socket
+                    .set_read_timeout(Some(Duration::from_secs(120)))
+                    .unwrap();
+                loop {
+                    let frame = wire::read_frame(&mut socket).unwrap().unwrap();
+                    if frame.kind == FrameKind::Ack && frame.payload == 8u64.to_be_bytes() {
+                        break;
+                    }
+                }
+                sending.join().unwrap();
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let grown = peak_memory(collector.child.id()) - before;
+    // 512 MiB went through. The budget's 16 MiB, the frame copied for the store, a group
+    // commit's block and its compressed form: about 64 MiB, with room for the allocator.
+    assert!(
+        grown < 160 << 20,
+        "the collector grew by {} MiB",
+        grown >> 20
+    );
+    let listing = ls(store.path());
+    assert_eq!(listing.matches(": 8 frames, ").count(), 4, "{listing}");
 }
