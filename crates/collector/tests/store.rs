@@ -1102,3 +1102,62 @@ fn throughput() {
         );
     }
 }
+
+#[test]
+fn a_store_at_its_limit_refuses_appends_and_keeps_what_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = recording(Uuid::new_v4(), "build-7", 3000, Some(15));
+    let all = frames(recording.agent, 1, &recording.fragments(30));
+    let limit = 64 << 10;
+    let store = SqliteStore::open_with(
+        dir.path(),
+        SqliteOptions {
+            max_bytes: Some(limit),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    store.open_agent(&recording.info()).unwrap();
+    let mut stored = 0;
+    let refusal = loop {
+        match store.append(&all[stored..stored + 1]) {
+            Ok(()) => stored += 1,
+            Err(error) => break error,
+        }
+        assert!(stored < all.len(), "the limit was never reached");
+    };
+    assert!(matches!(refusal, StoreError::Full { limit: l, .. } if l == limit));
+    assert!(
+        refusal.to_string().contains("the store is full"),
+        "{refusal}"
+    );
+    assert_eq!(store.last_sequence(recording.agent).unwrap(), stored as u64);
+    // Refused again, and the same after reopening: the limit holds what is on disk.
+    assert!(store.append(&all[stored..stored + 1]).is_err());
+    let on_disk: u64 = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().len())
+        .sum::<u64>()
+        + std::fs::metadata(dir.path().join("catalog.sqlite"))
+            .unwrap()
+            .len();
+    assert!(on_disk <= limit, "{on_disk} bytes");
+    drop(store);
+    let store = SqliteStore::open_with(
+        dir.path(),
+        SqliteOptions {
+            max_bytes: Some(limit),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(store.append(&all[stored..stored + 1]).is_err());
+    // Without the limit the rest goes in and the trace is whole.
+    drop(store);
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(&all[stored..]).unwrap();
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
+}
