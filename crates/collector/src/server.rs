@@ -303,8 +303,13 @@ async fn accept_loop(
                     let shutdown = shutdown.clone();
                     let served = async move {
                         let _ = socket.set_nodelay(true);
-                        if let Err(reason) = connection(socket, peer, shared, shutdown).await {
-                            warn!("{peer}: connection closed: {reason}");
+                        match connection(socket, peer, shared.clone(), shutdown).await {
+                            Ok(()) => {}
+                            // Every agent's connection fails alike while the store does.
+                            Err(reason @ (Fault::Store(_) | Fault::Unstored(_))) => shared
+                                .warnings
+                                .warn("store", format_args!("{peer}: connection closed: {reason}")),
+                            Err(reason) => warn!("{peer}: connection closed: {reason}"),
                         }
                         drop(place);
                     };
@@ -415,6 +420,9 @@ enum Fault {
     Io(#[from] std::io::Error),
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// An append holding the connection's data failed.
+    #[error("{0}")]
+    Unstored(String),
 }
 
 fn protocol(message: impl Into<String>) -> Fault {
@@ -686,7 +694,7 @@ async fn agent_connection(
                 Stored::UpTo(sequence) => {
                     let _ = outgoing.send(frame(FrameKind::Ack, &sequence.to_be_bytes()));
                 }
-                Stored::Failed(reason) => break Err(protocol(reason)),
+                Stored::Failed(reason) => break Err(Fault::Unstored(reason)),
             },
             _ = heartbeat.tick() => {
                 if last_heard.elapsed() > shared.config.heartbeat * 10 + Duration::from_secs(5) {
@@ -707,8 +715,6 @@ async fn agent_connection(
     while let Ok(Stored::UpTo(sequence)) = acked.try_recv() {
         let _ = outgoing.send(frame(FrameKind::Ack, &sequence.to_be_bytes()));
     }
-    // Whatever of this connection is still queued is not stored: the agent resends it.
-    refused.store(true, Ordering::Relaxed);
     {
         let mut agents = lock(&shared.registry.agents);
         if agents

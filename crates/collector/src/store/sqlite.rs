@@ -392,14 +392,19 @@ fn create_segment(dir: &Path, segment: u64) -> Result<File, StoreError> {
     Ok(file)
 }
 
-/// Creates a directory (and its parents) if missing; the store's own are made 0700 even if
-/// they existed, since what an older collector made may be open to everyone.
-fn private_dir(dir: &Path) -> Result<(), StoreError> {
+/// Creates a directory (and its parents) 0700 if missing. An existing one is made 0700 only if
+/// it is a store's (`ours`): what an older collector made may be open to everyone, but a
+/// directory someone points a new store at is theirs.
+fn private_dir(dir: &Path, ours: bool) -> Result<(), StoreError> {
+    let existed = dir.is_dir();
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    if !existed || ours {
+        // The umask may have taken bits the mode asked for.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
     Ok(())
 }
 
@@ -461,8 +466,8 @@ impl SqliteStore {
 
     /// [`SqliteStore::open`] with options of one's own.
     pub fn open_with(dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
-        private_dir(dir)?;
-        private_dir(&dir.join("segments"))?;
+        private_dir(dir, dir.join("catalog.sqlite").exists())?;
+        private_dir(&dir.join("segments"), true)?;
         match writer_lock(dir)? {
             Some(lock) => {
                 // Only for telling a second writer who has the store; a stale pid is harmless.
