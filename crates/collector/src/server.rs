@@ -128,8 +128,15 @@ impl RepeatedWarnings {
                 repeats.more += 1;
                 repeats.last = message.to_string();
             }
-            _ => {
-                warn!("{message}");
+            previous => {
+                match previous {
+                    Some(repeats) if repeats.more > 0 => warn!(
+                        "{message} (and {} more like it in the last {} s)",
+                        repeats.more,
+                        repeats.logged.elapsed().as_secs()
+                    ),
+                    _ => warn!("{message}"),
+                }
                 seen.insert(
                     key,
                     Repeats {

@@ -152,7 +152,9 @@ pub trait Store: Send + Sync + 'static {
     fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError>;
     /// Stores frames durably: when this returns `Ok`, they survive the collector's death
     /// (SIGKILL) and may be acknowledged. Frames at or below an agent's stored sequence are
-    /// ignored (a resend after reconnection).
+    /// ignored (a resend after reconnection). On `Err` none of them is stored and
+    /// [`Store::last_sequence`] is as before: the caller must not acknowledge anything after
+    /// them either.
     fn append(&self, frames: &[Received]) -> Result<(), StoreError>;
     fn last_sequence(&self, agent: Uuid) -> Result<u64, StoreError>;
     fn record_clock(&self, agent: Uuid, estimate: ClockEstimate) -> Result<(), StoreError>;

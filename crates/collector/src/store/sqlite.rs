@@ -509,8 +509,8 @@ impl SqliteStore {
         })
     }
 
-    /// Whether this store only reads (another process writes it): then `append`, `open_agent`
-    /// and `record_clock` fail.
+    /// Whether this store only reads (opened by [`SqliteStore::open_read_only`]): then
+    /// `append`, `open_agent` and `record_clock` fail.
     pub fn is_read_only(&self) -> bool {
         self.lock().writer.is_none()
     }
@@ -811,7 +811,7 @@ impl Inner {
 
     fn read_only(&self) -> StoreError {
         other(format!(
-            "the store in {} is written by another process; this one only reads it",
+            "the store in {} is open only for reading here",
             self.dir.display()
         ))
     }
