@@ -636,10 +636,11 @@ async fn agent_connection(
                 last_heard = tokio::time::Instant::now();
                 match frame.kind {
                     kind if kind.is_data() => {
-                        let (sequence, body) = match wire::split_sequence(kind, &frame.payload) {
-                            Ok(split) => split,
-                            Err(error) => break Err(error.into()),
-                        };
+                        let (sequence, body_length) =
+                            match wire::split_sequence(kind, &frame.payload) {
+                                Ok((sequence, body)) => (sequence, body.len()),
+                                Err(error) => break Err(error.into()),
+                            };
                         if sequence <= last_sequence {
                             if sequence <= resume_after {
                                 // Already stored before this connection: acknowledge again.
@@ -651,6 +652,9 @@ async fn agent_connection(
                             )));
                         }
                         last_sequence = sequence;
+                        // The body in the payload's own buffer: a frame is in memory once.
+                        let mut body = frame.payload;
+                        body.drain(..body.len() - body_length);
                         let received = match received_frame(agent, kind, sequence, body) {
                             Ok(received) => received,
                             Err(fault) => break Err(fault),
@@ -751,26 +755,26 @@ fn received_frame(
     agent: Uuid,
     kind: FrameKind,
     sequence: u64,
-    body: &[u8],
+    body: Vec<u8>,
 ) -> Result<Received, Fault> {
     let mut received = Received {
         agent,
         kind,
         sequence,
-        body: body.to_vec(),
+        body,
         summary: None,
         loss: None,
         received_ns: now_ns(),
     };
     match kind {
         FrameKind::Fragment => {
-            let summary = scan_fragment(body).map_err(|problem| {
+            let summary = scan_fragment(&received.body).map_err(|problem| {
                 protocol(format!("fragment {sequence} is malformed: {problem}"))
             })?;
             received.summary = Some(summary);
         }
         FrameKind::Loss => {
-            let loss: Loss = wire::parse_json(kind, body)?;
+            let loss: Loss = wire::parse_json(kind, &received.body)?;
             warn!(
                 "agent {agent} dropped {} frames ({} bytes) while it could not send",
                 loss.frames, loss.bytes
