@@ -76,6 +76,11 @@ impl ServerConfig {
 /// Data on its way to the writer thread, with the way back to its connection.
 struct Submission {
     frame: Received,
+    link: ConnectionLink,
+}
+
+/// A connection as the writer sees it.
+struct ConnectionLink {
     acks: mpsc::UnboundedSender<Stored>,
     /// Set by the writer when an append of this connection's data failed: its later frames
     /// are dropped unstored, since storing them would leave a gap behind an acknowledgement.
@@ -347,7 +352,6 @@ fn write_loop(
     warnings: &RepeatedWarnings,
 ) {
     const MAX_BATCH_BYTES: usize = 32 << 20;
-    let refused = |submission: &Submission| submission.refused.load(Ordering::Relaxed);
     while let Some(first) = received.blocking_recv() {
         let mut bytes = first.frame.body.len();
         let mut batch = vec![first];
@@ -360,46 +364,43 @@ fn write_loop(
                 Err(_) => break,
             }
         }
-        batch.retain(|submission| !refused(submission));
-        if batch.is_empty() {
+        let (frames, links): (Vec<Received>, Vec<ConnectionLink>) = batch
+            .into_iter()
+            .filter(|submission| !submission.link.refused.load(Ordering::Relaxed))
+            .map(|submission| (submission.frame, submission.link))
+            .unzip();
+        if frames.is_empty() {
             continue;
         }
-        let frames: Vec<Received> = batch
-            .iter_mut()
-            .map(|submission| Received {
-                body: std::mem::take(&mut submission.frame.body),
-                summary: submission.frame.summary.take(),
-                loss: submission.frame.loss.take(),
-                ..submission.frame
-            })
-            .collect();
         match store.append(&frames) {
             Ok(()) => {
                 // The highest sequence of each connection in this batch.
-                let mut highest: HashMap<*const AtomicBool, (u64, &Submission)> = HashMap::new();
-                for (frame, submission) in frames.iter().zip(&batch) {
+                let mut highest: HashMap<*const AtomicBool, (u64, &ConnectionLink)> =
+                    HashMap::new();
+                for (frame, link) in frames.iter().zip(&links) {
                     let entry = highest
-                        .entry(Arc::as_ptr(&submission.refused))
-                        .or_insert((0, submission));
+                        .entry(Arc::as_ptr(&link.refused))
+                        .or_insert((0, link));
                     if frame.sequence >= entry.0 {
-                        *entry = (frame.sequence, submission);
+                        *entry = (frame.sequence, link);
                     }
                 }
-                for (sequence, submission) in highest.into_values() {
-                    let _ = submission.acks.send(Stored::UpTo(sequence));
+                for (sequence, link) in highest.into_values() {
+                    let _ = link.acks.send(Stored::UpTo(sequence));
                 }
             }
             Err(error) => {
                 let mut agents: Vec<Uuid> = Vec::new();
-                for submission in &batch {
-                    if !submission.refused.swap(true, Ordering::Relaxed) {
-                        let _ = submission.acks.send(Stored::Failed(format!(
+                for (frame, link) in frames.iter().zip(&links) {
+                    // Told once, with its first frame of the batch: its lowest sequence.
+                    if !link.refused.swap(true, Ordering::Relaxed) {
+                        let _ = link.acks.send(Stored::Failed(format!(
                             "{error}; nothing from sequence {} on was stored, send it again",
-                            submission.frame.sequence
+                            frame.sequence
                         )));
                     }
-                    if !agents.contains(&submission.frame.agent) {
-                        agents.push(submission.frame.agent);
+                    if !agents.contains(&frame.agent) {
+                        agents.push(frame.agent);
                     }
                 }
                 warnings.warn(
@@ -661,9 +662,11 @@ async fn agent_connection(
                         };
                         let submission = Submission {
                             frame: received,
-                            acks: acks.clone(),
-                            refused: refused.clone(),
-                            _budget: budget,
+                            link: ConnectionLink {
+                                acks: acks.clone(),
+                                refused: refused.clone(),
+                                _budget: budget,
+                            },
                         };
                         if shared.submissions.send(submission).await.is_err() {
                             break Err(protocol("the store writer has stopped"));
