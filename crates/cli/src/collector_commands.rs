@@ -10,8 +10,11 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use openprof_collector::client::{send_control, Endpoint};
 use openprof_collector::replay::{replay, ReplayPlan};
-use openprof_collector::server::{parse_command, Server, ServerConfig};
-use openprof_collector::store::sqlite::SqliteStore;
+use openprof_collector::server::{
+    parse_command, Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED,
+    DEFAULT_QUEUE_BYTES,
+};
+use openprof_collector::store::sqlite::{SqliteOptions, SqliteStore};
 use openprof_collector::store::{ExportOptions, Store};
 use openprof_format::private_file::{create_private, AtALink};
 use openprof_format::wire::ControlRequest;
@@ -128,6 +131,43 @@ pub struct ServeArgs {
     /// Seconds an agent has to answer a command.
     #[arg(long, default_value_t = 120)]
     command_timeout: u64,
+    /// Connections that have not authenticated yet, at most; more are turned away.
+    #[arg(long, default_value_t = DEFAULT_MAX_UNAUTHENTICATED as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_unauthenticated: u32,
+    /// Connections at most (agents and control clients); more are turned away.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Bytes of received data waiting to be stored, at most (k, m, g suffixes); past it,
+    /// agents are read no further until the store catches up.
+    #[arg(long, default_value_t = DEFAULT_QUEUE_BYTES as u64, value_parser = parse_bytes)]
+    queue_bytes: u64,
+    /// Refuse data once the store's segments and catalog reach this many bytes (k, m, g
+    /// suffixes); agents are told and keep their data.
+    #[arg(long, value_parser = parse_bytes)]
+    max_store_bytes: Option<u64>,
+}
+
+/// A byte count: a number, optionally followed by k, m or g (powers of 1024).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let (digits, unit) = match lower.strip_suffix(['k', 'm', 'g']) {
+        Some(digits) => (digits, &lower[digits.len()..]),
+        None => (lower.as_str(), ""),
+    };
+    let shift = match unit {
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        _ => 0,
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|number| number.checked_mul(1 << shift))
+        .filter(|&bytes| bytes > 0)
+        .ok_or_else(|| {
+            format!("'{text}' is not a byte count (a positive number, optionally with k, m or g)")
+        })
 }
 
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
@@ -143,12 +183,24 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     if control_token.as_deref() == Some(token.as_str()) {
         bail!("the control credential must differ from the agent credential: whoever holds an agent's token would otherwise control every agent");
     }
-    let store = SqliteStore::open(&args.store)
+    // SAFETY: setting a signal's disposition to "ignore" involves no handler code. A file size
+    // limit then makes writes fail (EFBIG), which the store reports, instead of killing us.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+    let options = SqliteOptions {
+        max_bytes: args.max_store_bytes,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(&args.store, options)
         .with_context(|| format!("can't open the store {}", args.store.display()))?;
     let mut config = ServerConfig::new(token);
     config.control_token = control_token;
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     config.command_timeout = Duration::from_secs(args.command_timeout.max(1));
+    config.max_unauthenticated = args.max_unauthenticated as usize;
+    config.max_connections = args.max_connections as usize;
+    config.queue_bytes = usize::try_from(args.queue_bytes).unwrap_or(usize::MAX);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(openprof_collector::tls::server_config(cert, key)?);
     }
@@ -248,7 +300,9 @@ fn open_store(dir: &Path) -> Result<SqliteStore> {
             dir.display()
         );
     }
-    SqliteStore::open(dir).with_context(|| format!("can't open the store {}", dir.display()))
+    // Read-only: a collector may be writing it, and readers never take its lock.
+    SqliteStore::open_read_only(dir)
+        .with_context(|| format!("can't open the store {}", dir.display()))
 }
 
 #[derive(Args, Debug)]

@@ -46,7 +46,23 @@ impl Collector {
     }
 
     fn start_with(store: &Path, listen: &str, extra: &[&str]) -> Collector {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_openprof"))
+        Collector::start_under(None, store, listen, extra)
+    }
+
+    /// With `shell` (a shell command line ending in `exec "$0" "$@"`), the collector runs
+    /// under what that shell sets up: a umask, an ignored signal. `exec` keeps the pid.
+    fn start_under(shell: Option<&str>, store: &Path, listen: &str, extra: &[&str]) -> Collector {
+        let mut command = match shell {
+            Some(script) => {
+                let mut command = Command::new("sh");
+                command
+                    .args(["-c", script])
+                    .arg(env!("CARGO_BIN_EXE_openprof"));
+                command
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_openprof")),
+        };
+        let mut child = command
             .args([
                 "serve",
                 "--heartbeat-ms",
@@ -1380,4 +1396,383 @@ fn exports_are_private_and_never_written_through_a_link() {
         .file_type()
         .is_symlink());
     drop(collector);
+}
+
+/// Sets the soft limit on the size of the files process `pid` writes; `None` lifts it.
+fn limit_file_size(pid: u32, bytes: Option<u64>) {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reads no new limit (null) and writes the current one into `current`.
+    let got = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            std::ptr::null(),
+            &mut current,
+        )
+    };
+    assert_eq!(got, 0, "prlimit: {}", std::io::Error::last_os_error());
+    let wanted = libc::rlimit {
+        rlim_cur: bytes.unwrap_or(current.rlim_max),
+        rlim_max: current.rlim_max,
+    };
+    // SAFETY: prlimit reads the new limit from `wanted` and writes nothing (null).
+    let set = unsafe {
+        libc::prlimit(
+            pid as libc::pid_t,
+            libc::RLIMIT_FSIZE,
+            &wanted,
+            std::ptr::null_mut(),
+        )
+    };
+    assert_eq!(set, 0, "prlimit: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn appends_that_fail_for_a_while_acknowledge_nothing_that_was_not_stored() {
+    let store = tempfile::tempdir().unwrap();
+    // With SIGXFSZ ignored, a write past the file size limit fails (EFBIG) as on a full disk.
+    let collector = Collector::start_under(
+        Some("trap '' XFSZ; exec \"$0\" \"$@\""),
+        store.path(),
+        "127.0.0.1:0",
+        &[],
+    );
+    let pid = collector.child.id();
+    let (mut child, _dir) = ticker(&collector.address, "6");
+    let stdout = wait_for_ready(&mut child);
+    std::thread::sleep(Duration::from_millis(700));
+    // About 10 MB a second of method events meet a store that can't grow, for 2 s.
+    limit_file_size(pid, Some(64 << 10));
+    std::thread::sleep(Duration::from_millis(2000));
+    limit_file_size(pid, None);
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_in(&stdout.join().unwrap());
+    let log = collector.log();
+    assert!(
+        log.contains("File too large") || log.contains("disk I/O error"),
+        "the failed commits are logged: {log}"
+    );
+    let listing = ls(store.path());
+    assert!(listing.contains(", finished"), "{listing}\n{log}");
+    assert!(!listing.contains("GAPS"), "{listing}\n{log}");
+    assert!(!listing.contains("LOST"), "{listing}\n{log}");
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = store.path().join("trace.xml");
+    let document = export(store.path(), &traces[0], &file);
+    validate(&file);
+    assert_eq!(method_count(&document, "work"), Some(calls), "{log}");
+    // The agent was told why its connection closed.
+    assert!(
+        text(&output.stderr).contains("closed by the collector: store"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[test]
+fn a_second_collector_on_a_store_fails_at_start_and_readers_never_lock_it() {
+    let store = tempfile::tempdir().unwrap();
+    let first = Collector::start(store.path(), "127.0.0.1:0");
+    let (child, _dir) = ticker(&first.address, "1");
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_printed(&output);
+
+    let mut second = Command::new(env!("CARGO_BIN_EXE_openprof"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        .arg(store.path())
+        .env("OPENPROF_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while second.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if second.try_wait().unwrap().is_none() {
+        let _ = second.kill();
+        let _ = second.wait();
+        panic!("a second collector kept running on the same store");
+    }
+    let output = wait_with_limit(second, Duration::from_secs(5));
+    assert!(!output.status.success());
+    let reason = text(&output.stderr);
+    assert!(
+        reason.contains(&store.path().display().to_string())
+            && reason.contains("another collector")
+            && reason.contains(&format!("pid {}", first.child.id())),
+        "{reason}"
+    );
+
+    // Listing and exporting while the collector runs.
+    let listing = ls(store.path());
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = store.path().join("while-running.xml");
+    let document = export(store.path(), &traces[0], &file);
+    assert_eq!(method_count(&document, "work"), Some(calls));
+    // The collector still takes data.
+    let (child, _dir) = ticker(&first.address, "0.5");
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(trace_ids(&ls(store.path())).len(), 2);
+    first.kill();
+
+    // Without a collector, readers change nothing: a tail no catalog row points to stays
+    // (only a writer cuts it).
+    let segment = store.path().join("segments/000000.zst");
+    let mut tail = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&segment)
+        .unwrap();
+    tail.write_all(b"a block never committed").unwrap();
+    let length = std::fs::metadata(&segment).unwrap().len();
+    let listing = ls(store.path());
+    assert_eq!(trace_ids(&listing).len(), 2, "{listing}");
+    export(store.path(), &traces[0], &file);
+    assert_eq!(std::fs::metadata(&segment).unwrap().len(), length);
+    // And the next collector does.
+    let next = Collector::start(store.path(), "127.0.0.1:0");
+    assert!(std::fs::metadata(&segment).unwrap().len() < length);
+    drop(next);
+}
+
+fn mode_of(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn the_store_is_private_whatever_the_umask() {
+    for umask in ["022", "000"] {
+        let base = tempfile::tempdir().unwrap();
+        let store = base.path().join("store");
+        let script = format!("umask {umask}; exec \"$0\" \"$@\"");
+        let collector = Collector::start_under(Some(&script), &store, "127.0.0.1:0", &[]);
+        let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
+        wire::write_frame(
+            &mut socket,
+            FrameKind::Hprof,
+            &wire::with_sequence(1, b"JAVA PROFILE 1.0.2\0"),
+        )
+        .unwrap();
+        loop {
+            let frame = wire::read_frame(&mut socket).unwrap().unwrap();
+            if frame.kind == FrameKind::Ack {
+                break;
+            }
+        }
+        drop(socket);
+        drop(collector);
+        let mut checked = 0;
+        let mut dirs = vec![store.clone()];
+        while let Some(dir) = dirs.pop() {
+            assert_eq!(mode_of(&dir), 0o700, "umask {umask}: {}", dir.display());
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    assert_eq!(mode_of(&path), 0o600, "umask {umask}: {}", path.display());
+                    checked += 1;
+                }
+            }
+        }
+        // The catalog, its lock and at least one segment.
+        assert!(checked >= 3, "{checked} files");
+    }
+}
+
+/// Reads what the collector sends a connection that said nothing, until it closes or `wait`
+/// passes; the Refused frame's reason if one came.
+fn refusal_without_hello(socket: &mut TcpStream, wait: Duration) -> Option<String> {
+    socket.set_read_timeout(Some(wait)).unwrap();
+    match wire::read_frame(socket) {
+        Ok(Some(frame)) if frame.kind == FrameKind::Refused => {
+            Some(Refusal::decode(&frame.payload).reason)
+        }
+        _ => None,
+    }
+}
+
+#[test]
+fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    // The default cap (64) of connections that have not authenticated yet.
+    let idle: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(&collector.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&collector.address).unwrap();
+    let reason = refusal_without_hello(&mut extra, Duration::from_secs(5))
+        .expect("the connection past the cap is refused at once");
+    assert!(reason.contains("64 connections"), "{reason}");
+    // Many more: each is turned away, and the log does not grow with them.
+    for _ in 0..300 {
+        let mut socket = TcpStream::connect(&collector.address).unwrap();
+        assert!(refusal_without_hello(&mut socket, Duration::from_secs(5)).is_some());
+    }
+    let log = collector.log();
+    let lines = log
+        .lines()
+        .filter(|line| line.contains("not authenticated"))
+        .count();
+    assert!((1..=3).contains(&lines), "{lines} lines:\n{log}");
+    // Once they go, agents get in again.
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(300));
+    let (child, _dir) = ticker(&collector.address, "0.5");
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(trace_ids(&ls(store.path())).len(), 1);
+
+    // A smaller cap, from the command line.
+    let other = tempfile::tempdir().unwrap();
+    let small = Collector::start_with(other.path(), "127.0.0.1:0", &["--max-unauthenticated", "2"]);
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&small.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&small.address).unwrap();
+    let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
+    assert!(reason.contains("2 connections"), "{reason}");
+
+    // And a cap on all connections, authenticated or not.
+    let third = tempfile::tempdir().unwrap();
+    let capped = Collector::start_with(
+        third.path(),
+        "127.0.0.1:0",
+        &["--max-connections", "3", "--max-unauthenticated", "10"],
+    );
+    let _agent = raw_agent(&capped.address, TOKEN).unwrap();
+    let _held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&capped.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut extra = TcpStream::connect(&capped.address).unwrap();
+    let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
+    assert!(reason.contains("3 connections are open"), "{reason}");
+}
+
+/// The bytes of a store's segments and catalog.
+fn store_bytes(store: &Path) -> u64 {
+    let mut total = std::fs::metadata(store.join("catalog.sqlite"))
+        .unwrap()
+        .len();
+    for entry in std::fs::read_dir(store.join("segments")).unwrap() {
+        total += entry.unwrap().metadata().unwrap().len();
+    }
+    total
+}
+
+#[test]
+fn a_full_store_refuses_data_and_says_why() {
+    let bad = openprof(&["serve", "--max-store-bytes", "12q", "--token", TOKEN]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("12q"), "{}", text(&bad.stderr));
+
+    let store = tempfile::tempdir().unwrap();
+    let collector =
+        Collector::start_with(store.path(), "127.0.0.1:0", &["--max-store-bytes", "300k"]);
+    let (child, _dir) = ticker(&collector.address, "3");
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let agent_said = text(&output.stderr);
+    assert!(agent_said.contains("the store is full"), "{agent_said}");
+    let log = collector.log();
+    assert!(
+        log.contains("the store is full") && log.contains("--max-store-bytes"),
+        "{log}"
+    );
+    let used = store_bytes(store.path());
+    assert!(used <= (300 << 10) + (64 << 10), "{used} bytes stored");
+    // What was stored before it filled up is intact: one trace without gaps.
+    let listing = ls(store.path());
+    assert!(!listing.contains("GAPS"), "{listing}");
+    let traces = trace_ids(&listing);
+    assert_eq!(traces.len(), 1, "{listing}");
+    let file = store.path().join("partial.xml");
+    export(store.path(), &traces[0], &file);
+}
+
+/// The most memory process `pid` has held (VmHWM), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|number| number.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+    kib << 10
+}
+
+#[test]
+fn data_arriving_faster_than_it_is_stored_waits_within_the_byte_budget() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start_with(store.path(), "127.0.0.1:0", &["--queue-bytes", "16m"]);
+    let before = peak_memory(collector.child.id());
+    // 16 MiB that do not compress, sent 8 times by each of 4 agents as fast as loopback goes:
+    // far faster than they can be compressed and synced.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let chunk: Vec<u8> = (0..(16 << 20) - 16)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect();
+    let chunk = std::sync::Arc::new(chunk);
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
+            let chunk = chunk.clone();
+            std::thread::spawn(move || {
+                // Plain TCP: the socket underneath can be written from another thread.
+                let mut writer = socket.socket().try_clone().unwrap();
+                let sending = std::thread::spawn(move || {
+                    for sequence in 1..=8u64 {
+                        wire::write_frame(
+                            &mut writer,
+                            FrameKind::Hprof,
+                            &wire::with_sequence(sequence, &chunk),
+                        )
+                        .unwrap();
+                    }
+                });
+                socket
+                    .socket()
+                    .set_read_timeout(Some(Duration::from_secs(120)))
+                    .unwrap();
+                loop {
+                    let frame = wire::read_frame(&mut socket).unwrap().unwrap();
+                    if frame.kind == FrameKind::Ack && frame.payload == 8u64.to_be_bytes() {
+                        break;
+                    }
+                }
+                sending.join().unwrap();
+            })
+        })
+        .collect();
+    for sender in senders {
+        sender.join().unwrap();
+    }
+    let grown = peak_memory(collector.child.id()) - before;
+    // 512 MiB went through. The budget's 16 MiB, the frame copied for the store, a group
+    // commit's block and its compressed form: about 64 MiB, with room for the allocator.
+    assert!(
+        grown < 160 << 20,
+        "the collector grew by {} MiB",
+        grown >> 20
+    );
+    let listing = ls(store.path());
+    assert_eq!(listing.matches(": 8 frames, ").count(), 4, "{listing}");
 }

@@ -1,12 +1,17 @@
 //! `openprof serve`: accepts agents and control clients (docs/protocol.md), checks every frame,
 //! hands data to one writer thread that stores it in group commits and acknowledges what is
 //! durable, estimates each agent's clock from heartbeats, and forwards commands to live agents.
+//!
+//! Resources are bounded: connections (all, and those not authenticated yet), the bytes of
+//! frames read and not yet stored, and repeated log lines.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fmt::Display;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openprof_format::handshake::{CommandSigner, ServerHandshake};
 use openprof_format::wire::{
@@ -15,7 +20,7 @@ use openprof_format::wire::{
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -40,7 +45,22 @@ pub struct ServerConfig {
     pub command_timeout: Duration,
     /// How long a peer has to say hello.
     pub hello_timeout: Duration,
+    /// Connections that have not authenticated yet, at most; more are turned away.
+    pub max_unauthenticated: usize,
+    /// Connections at most, authenticated or not; more are turned away.
+    pub max_connections: usize,
+    /// Bytes of frames read from agents and not yet stored, at most (over all connections):
+    /// past it, connections are not read until the writer catches up.
+    pub queue_bytes: usize,
 }
+
+/// Unauthenticated connections hold no more than a hello's worth of memory each, but each
+/// holds a descriptor and a task for up to the hello timeout.
+pub const DEFAULT_MAX_UNAUTHENTICATED: usize = 64;
+/// Below the usual descriptor limit (1024), leaving room for the store's files.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 900;
+/// Eight of the largest frames (16 MiB); a group commit takes up to 32 MiB.
+pub const DEFAULT_QUEUE_BYTES: usize = 128 << 20;
 
 impl ServerConfig {
     pub fn new(agent_token: impl Into<String>) -> ServerConfig {
@@ -51,6 +71,9 @@ impl ServerConfig {
             heartbeat: Duration::from_secs(1),
             command_timeout: Duration::from_secs(120),
             hello_timeout: Duration::from_secs(10),
+            max_unauthenticated: DEFAULT_MAX_UNAUTHENTICATED,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            queue_bytes: DEFAULT_QUEUE_BYTES,
         }
     }
 }
@@ -58,7 +81,100 @@ impl ServerConfig {
 /// Data on its way to the writer thread, with the way back to its connection.
 struct Submission {
     frame: Received,
-    acks: mpsc::UnboundedSender<u64>,
+    link: ConnectionLink,
+}
+
+/// A connection as the writer sees it.
+struct ConnectionLink {
+    acks: mpsc::UnboundedSender<Stored>,
+    /// Set by the writer when an append of this connection's data failed: its later frames
+    /// are dropped unstored, since storing them would leave a gap behind an acknowledgement.
+    refused: Arc<AtomicBool>,
+    /// The frame's share of the queue's byte budget, given back once it is stored (or not).
+    _budget: OwnedSemaphorePermit,
+}
+
+/// What the writer tells a connection.
+enum Stored {
+    /// Everything of the connection up to this sequence is durable.
+    UpTo(u64),
+    /// An append holding the connection's data failed (why): the connection must close so that
+    /// its agent resends from what the store really has.
+    Failed(String),
+}
+
+tokio::task_local! {
+    /// The connection's place among those not authenticated yet, until it authenticates.
+    static UNAUTHENTICATED: RefCell<Option<OwnedSemaphorePermit>>;
+}
+
+/// Marks the running connection as authenticated: it no longer counts against
+/// [`ServerConfig::max_unauthenticated`].
+fn authenticated() {
+    let _ = UNAUTHENTICATED.try_with(|place| place.borrow_mut().take());
+}
+
+/// A warning that may come in floods (refused connections, accept errors, failing commits):
+/// logged once, then at most every few seconds with how many times it came meanwhile.
+#[derive(Default)]
+struct RepeatedWarnings {
+    seen: Mutex<HashMap<&'static str, Repeats>>,
+}
+
+struct Repeats {
+    logged: Instant,
+    /// Since `logged`: how many times, and the last message.
+    more: u64,
+    last: String,
+}
+
+impl RepeatedWarnings {
+    const INTERVAL: Duration = Duration::from_secs(5);
+
+    fn warn(&self, key: &'static str, message: impl Display) {
+        let mut seen = lock(&self.seen);
+        match seen.get_mut(key) {
+            Some(repeats) if repeats.logged.elapsed() < Self::INTERVAL => {
+                repeats.more += 1;
+                repeats.last = message.to_string();
+            }
+            previous => {
+                match previous {
+                    Some(repeats) if repeats.more > 0 => warn!(
+                        "{message} (and {} more like it in the last {} s)",
+                        repeats.more,
+                        repeats.logged.elapsed().as_secs()
+                    ),
+                    _ => warn!("{message}"),
+                }
+                seen.insert(
+                    key,
+                    Repeats {
+                        logged: Instant::now(),
+                        more: 0,
+                        last: String::new(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Logs the counts of warnings repeated since they were last logged.
+    fn flush(&self) {
+        let mut seen = lock(&self.seen);
+        for repeats in seen.values_mut() {
+            if repeats.more > 0 && repeats.logged.elapsed() >= Self::INTERVAL {
+                warn!(
+                    "{} (and {} more like it in the last {} s)",
+                    repeats.last,
+                    repeats.more - 1,
+                    repeats.logged.elapsed().as_secs()
+                );
+                repeats.more = 0;
+                repeats.logged = Instant::now();
+            }
+        }
+    }
 }
 
 /// A connected agent, as control requests reach it.
@@ -112,16 +228,23 @@ impl Server {
         let local_addr = listener.local_addr()?;
         let (submissions, received) = mpsc::channel::<Submission>(4096);
         let writer_store = store.clone();
+        let warnings = Arc::new(RepeatedWarnings::default());
+        let writer_warnings = warnings.clone();
         std::thread::Builder::new()
             .name("store-writer".into())
-            .spawn(move || write_loop(writer_store, received))?;
+            .spawn(move || write_loop(writer_store, received, &writer_warnings))?;
         let (shutdown, shutdown_seen) = watch::channel(false);
         let registry = Arc::new(Registry::default());
         let shared = Arc::new(Shared {
+            connections: Arc::new(Semaphore::new(config.max_connections.max(1))),
+            unauthenticated: Arc::new(Semaphore::new(config.max_unauthenticated.max(1))),
+            // A frame as large as the wire allows must fit, or its connection would wait forever.
+            queue_budget: Arc::new(Semaphore::new(queue_capacity(&config))),
             config,
             store,
             submissions,
             registry: registry.clone(),
+            warnings,
         });
         let accept = tokio::spawn(accept_loop(listener, shared, shutdown_seen));
         info!("collecting on {local_addr}");
@@ -149,6 +272,20 @@ struct Shared {
     store: Arc<dyn Store>,
     submissions: mpsc::Sender<Submission>,
     registry: Arc<Registry>,
+    connections: Arc<Semaphore>,
+    unauthenticated: Arc<Semaphore>,
+    queue_budget: Arc<Semaphore>,
+    warnings: Arc<RepeatedWarnings>,
+}
+
+fn queue_capacity(config: &ServerConfig) -> usize {
+    config.queue_bytes.max(wire::MAX_PAYLOAD as usize)
+}
+
+/// Tells a connection the collector will not serve it why, and closes it; never waits.
+fn turn_away(socket: TcpStream, reason: &str) {
+    // A fresh connection's send buffer is empty: the refusal fits, or the peer is gone.
+    let _ = socket.try_write(&frame(FrameKind::Refused, reason.as_bytes()));
 }
 
 async fn accept_loop(
@@ -156,24 +293,54 @@ async fn accept_loop(
     shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut flush = tokio::time::interval(RepeatedWarnings::INTERVAL);
     loop {
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, peer)) => {
+                    let Ok(place) = shared.connections.clone().try_acquire_owned() else {
+                        let reason = format!(
+                            "turned away: {} connections are open (--max-connections)",
+                            shared.config.max_connections
+                        );
+                        shared.warnings.warn("connections", format_args!("{peer}: {reason}"));
+                        turn_away(socket, &reason);
+                        continue;
+                    };
+                    let Ok(unauthenticated) = shared.unauthenticated.clone().try_acquire_owned()
+                    else {
+                        let reason = format!(
+                            "turned away: {} connections have not authenticated yet \
+                             (--max-unauthenticated)",
+                            shared.config.max_unauthenticated
+                        );
+                        shared.warnings.warn("unauthenticated", format_args!("{peer}: {reason}"));
+                        turn_away(socket, &reason);
+                        continue;
+                    };
                     let shared = shared.clone();
                     let shutdown = shutdown.clone();
-                    tokio::spawn(async move {
+                    let served = async move {
                         let _ = socket.set_nodelay(true);
-                        if let Err(reason) = connection(socket, peer, shared, shutdown).await {
-                            warn!("{peer}: connection closed: {reason}");
+                        match connection(socket, peer, shared.clone(), shutdown).await {
+                            Ok(()) => {}
+                            // Every agent's connection fails alike while the store does.
+                            Err(reason @ (Fault::Store(_) | Fault::Unstored(_))) => shared
+                                .warnings
+                                .warn("store", format_args!("{peer}: connection closed: {reason}")),
+                            Err(reason) => warn!("{peer}: connection closed: {reason}"),
                         }
-                    });
+                        drop(place);
+                    };
+                    tokio::spawn(UNAUTHENTICATED.scope(RefCell::new(Some(unauthenticated)), served));
                 }
                 Err(error) => {
-                    warn!("accepting a connection: {error}");
+                    // EMFILE and the like: they last until connections close.
+                    shared.warnings.warn("accept", format_args!("accepting a connection: {error}"));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
+            _ = flush.tick() => shared.warnings.flush(),
             _ = shutdown.changed() => return,
         }
     }
@@ -181,7 +348,16 @@ async fn accept_loop(
 
 /// Stores submissions in group commits: whatever arrived while the previous commit ran goes
 /// into the next. Acknowledges each connection's highest stored sequence after each commit.
-fn write_loop(store: Arc<dyn Store>, mut received: mpsc::Receiver<Submission>) {
+///
+/// A failed commit is never skipped over: the connections whose frames it held are told to
+/// close, and their frames queued behind it are dropped unstored. Their agents reconnect, learn
+/// from the store what it really holds (`resume_after`) and resend the rest; acknowledging a
+/// later frame instead would make them drop the lost ones.
+fn write_loop(
+    store: Arc<dyn Store>,
+    mut received: mpsc::Receiver<Submission>,
+    warnings: &RepeatedWarnings,
+) {
     const MAX_BATCH_BYTES: usize = 32 << 20;
     while let Some(first) = received.blocking_recv() {
         let mut bytes = first.frame.body.len();
@@ -195,26 +371,55 @@ fn write_loop(store: Arc<dyn Store>, mut received: mpsc::Receiver<Submission>) {
                 Err(_) => break,
             }
         }
-        let (frames, acks): (Vec<Received>, Vec<_>) = batch
+        let (frames, links): (Vec<Received>, Vec<ConnectionLink>) = batch
             .into_iter()
-            .map(|submission| (submission.frame, submission.acks))
+            .filter(|submission| !submission.link.refused.load(Ordering::Relaxed))
+            .map(|submission| (submission.frame, submission.link))
             .unzip();
+        if frames.is_empty() {
+            continue;
+        }
         match store.append(&frames) {
             Ok(()) => {
-                // The highest sequence per agent in this batch.
-                let mut highest: HashMap<Uuid, (u64, &mpsc::UnboundedSender<u64>)> = HashMap::new();
-                for (frame, acks) in frames.iter().zip(&acks) {
-                    let entry = highest.entry(frame.agent).or_insert((0, acks));
+                // The highest sequence of each connection in this batch.
+                let mut highest: HashMap<*const AtomicBool, (u64, &ConnectionLink)> =
+                    HashMap::new();
+                for (frame, link) in frames.iter().zip(&links) {
+                    let entry = highest
+                        .entry(Arc::as_ptr(&link.refused))
+                        .or_insert((0, link));
                     if frame.sequence >= entry.0 {
-                        *entry = (frame.sequence, acks);
+                        *entry = (frame.sequence, link);
                     }
                 }
-                for (sequence, acks) in highest.into_values() {
-                    let _ = acks.send(sequence);
+                for (sequence, link) in highest.into_values() {
+                    let _ = link.acks.send(Stored::UpTo(sequence));
                 }
             }
-            // Not acknowledged: the agents keep the data and resend it when they reconnect.
-            Err(error) => warn!("storing {} frames failed: {error}", frames.len()),
+            Err(error) => {
+                let mut agents: Vec<Uuid> = Vec::new();
+                for (frame, link) in frames.iter().zip(&links) {
+                    // Told once, with its first frame of the batch: its lowest sequence.
+                    if !link.refused.swap(true, Ordering::Relaxed) {
+                        let _ = link.acks.send(Stored::Failed(format!(
+                            "{error}; nothing from sequence {} on was stored, send it again",
+                            frame.sequence
+                        )));
+                    }
+                    if !agents.contains(&frame.agent) {
+                        agents.push(frame.agent);
+                    }
+                }
+                warnings.warn(
+                    "append",
+                    format_args!(
+                        "storing {} frames of {} agents failed: {error}; their connections \
+                         close and they resend from what is stored",
+                        frames.len(),
+                        agents.len()
+                    ),
+                );
+            }
         }
     }
 }
@@ -230,6 +435,9 @@ enum Fault {
     Io(#[from] std::io::Error),
     #[error("store: {0}")]
     Store(#[from] crate::store::StoreError),
+    /// An append holding the connection's data failed.
+    #[error("{0}")]
+    Unstored(String),
 }
 
 fn protocol(message: impl Into<String>) -> Fault {
@@ -247,6 +455,35 @@ async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Option<wire::
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload).await?;
     Ok(Some(wire::Frame { kind, payload }))
+}
+
+/// A frame with its share of the queue's byte budget.
+type Budgeted = (wire::Frame, OwnedSemaphorePermit);
+
+/// Reads a frame as [`read_frame`] does, but its payload only once the byte budget has room
+/// for it: a writer that falls behind slows the agents down instead of filling memory.
+async fn read_budgeted_frame<R: AsyncRead + Unpin>(
+    input: &mut R,
+    budget: &Arc<Semaphore>,
+    capacity: usize,
+) -> Result<Option<Budgeted>, Fault> {
+    let mut header = [0u8; HEADER_LEN];
+    match input.read_exact(&mut header).await {
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error.into()),
+    }
+    let (kind, length) = wire::parse_header(header)?;
+    // At least one unit, so that empty frames are bounded in number too.
+    let units = (length as usize).clamp(1, capacity) as u32;
+    let share = budget
+        .clone()
+        .acquire_many_owned(units)
+        .await
+        .map_err(|_| protocol("the collector is stopping"))?;
+    let mut payload = vec![0u8; length as usize];
+    input.read_exact(&mut payload).await?;
+    Ok(Some((wire::Frame { kind, payload }, share)))
 }
 
 fn frame(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
@@ -299,7 +536,7 @@ async fn connection(
         }
         None => Box::new(socket),
     };
-    let authenticated = tokio::time::timeout(
+    let outcome = tokio::time::timeout(
         shared.config.hello_timeout,
         authenticate(&mut stream, &shared),
     )
@@ -309,8 +546,12 @@ async fn connection(
             "the handshake did not finish within the time allowed",
         )))
     });
-    let Authenticated { hello, signer } = match authenticated {
-        Ok(authenticated) => authenticated,
+    let Authenticated { hello, signer } = match outcome {
+        Ok(done) => {
+            // No longer counted against the cap on unauthenticated connections.
+            authenticated();
+            done
+        }
         Err(Refuse(refusal)) => {
             let refused = frame(FrameKind::Refused, &refusal.encode());
             let _ = stream.write_all(&refused).await;
@@ -428,11 +669,13 @@ async fn agent_connection(
     let (input, mut output) = tokio::io::split(stream);
     // Frames are read by a task of their own: a read cut off by select! would lose the bytes
     // of a frame half read.
-    let (frames_in, mut incoming_frames) = mpsc::channel::<Result<Option<wire::Frame>, Fault>>(16);
+    let (frames_in, mut incoming_frames) = mpsc::channel::<Result<Option<Budgeted>, Fault>>(16);
+    let budget = shared.queue_budget.clone();
+    let capacity = queue_capacity(&shared.config);
     let reader = tokio::spawn(async move {
         let mut input = input;
         loop {
-            let frame = read_frame(&mut input).await;
+            let frame = read_budgeted_frame(&mut input, &budget, capacity).await;
             let last = !matches!(frame, Ok(Some(_)));
             if frames_in.send(frame).await.is_err() || last {
                 return;
@@ -468,7 +711,8 @@ async fn agent_connection(
     });
     lock(&shared.registry.agents).insert(agent, live.clone());
 
-    let (acks, mut acked) = mpsc::unbounded_channel::<u64>();
+    let (acks, mut acked) = mpsc::unbounded_channel::<Stored>();
+    let refused = Arc::new(AtomicBool::new(false));
     let mut clock = ClockEstimator::new();
     let mut pings: HashMap<u64, u64> = HashMap::new();
     let mut ping_number = 0u64;
@@ -478,22 +722,23 @@ async fn agent_connection(
     let result: Result<(), Fault> = loop {
         tokio::select! {
             incoming = incoming_frames.recv() => {
-                let frame = match incoming {
-                    Some(Ok(Some(frame))) => frame,
+                let (frame, budget) = match incoming {
+                    Some(Ok(Some(budgeted))) => budgeted,
                     Some(Ok(None)) | None => break Ok(()),
                     Some(Err(fault)) => break Err(fault),
                 };
                 last_heard = tokio::time::Instant::now();
                 match frame.kind {
                     kind if kind.is_data() => {
-                        let (sequence, body) = match wire::split_sequence(kind, &frame.payload) {
-                            Ok(split) => split,
-                            Err(error) => break Err(error.into()),
-                        };
+                        let (sequence, body_length) =
+                            match wire::split_sequence(kind, &frame.payload) {
+                                Ok((sequence, body)) => (sequence, body.len()),
+                                Err(error) => break Err(error.into()),
+                            };
                         if sequence <= last_sequence {
                             if sequence <= resume_after {
                                 // Already stored before this connection: acknowledge again.
-                                let _ = acks.send(sequence);
+                                let _ = acks.send(Stored::UpTo(sequence));
                                 continue;
                             }
                             break Err(protocol(format!(
@@ -501,11 +746,21 @@ async fn agent_connection(
                             )));
                         }
                         last_sequence = sequence;
+                        // The body in the payload's own buffer: a frame is in memory once.
+                        let mut body = frame.payload;
+                        body.drain(..body.len() - body_length);
                         let received = match received_frame(agent, kind, sequence, body) {
                             Ok(received) => received,
                             Err(fault) => break Err(fault),
                         };
-                        let submission = Submission { frame: received, acks: acks.clone() };
+                        let submission = Submission {
+                            frame: received,
+                            link: ConnectionLink {
+                                acks: acks.clone(),
+                                refused: refused.clone(),
+                                _budget: budget,
+                            },
+                        };
                         if shared.submissions.send(submission).await.is_err() {
                             break Err(protocol("the store writer has stopped"));
                         }
@@ -542,9 +797,12 @@ async fn agent_connection(
                     other => break Err(protocol(format!("an agent may not send {other:?} frames"))),
                 }
             }
-            Some(sequence) = acked.recv() => {
-                let _ = outgoing.send(frame(FrameKind::Ack, &sequence.to_be_bytes()));
-            }
+            Some(stored) = acked.recv() => match stored {
+                Stored::UpTo(sequence) => {
+                    let _ = outgoing.send(frame(FrameKind::Ack, &sequence.to_be_bytes()));
+                }
+                Stored::Failed(reason) => break Err(Fault::Unstored(reason)),
+            },
             _ = heartbeat.tick() => {
                 if last_heard.elapsed() > shared.config.heartbeat * 10 + Duration::from_secs(5) {
                     break Err(protocol("the agent stopped answering heartbeats"));
@@ -560,7 +818,8 @@ async fn agent_connection(
         }
     };
     // Acknowledge what was stored before the connection closes, as far as it still can be.
-    while let Ok(sequence) = acked.try_recv() {
+    // Nothing after a failed append: the agent must resend from what the store holds.
+    while let Ok(Stored::UpTo(sequence)) = acked.try_recv() {
         let _ = outgoing.send(frame(FrameKind::Ack, &sequence.to_be_bytes()));
     }
     {
@@ -593,26 +852,26 @@ fn received_frame(
     agent: Uuid,
     kind: FrameKind,
     sequence: u64,
-    body: &[u8],
+    body: Vec<u8>,
 ) -> Result<Received, Fault> {
     let mut received = Received {
         agent,
         kind,
         sequence,
-        body: body.to_vec(),
+        body,
         summary: None,
         loss: None,
         received_ns: now_ns(),
     };
     match kind {
         FrameKind::Fragment => {
-            let summary = scan_fragment(body).map_err(|problem| {
+            let summary = scan_fragment(&received.body).map_err(|problem| {
                 protocol(format!("fragment {sequence} is malformed: {problem}"))
             })?;
             received.summary = Some(summary);
         }
         FrameKind::Loss => {
-            let loss: Loss = wire::parse_json(kind, body)?;
+            let loss: Loss = wire::parse_json(kind, &received.body)?;
             warn!(
                 "agent {agent} dropped {} frames ({} bytes) while it could not send",
                 loss.frames, loss.bytes

@@ -932,7 +932,16 @@ fn a_second_opener_reads_while_the_writer_writes() {
     std::io::Write::write_all(&mut file, b"a block being committed").unwrap();
     let length = std::fs::metadata(&segment).unwrap().len();
 
-    let reader = SqliteStore::open(dir.path()).unwrap();
+    // A second writer is refused, naming the store and who holds it.
+    match SqliteStore::open(dir.path()) {
+        Err(StoreError::Locked { dir: locked, pid }) => {
+            assert_eq!(locked, dir.path());
+            assert_eq!(pid, Some(std::process::id()));
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a second writer opened the store"),
+    }
+    let reader = SqliteStore::open_read_only(dir.path()).unwrap();
     assert!(reader.is_read_only());
     assert_eq!(
         std::fs::metadata(&segment).unwrap().len(),
@@ -964,9 +973,8 @@ fn a_second_opener_reads_while_the_writer_writes() {
     assert!(explicit.is_read_only());
     assert_eq!(explicit.catalog().unwrap(), writer.catalog().unwrap());
 
-    // Once the writer is gone, the next opener writes.
+    // Once the writer is gone, the next opener writes (even while readers read).
     drop(writer);
-    drop(reader);
     let next = SqliteStore::open(dir.path()).unwrap();
     assert!(!next.is_read_only());
     assert!(explicit.catalog().is_ok());
@@ -1093,4 +1101,63 @@ fn throughput() {
             elements as f64 / started.elapsed().as_secs_f64() / 1e6
         );
     }
+}
+
+#[test]
+fn a_store_at_its_limit_refuses_appends_and_keeps_what_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    let recording = recording(Uuid::new_v4(), "build-7", 3000, Some(15));
+    let all = frames(recording.agent, 1, &recording.fragments(30));
+    let limit = 64 << 10;
+    let store = SqliteStore::open_with(
+        dir.path(),
+        SqliteOptions {
+            max_bytes: Some(limit),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    store.open_agent(&recording.info()).unwrap();
+    let mut stored = 0;
+    let refusal = loop {
+        match store.append(&all[stored..stored + 1]) {
+            Ok(()) => stored += 1,
+            Err(error) => break error,
+        }
+        assert!(stored < all.len(), "the limit was never reached");
+    };
+    assert!(matches!(refusal, StoreError::Full { limit: l, .. } if l == limit));
+    assert!(
+        refusal.to_string().contains("the store is full"),
+        "{refusal}"
+    );
+    assert_eq!(store.last_sequence(recording.agent).unwrap(), stored as u64);
+    // Refused again, and the same after reopening: the limit holds what is on disk.
+    assert!(store.append(&all[stored..stored + 1]).is_err());
+    let on_disk: u64 = std::fs::read_dir(dir.path().join("segments"))
+        .unwrap()
+        .map(|entry| entry.unwrap().metadata().unwrap().len())
+        .sum::<u64>()
+        + std::fs::metadata(dir.path().join("catalog.sqlite"))
+            .unwrap()
+            .len();
+    assert!(on_disk <= limit, "{on_disk} bytes");
+    drop(store);
+    let store = SqliteStore::open_with(
+        dir.path(),
+        SqliteOptions {
+            max_bytes: Some(limit),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    assert!(store.append(&all[stored..stored + 1]).is_err());
+    // Without the limit the rest goes in and the trace is whole.
+    drop(store);
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.append(&all[stored..]).unwrap();
+    assert_eq!(
+        export(&store, recording.trace, ExportOptions::default()),
+        recording.document()
+    );
 }

@@ -23,6 +23,15 @@ pub enum StoreError {
     NoSuchTrace(Uuid),
     #[error("no agent {0} in the store")]
     NoSuchAgent(Uuid),
+    /// Another process (a running collector) writes the store.
+    #[error("another collector{} writes the store {}; stop it first, or give this one another --store", .pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default(), .dir.display())]
+    Locked {
+        dir: std::path::PathBuf,
+        pid: Option<u32>,
+    },
+    /// The store reached its size limit.
+    #[error("the store is full: {used} bytes used, the limit (--max-store-bytes) is {limit}")]
+    Full { used: u64, limit: u64 },
 }
 
 /// An agent as its hello describes it (the token is never part of it).
@@ -146,7 +155,9 @@ pub trait Store: Send + Sync + 'static {
     fn bind_identity(&self, agent: Uuid, identity: &[u8]) -> Result<bool, StoreError>;
     /// Stores frames durably: when this returns `Ok`, they survive the collector's death
     /// (SIGKILL) and may be acknowledged. Frames at or below an agent's stored sequence are
-    /// ignored (a resend after reconnection).
+    /// ignored (a resend after reconnection). On `Err` none of them is stored and
+    /// [`Store::last_sequence`] is as before: the caller must not acknowledge anything after
+    /// them either.
     fn append(&self, frames: &[Received]) -> Result<(), StoreError>;
     fn last_sequence(&self, agent: Uuid) -> Result<u64, StoreError>;
     fn record_clock(&self, agent: Uuid, estimate: ClockEstimate) -> Result<(), StoreError>;

@@ -6,6 +6,10 @@
 //! them and updates the catalog. A crash between the two leaves a block no row points to; the
 //! next [`SqliteStore::open`] cuts it off. A segment is a valid multi-frame `.zst` file.
 //!
+//! One process writes a store (the writer lock, with the writer's pid beside it in
+//! `writer.pid`); others open it read-only. Everything in it is private to its owner: the
+//! directories 0700, the files 0600, whatever the umask.
+//!
 //! The catalog also keeps, per trace, the collation values received as disjoint ranges (agents
 //! number consecutively, so a trace has one range unless something was lost), from which the
 //! duplicates and gaps come; the same state lives in memory, rebuilt at open, so that an append
@@ -15,6 +19,7 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -42,6 +47,9 @@ pub struct SqliteOptions {
     /// 1: on method events level 3 took twice as long and compressed no better (see
     /// `throughput` in tests/store.rs); the writer thread's time is the ingest rate.
     pub zstd_level: i32,
+    /// Appends that would take the segments and catalog past this many bytes are refused
+    /// ([`StoreError::Full`]); `None`: no limit.
+    pub max_bytes: Option<u64>,
 }
 
 impl Default for SqliteOptions {
@@ -49,6 +57,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             segment_bytes: 64 << 20,
             zstd_level: 1,
+            max_bytes: None,
         }
     }
 }
@@ -250,6 +259,9 @@ struct Writer {
     segment_bytes: u64,
     segment: u64,
     file: File,
+    max_bytes: Option<u64>,
+    /// The bytes of every segment together, kept up to date by each append.
+    segments_total: u64,
     /// Kept from one append to the next: the block, its compressed form, zstd's context.
     block: Vec<u8>,
     compressed: Vec<u8>,
@@ -271,9 +283,9 @@ struct Inner {
 /// written. Appends hold it for a whole group commit; exports and replays hold it only to read
 /// the catalog and then read the segments without it, so they never stall ingest for long.
 ///
-/// One process writes a store: [`SqliteStore::open`] takes the writer lock if it is free and
-/// opens the store read-only if another process holds it (a live collector), so that tools can
-/// list and export while it runs without touching what it is writing.
+/// One process writes a store: [`SqliteStore::open`] takes the writer lock and fails when another
+/// process holds it (a live collector); tools list and export through
+/// [`SqliteStore::open_read_only`], which takes no lock and touches nothing the writer writes.
 pub struct SqliteStore {
     dir: PathBuf,
     inner: Mutex<Inner>,
@@ -296,7 +308,9 @@ fn segment_path(dir: &Path, segment: u64) -> PathBuf {
 /// stale lock (and `File::try_lock` is newer than the workspace's minimum Rust). `None`: another
 /// connection, in this process or another, holds it.
 fn writer_lock(dir: &Path) -> Result<Option<Connection>, StoreError> {
-    let lock = Connection::open(dir.join("writer.lock"))?;
+    let path = dir.join("writer.lock");
+    create_private(&path)?;
+    let lock = Connection::open(path)?;
     lock.busy_timeout(Duration::ZERO)?;
     match lock.execute_batch("BEGIN EXCLUSIVE") {
         Ok(()) => Ok(Some(lock)),
@@ -367,14 +381,53 @@ fn load_state(db: &Connection) -> Result<State, StoreError> {
     Ok((last_sequence, traces))
 }
 
-/// Opens a segment for appending, creating it if needed, with its directory entry durable.
+/// Opens a segment for appending, creating it (0600) if needed, with its directory entry durable.
 fn create_segment(dir: &Path, segment: u64) -> Result<File, StoreError> {
     let file = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(segment_path(dir, segment))?;
     File::open(dir.join("segments"))?.sync_all()?;
     Ok(file)
+}
+
+/// Creates a directory (and its parents) 0700 if missing. An existing one is made 0700 only if
+/// it is a store's (`ours`): what an older collector made may be open to everyone, but a
+/// directory someone points a new store at is theirs.
+fn private_dir(dir: &Path, ours: bool) -> Result<(), StoreError> {
+    let existed = dir.is_dir();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    if !existed || ours {
+        // The umask may have taken bits the mode asked for.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// Creates an empty file 0600 before SQLite opens it: SQLite would create it 0644 less the
+/// umask, and gives the catalog's journal and shared memory files the catalog's mode. An
+/// existing file is made 0600 too.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(())
+}
+
+/// Whose the writer lock is: the pid in `writer.pid`, as the writer left it.
+fn writer_pid(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join("writer.pid"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Brings a catalog from an earlier layout up to this one.
@@ -413,18 +466,28 @@ fn column_names(db: &Connection, table: &str) -> Result<Vec<String>, StoreError>
 
 impl SqliteStore {
     /// Opens the store in `dir`, creating it if needed, as its writer: cuts any segment tail a
-    /// crash left unindexed and rebuilds the in-memory state from the catalog. If another
-    /// process writes the store, opens it read-only instead (see [`SqliteStore::is_read_only`]).
+    /// crash left unindexed and rebuilds the in-memory state from the catalog. Fails with
+    /// [`StoreError::Locked`] if another writer (a running collector) has it.
     pub fn open(dir: &Path) -> Result<SqliteStore, StoreError> {
         Self::open_with(dir, SqliteOptions::default())
     }
 
     /// [`SqliteStore::open`] with options of one's own.
     pub fn open_with(dir: &Path, options: SqliteOptions) -> Result<SqliteStore, StoreError> {
-        std::fs::create_dir_all(dir.join("segments"))?;
+        private_dir(dir, dir.join("catalog.sqlite").exists())?;
+        private_dir(&dir.join("segments"), true)?;
         match writer_lock(dir)? {
-            Some(lock) => Self::open_writer(dir, lock, options),
-            None => Self::open_read_only(dir),
+            Some(lock) => {
+                // Only for telling a second writer who has the store; a stale pid is harmless.
+                let pid_file = dir.join("writer.pid");
+                create_private(&pid_file)?;
+                std::fs::write(&pid_file, format!("{}\n", std::process::id()))?;
+                Self::open_writer(dir, lock, options)
+            }
+            None => Err(StoreError::Locked {
+                dir: dir.to_path_buf(),
+                pid: writer_pid(dir),
+            }),
         }
     }
 
@@ -454,8 +517,8 @@ impl SqliteStore {
         })
     }
 
-    /// Whether this store only reads (another process writes it): then `append`, `open_agent`
-    /// and `record_clock` fail.
+    /// Whether this store only reads (opened by [`SqliteStore::open_read_only`]): then
+    /// `append`, `open_agent` and `record_clock` fail.
     pub fn is_read_only(&self) -> bool {
         self.lock().writer.is_none()
     }
@@ -465,7 +528,9 @@ impl SqliteStore {
         lock: Connection,
         options: SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
-        let db = Connection::open(dir.join("catalog.sqlite"))?;
+        let catalog = dir.join("catalog.sqlite");
+        create_private(&catalog)?;
+        let db = Connection::open(catalog)?;
         db.pragma_update(None, "journal_mode", "WAL")?;
         // A commit is on disk when it returns: acknowledged data must survive a power cut too.
         db.pragma_update(None, "synchronous", "FULL")?;
@@ -487,6 +552,7 @@ impl SqliteStore {
         }
         let mut segment = ends.keys().copied().max().unwrap_or(0);
         let mut damaged = false;
+        let mut segments_total = 0u64;
         for entry in std::fs::read_dir(dir.join("segments"))? {
             let path = entry?.path();
             let Some(number) = path
@@ -517,6 +583,9 @@ impl SqliteStore {
                 damaged = true;
             }
             segment = segment.max(number);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            // What is left after the cut.
+            segments_total += length.min(end);
         }
         for &number in ends.keys() {
             if !segment_path(dir, number).exists() {
@@ -541,6 +610,8 @@ impl SqliteStore {
                     segment_bytes: options.segment_bytes,
                     segment,
                     file,
+                    max_bytes: options.max_bytes,
+                    segments_total,
                     block: Vec::new(),
                     compressed: Vec::new(),
                     compressor: zstd::bulk::Compressor::new(options.zstd_level)?,
@@ -748,7 +819,7 @@ impl Inner {
 
     fn read_only(&self) -> StoreError {
         other(format!(
-            "the store in {} is written by another process; this one only reads it",
+            "the store in {} is open only for reading here",
             self.dir.display()
         ))
     }
@@ -774,6 +845,7 @@ impl Writer {
             self.cut(offset);
             return Err(error.into());
         }
+        self.segments_total += self.compressed.len() as u64;
         Ok((self.segment, offset))
     }
 
@@ -1047,6 +1119,14 @@ impl Store for SqliteStore {
         writer
             .compressor
             .compress_to_buffer(&writer.block, &mut writer.compressed)?;
+        if let Some(limit) = writer.max_bytes {
+            // The catalog's write-ahead log is left out: checkpoints bound it (about 4 MB).
+            let catalog = std::fs::metadata(dir.join("catalog.sqlite"))?.len();
+            let used = writer.segments_total + catalog;
+            if used + writer.compressed.len() as u64 > limit {
+                return Err(StoreError::Full { used, limit });
+            }
+        }
         let (segment, block_offset) = writer.write_block(dir)?;
         let placed = (segment, block_offset, writer.compressed.len() as u64);
 
@@ -1061,6 +1141,7 @@ impl Store for SqliteStore {
         if let Err(error) = indexed {
             // Nothing of this append stays: the transaction rolled back, the block goes.
             writer.cut(block_offset);
+            writer.segments_total -= writer.compressed.len() as u64;
             return Err(error);
         }
         last_sequence.extend(staged.last_sequence);
