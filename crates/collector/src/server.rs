@@ -285,7 +285,8 @@ fn queue_capacity(config: &ServerConfig) -> usize {
 /// Tells a connection the collector will not serve it why, and closes it; never waits.
 fn turn_away(socket: TcpStream, reason: &str) {
     // A fresh connection's send buffer is empty: the refusal fits, or the peer is gone.
-    let _ = socket.try_write(&frame(FrameKind::Refused, reason.as_bytes()));
+    let refusal = Refusal::transient(reason);
+    let _ = socket.try_write(&frame(FrameKind::Refused, &refusal.encode()));
 }
 
 async fn accept_loop(
