@@ -411,9 +411,19 @@ async fn agent_connection(
                             )));
                         }
                         last_sequence = sequence;
-                        let received = match received_frame(agent, kind, sequence, body) {
-                            Ok(received) => received,
-                            Err(fault) => break Err(fault),
+                        // Checking a fragment is CPU work proportional to its size: off the async
+                        // workers, so that one large frame does not stall other connections.
+                        let body = body.to_vec();
+                        let checked = tokio::task::spawn_blocking(move || {
+                            received_frame(agent, kind, sequence, body)
+                        })
+                        .await;
+                        let received = match checked {
+                            Ok(Ok(received)) => received,
+                            Ok(Err(fault)) => break Err(fault),
+                            Err(error) => {
+                                break Err(protocol(format!("checking frame {sequence} failed: {error}")))
+                            }
                         };
                         let submission = Submission { frame: received, acks: acks.clone() };
                         if shared.submissions.send(submission).await.is_err() {
@@ -502,26 +512,26 @@ fn received_frame(
     agent: Uuid,
     kind: FrameKind,
     sequence: u64,
-    body: &[u8],
+    body: Vec<u8>,
 ) -> Result<Received, Fault> {
     let mut received = Received {
         agent,
         kind,
         sequence,
-        body: body.to_vec(),
+        body,
         summary: None,
         loss: None,
         received_ns: now_ns(),
     };
     match kind {
         FrameKind::Fragment => {
-            let summary = scan_fragment(body).map_err(|problem| {
+            let summary = scan_fragment(&received.body).map_err(|problem| {
                 protocol(format!("fragment {sequence} is malformed: {problem}"))
             })?;
             received.summary = Some(summary);
         }
         FrameKind::Loss => {
-            let loss: Loss = wire::parse_json(kind, body)?;
+            let loss: Loss = wire::parse_json(kind, &received.body)?;
             warn!(
                 "agent {agent} dropped {} frames ({} bytes) while it could not send",
                 loss.frames, loss.bytes
