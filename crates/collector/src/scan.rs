@@ -368,6 +368,11 @@ pub fn scan_fragment(body: &[u8]) -> Result<FragmentSummary, String> {
     if body.is_empty() {
         return Err("an empty fragment".into());
     }
+    // quick-xml skips a byte order mark silently, which would put it inside the first
+    // element's range, and so in the middle of an exported document.
+    if body.starts_with(b"\xef\xbb\xbf") {
+        return Err("at byte 0: a byte order mark (a fragment holds elements only)".into());
+    }
     if let Err(error) = std::str::from_utf8(body) {
         return Err(format!("at byte {}: not UTF-8", error.valid_up_to()));
     }
@@ -622,6 +627,7 @@ mod tests {
             (b"<!-- hi --><gcStart/>", "outside any element"),
             (b"<![CDATA[x]]><gcStart/>", "outside any element"),
             (b"<gcStart/>\xff", "at byte 10: not UTF-8"),
+            (b"\xef\xbb\xbf<gcStart/>", "at byte 0: a byte order mark"),
             (b"<gcStart/>\x01", "at byte 10: control character 0x01"),
             (
                 b"<gcStart time=\"1\" time=\"2\"/>",

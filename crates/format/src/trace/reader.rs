@@ -2,7 +2,8 @@
 //! across reads, as fragments or inside a TRACE document. Strict: malformed input is an error
 //! that gives its byte offset. Safe on hostile input: no entity but XML's five predefined ones
 //! and character references is expanded, a DOCTYPE's internal subset is never processed,
-//! nothing is fetched, and one element may not exceed [`MAX_ELEMENT_BYTES`].
+//! nothing is fetched, and one element may not exceed [`MAX_ELEMENT_BYTES`], nest deeper than
+//! [`MAX_DEPTH`] or carry more than [`MAX_ATTRIBUTES`] attributes.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -18,7 +19,8 @@ use super::{RawElement, TraceElement};
 pub const MAX_ELEMENT_BYTES: usize = 16 << 20;
 
 /// How deep elements may nest, a top-level element being level 1 (the TRACE root is not
-/// counted). The format needs three levels at most (methodDef, return, ...); the rest is margin.
+/// counted). The format needs two (a methodEntry holding values, a methodDef holding its return);
+/// the rest is margin.
 /// Deeper input is refused as it is read, so that nothing recursive over an element tree
 /// (dropping it, comparing it) can run out of stack: this is the one limit, and the collector's
 /// fragment scanner applies it too.
