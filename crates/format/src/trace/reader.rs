@@ -191,6 +191,9 @@ fn raw_start(start: BytesStart<'_>) -> Result<RawElement<'static>, String> {
         let key = std::str::from_utf8(attribute.key.into_inner())
             .map_err(|_| format!("<{name}>: an attribute name is not UTF-8"))?
             .to_string();
+        if let Some(c) = value.chars().find(|&c| !super::is_xml_char(c)) {
+            return Err(format!("<{name}> {key}: {}", not_xml(c)));
+        }
         attributes.push((Cow::Owned(key), Cow::Owned(value)));
     }
     if let Some(twice) = name_given_twice(attributes.iter().map(|(key, _)| key.as_ref())) {
@@ -217,6 +220,12 @@ fn name_given_twice<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str>
         .windows(2)
         .find(|pair| pair[0] == pair[1])
         .map(|pair| pair[0])
+}
+
+/// Why a character (raw or as a reference) is refused: quick-xml lets through those XML 1.0
+/// cannot carry, which the writer would write back differently.
+fn not_xml(c: char) -> String {
+    format!("U+{:04X} is not a character XML can carry", u32::from(c))
 }
 
 /// The error for an element that would stand one level deeper than [`MAX_DEPTH`].
@@ -314,11 +323,24 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
                     Ok(text) => text,
                     Err(error) => return fail(error.to_string()),
                 };
+                if let Some(c) = text.chars().find(|&c| !super::is_xml_char(c)) {
+                    return Err((before, not_xml(c)));
+                }
                 match stack.last_mut() {
                     Some(parent) => parent.text.push_str(&text),
                     None if text.trim().is_empty() => return Ok(Step::Skip(position)),
                     None => return fail(format!("text outside any element: '{}'", text.trim())),
                 }
+            }
+            Event::CData(data)
+                if String::from_utf8_lossy(&data)
+                    .chars()
+                    .any(|c| !super::is_xml_char(c)) =>
+            {
+                let c = String::from_utf8_lossy(&data)
+                    .chars()
+                    .find(|&c| !super::is_xml_char(c));
+                return Err((before, not_xml(c.unwrap_or_default())));
             }
             Event::CData(data) => match stack.last_mut() {
                 Some(parent) => parent.text.push_str(&String::from_utf8_lossy(&data)),

@@ -286,6 +286,23 @@ fn nesting_deeper_than_the_limit_is_refused_with_its_depth_and_offset() {
     assert_eq!(pieces.unwrap_err(), error);
 }
 
+#[test]
+fn characters_xml_cannot_carry_are_refused_raw_or_as_references() {
+    // Found by the fuzzer: a raw NUL in a value was read, then written back as \u{0}.
+    for input in [
+        "<option key=\"k\" value=\"y\n\0\"/>",
+        "<option key=\"k\" value=\"&#1;\"/>",
+        "<methodEntry><value>a\u{1}b</value></methodEntry>",
+        "<methodEntry><value><![CDATA[\u{b}]]></value></methodEntry>",
+    ] {
+        let error = first_error(input);
+        assert!(
+            error.message.contains("is not a character XML can carry"),
+            "{input:?}: {error}"
+        );
+    }
+}
+
 /// A gcStart with `count` attributes in all: unknown ones, then its time.
 fn with_attributes(count: usize) -> String {
     let mut out = String::from("<gcStart");
