@@ -4,6 +4,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use openprof_format::trace::reader::MAX_DEPTH;
 use openprof_testkit::{jdk, run_java, wait_with_limit, workload_classes};
 
 fn openprof(dir: &Path, args: &[&str]) -> Output {
@@ -212,6 +213,46 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
         text(&output.stdout).contains("not well-formed at byte"),
         "{}",
         text(&output.stdout)
+    );
+}
+
+#[test]
+fn a_trace_nested_too_deep_is_refused_with_its_place_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    // 200,000 levels: a methodEntry holding values in values.
+    let head = "<TRACE>\n<methodEntry>";
+    let mut trace = String::from(head);
+    trace.push_str(&"<value>".repeat(199_999));
+    trace.push_str(&"</value>".repeat(199_999));
+    trace.push_str("</methodEntry>\n</TRACE>\n");
+    std::fs::write(dir.path().join("deep.xml"), &trace).unwrap();
+    let offset = head.len() + (MAX_DEPTH - 1) * "<value>".len();
+    let problem = format!("byte {offset}: <value> is nested more than {MAX_DEPTH} deep");
+
+    let output = openprof(dir.path(), &["validate", "deep.xml"]);
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{stdout}{}",
+        text(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!(
+            "deep.xml: element 1 <?>: not well-formed at {problem}"
+        )),
+        "{stdout}"
+    );
+
+    // mpt exits 2 on any file it cannot read, as for every other unreadable trace.
+    let output = openprof(dir.path(), &["mpt", "deep.xml"]);
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "deep.xml is not a readable trace: line 2, {problem}"
+        )),
+        "{stderr}"
     );
 }
 

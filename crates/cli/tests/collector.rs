@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use openprof_collector::client::{self, Endpoint, Transport};
 use openprof_format::handshake::Identity;
-use openprof_format::trace::reader::read_all;
+use openprof_format::trace::reader::{read_all, MAX_ATTRIBUTES, MAX_DEPTH};
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Hello, Refusal, Role};
 use openprof_testkit::{java_command, wait_with_limit, xmllint_trace};
@@ -495,6 +495,74 @@ fn rogue_client(address: &str, role: Role, proof: &[u8]) -> wire::Frame {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn fragments_nested_too_deep_or_with_too_many_attributes_are_refused_and_the_rest_goes_on() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let (mut healthy, _dir) = ticker(&collector.address, "3");
+    let stdout = wait_for_ready(&mut healthy);
+
+    // A node (typed in full by the collector) holding 100,000 levels of values.
+    let head = "<node nodeId=\"67e55044-10b1-426f-9247-bb680e5fe0c8\" hostname=\"h\">";
+    let mut deep = String::from(head);
+    deep.push_str(&"<value>".repeat(99_999));
+    deep.push_str(&"</value>".repeat(99_999));
+    deep.push_str("</node>");
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
+    wire::write_frame(
+        &mut socket,
+        FrameKind::Fragment,
+        &wire::with_sequence(1, deep.as_bytes()),
+    )
+    .unwrap();
+    let reason = refusal(&mut socket);
+    let offset = head.len() + (MAX_DEPTH - 1) * "<value>".len();
+    assert!(
+        reason.contains(&format!(
+            "fragment 1 is malformed: at byte {offset}: <value> is nested more than {MAX_DEPTH} deep"
+        )),
+        "{reason}"
+    );
+
+    // 100,000 attributes on one element: refused as soon as read.
+    let mut crowded = String::from("<gcStart");
+    for number in 0..100_000 {
+        crowded.push_str(&format!(" a{number}=\"{number}\""));
+    }
+    crowded.push_str("/>");
+    let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
+    wire::write_frame(
+        &mut socket,
+        FrameKind::Fragment,
+        &wire::with_sequence(1, crowded.as_bytes()),
+    )
+    .unwrap();
+    let reason = refusal(&mut socket);
+    assert!(
+        reason.contains(&format!(
+            "fragment 1 is malformed: at byte 0: <gcStart>: more than {MAX_ATTRIBUTES} attributes"
+        )),
+        "{reason}"
+    );
+
+    // Still serving: a new agent is welcomed, and the JVM streaming all along gets its trace whole.
+    let _socket = raw_agent(&collector.address, TOKEN).unwrap();
+    let output = wait_with_limit(healthy, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_in(&stdout.join().unwrap());
+    let listing = ls(store.path());
+    let traces = trace_ids(&listing);
+    assert_eq!(
+        traces.len(),
+        1,
+        "only the healthy agent has a trace: {listing}"
+    );
+    let file = store.path().join("healthy.xml");
+    let document = export(store.path(), &traces[0], &file);
+    validate(&file);
+    assert_eq!(method_count(&document, "work"), Some(calls));
 }
 
 #[test]

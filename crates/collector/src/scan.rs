@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use openprof_format::trace::attrs::{AttrValue, MultiPart};
-use openprof_format::trace::reader::FragmentDecoder;
+use openprof_format::trace::reader::{FragmentDecoder, MAX_ATTRIBUTES, MAX_DEPTH};
 use openprof_format::trace::{TraceElement, ALL_TAGS};
 use quick_xml::escape::unescape;
 use quick_xml::events::{BytesStart, BytesText, Event};
@@ -124,9 +124,9 @@ fn count(bytes: &[u8], class: u8) -> usize {
         .count()
 }
 
-/// Checks a start tag's attributes, `name="value"` or `name='value'` separated by white space
-/// with unique names and values free of `<` and of malformed references, and hands each
-/// (name, raw value) to `each`. `names` is scratch space for the uniqueness check, reused from
+/// Checks a start tag's attributes, `name="value"` or `name='value'` separated by white space,
+/// at most [`MAX_ATTRIBUTES`], with unique names and values free of `<` and of malformed
+/// references, and hands each (name, raw value) to `each`. `names` is scratch space for the uniqueness check, reused from
 /// tag to tag so that it costs no allocation.
 fn walk_attributes<'a>(
     tag: &'a BytesStart<'a>,
@@ -147,7 +147,10 @@ fn walk_attributes<'a>(
         let spaces = count(&raw[at..], SPACE);
         at += spaces;
         let Some(&first) = raw.get(at) else {
-            return Ok(());
+            return match name_given_twice(raw, names) {
+                Some(twice) => fail(format!("attribute {} given twice", shown(twice))),
+                None => Ok(()),
+            };
         };
         if spaces == 0 {
             return fail("attributes must be separated by white space".into());
@@ -164,12 +167,10 @@ fn walk_attributes<'a>(
                 shown(&raw[at..end])
             ));
         }
-        // Typically ten names of which few share a length: the first comparison settles most.
-        if names
-            .iter()
-            .any(|seen| seen.len() == name_bytes.len() && raw[seen.clone()] == *name_bytes)
-        {
-            return fail(format!("attribute {} given twice", shown(name_bytes)));
+        if names.len() == MAX_ATTRIBUTES {
+            return fail(format!(
+                "more than {MAX_ATTRIBUTES} attributes (the most allowed)"
+            ));
         }
         at = name.end + count(&raw[name.end..], SPACE);
         if raw.get(at) != Some(&b'=') {
@@ -214,6 +215,18 @@ fn walk_attributes<'a>(
         names.push(name);
         each(name_bytes, value)?;
     }
+}
+
+/// A name given more than once, found by sorting (`names` are ranges of `raw`): n log n, so
+/// that no crafted tag costs more than its length allows.
+fn name_given_twice<'a>(raw: &'a [u8], names: &mut [Range<usize>]) -> Option<&'a [u8]> {
+    // Names of different lengths never compare their bytes.
+    let key = |range: &Range<usize>| (range.len(), &raw[range.clone()]);
+    names.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+    names
+        .windows(2)
+        .find(|pair| key(&pair[0]) == key(&pair[1]))
+        .map(|pair| &raw[pair[0].clone()])
 }
 
 /// A value's text with its references replaced (they were checked by [`walk_attributes`]).
@@ -355,6 +368,11 @@ pub fn scan_fragment(body: &[u8]) -> Result<FragmentSummary, String> {
     if body.is_empty() {
         return Err("an empty fragment".into());
     }
+    // quick-xml skips a byte order mark silently, which would put it inside the first
+    // element's range, and so in the middle of an exported document.
+    if body.starts_with(b"\xef\xbb\xbf") {
+        return Err("at byte 0: a byte order mark (a fragment holds elements only)".into());
+    }
     if let Err(error) = std::str::from_utf8(body) {
         return Err(format!("at byte {}: not UTF-8", error.valid_up_to()));
     }
@@ -390,6 +408,15 @@ pub fn scan_fragment(body: &[u8]) -> Result<FragmentSummary, String> {
         };
         let after = reader.buffer_position() as usize;
         match event {
+            // Refused before the elements the hierarchy holds are typed (a tree) or anything
+            // stored that the trace reader would refuse on export.
+            Event::Start(tag) | Event::Empty(tag) if depth == MAX_DEPTH => {
+                return Err(format!(
+                    "at byte {before}: <{}> is nested more than {MAX_DEPTH} deep (the most \
+                     allowed)",
+                    shown(tag.name().into_inner())
+                ));
+            }
             Event::Start(tag) => {
                 if depth == 0 {
                     open = Some(top_level(&tag, before, &mut names)?);
@@ -600,6 +627,7 @@ mod tests {
             (b"<!-- hi --><gcStart/>", "outside any element"),
             (b"<![CDATA[x]]><gcStart/>", "outside any element"),
             (b"<gcStart/>\xff", "at byte 10: not UTF-8"),
+            (b"\xef\xbb\xbf<gcStart/>", "at byte 0: a byte order mark"),
             (b"<gcStart/>\x01", "at byte 10: control character 0x01"),
             (
                 b"<gcStart time=\"1\" time=\"2\"/>",
@@ -641,6 +669,94 @@ mod tests {
                 String::from_utf8_lossy(body)
             );
         }
+    }
+
+    /// `top` holding values in values, `levels` deep in all.
+    fn nested(top: &str, attributes: &str, levels: usize) -> String {
+        let mut out = format!("<{top}{attributes}>");
+        out.push_str(&"<value>".repeat(levels - 1));
+        out.push_str(&"</value>".repeat(levels - 1));
+        out.push_str(&format!("</{top}>"));
+        out
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_limit_is_refused_with_its_depth_and_offset() {
+        let at_limit = nested("methodEntry", "", MAX_DEPTH);
+        assert_eq!(
+            scan_fragment(at_limit.as_bytes()).unwrap().elements.len(),
+            1
+        );
+        let lead = "<gcStart/>\n";
+        let over = format!("{lead}{}", nested("methodEntry", "", MAX_DEPTH + 1));
+        let offset = lead.len() + "<methodEntry>".len() + (MAX_DEPTH - 1) * "<value>".len();
+        let error = scan_fragment(over.as_bytes()).unwrap_err();
+        assert!(error.contains(&format!("at byte {offset}: ")), "{error}");
+        assert!(
+            error.contains(&format!("nested more than {MAX_DEPTH} deep")),
+            "{error}"
+        );
+        let empty_over = over.replacen("<value></value>", "<value/>", 1);
+        let error = scan_fragment(empty_over.as_bytes()).unwrap_err();
+        assert!(error.contains(&format!("at byte {offset}: ")), "{error}");
+        // A hierarchy element is typed in full: 100,000 levels must be refused before that.
+        let node = nested(
+            "node",
+            " nodeId=\"67e55044-10b1-426f-9247-bb680e5fe0c8\" hostname=\"h\"",
+            100_000,
+        );
+        let error = scan_fragment(node.as_bytes()).unwrap_err();
+        assert!(
+            error.contains(&format!("nested more than {MAX_DEPTH} deep")),
+            "{error}"
+        );
+    }
+
+    /// A gcStart with `count` attributes in all, the last its time.
+    fn with_attributes(count: usize) -> String {
+        let mut out = String::from("<gcStart");
+        for number in 1..count {
+            out.push_str(&format!(" a{number}=\"{number}\""));
+        }
+        out.push_str(" time=\"1.5\"/>");
+        out
+    }
+
+    #[test]
+    fn more_attributes_than_the_limit_are_refused_quickly() {
+        let at_limit = with_attributes(MAX_ATTRIBUTES);
+        assert_eq!(
+            scan_fragment(at_limit.as_bytes()).unwrap().elements.len(),
+            1
+        );
+        let over = format!("<gcStart/>{}", with_attributes(MAX_ATTRIBUTES + 1));
+        let error = scan_fragment(over.as_bytes()).unwrap_err();
+        assert!(error.contains("at byte 10: "), "{error}");
+        assert!(
+            error.contains(&format!("more than {MAX_ATTRIBUTES} attributes")),
+            "{error}"
+        );
+        let nested_over = format!(
+            "<methodEntry>{}</methodEntry>",
+            with_attributes(MAX_ATTRIBUTES + 1).replace("gcStart", "value")
+        );
+        let error = scan_fragment(nested_over.as_bytes()).unwrap_err();
+        assert!(error.contains("at byte 13: "), "{error}");
+        // A flood costs no more than reading its bytes.
+        let flood = with_attributes(200_000);
+        let started = std::time::Instant::now();
+        let error = scan_fragment(flood.as_bytes()).unwrap_err();
+        assert!(error.contains("attributes"), "{error}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?} to refuse {} bytes",
+            started.elapsed(),
+            flood.len()
+        );
+        // Names given twice are still found anywhere within the limit.
+        let twice = with_attributes(MAX_ATTRIBUTES - 1).replace("/>", " a7=\"x\"/>");
+        let error = scan_fragment(twice.as_bytes()).unwrap_err();
+        assert!(error.contains("attribute a7 given twice"), "{error}");
     }
 
     /// Every prefix of a valid fragment that cuts an element is refused.

@@ -750,9 +750,18 @@ async fn agent_connection(
                         // The body in the payload's own buffer: a frame is in memory once.
                         let mut body = frame.payload;
                         body.drain(..body.len() - body_length);
-                        let received = match received_frame(agent, kind, sequence, body) {
-                            Ok(received) => received,
-                            Err(fault) => break Err(fault),
+                        // Checking a fragment is CPU work proportional to its size: off the async
+                        // workers, so that one large frame does not stall other connections.
+                        let checked = tokio::task::spawn_blocking(move || {
+                            received_frame(agent, kind, sequence, body)
+                        })
+                        .await;
+                        let received = match checked {
+                            Ok(Ok(received)) => received,
+                            Ok(Err(fault)) => break Err(fault),
+                            Err(error) => {
+                                break Err(protocol(format!("checking frame {sequence} failed: {error}")))
+                            }
                         };
                         let submission = Submission {
                             frame: received,

@@ -31,6 +31,17 @@ pub struct RawElement<'a> {
     pub text: String,
 }
 
+/// Children are dropped from a list of their own, not by recursion: a tree built by hand may be
+/// deeper than the stack (the reader refuses one deeper than [`reader::MAX_DEPTH`]).
+impl Drop for RawElement<'_> {
+    fn drop(&mut self) {
+        let mut pending = std::mem::take(&mut self.children);
+        while let Some(mut child) = pending.pop() {
+            pending.append(&mut child.children);
+        }
+    }
+}
+
 /// Appends `text` escaped for an attribute value (line breaks and tabs as character references,
 /// so that they survive attribute-value normalisation).
 pub(crate) fn escape_attribute(text: &str, out: &mut String) {

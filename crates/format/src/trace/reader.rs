@@ -2,7 +2,8 @@
 //! across reads, as fragments or inside a TRACE document. Strict: malformed input is an error
 //! that gives its byte offset. Safe on hostile input: no entity but XML's five predefined ones
 //! and character references is expanded, a DOCTYPE's internal subset is never processed,
-//! nothing is fetched, and one element may not exceed [`MAX_ELEMENT_BYTES`].
+//! nothing is fetched, and one element may not exceed [`MAX_ELEMENT_BYTES`], nest deeper than
+//! [`MAX_DEPTH`] or carry more than [`MAX_ATTRIBUTES`] attributes.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -16,6 +17,18 @@ use super::{RawElement, TraceElement};
 /// The largest element accepted: a stream that never closes an element is an error, not a
 /// memory leak.
 pub const MAX_ELEMENT_BYTES: usize = 16 << 20;
+
+/// How deep elements may nest, a top-level element being level 1 (the TRACE root is not
+/// counted). The format needs two (a methodEntry holding values, a methodDef holding its return);
+/// the rest is margin.
+/// Deeper input is refused as it is read, so that nothing recursive over an element tree
+/// (dropping it, comparing it) can run out of stack: this is the one limit, and the collector's
+/// fragment scanner applies it too.
+pub const MAX_DEPTH: usize = 64;
+
+/// The most attributes one element may carry. The format's largest elements have 16; unknown
+/// attributes are ignored, so there is room for more, but not for a flood.
+pub const MAX_ATTRIBUTES: usize = 128;
 
 /// Malformed input: where (bytes from the start of the stream) and what.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,8 +53,9 @@ pub struct FragmentDecoder {
     root_closed: bool,
 }
 
-enum Step<'a> {
-    Element(RawElement<'a>, usize),
+/// Elements are owned (their attributes copied), so a step does not borrow the buffer.
+enum Step {
+    Element(RawElement<'static>, usize),
     RootStart(usize),
     RootEnd(usize),
     /// Markup that is not an element (declaration, comment, the TRACE root's tags), skipped.
@@ -159,9 +173,16 @@ fn is_truncation(error: &XmlError) -> bool {
 /// An element's start: its name (static when known) and its attributes, unescaped.
 /// (quick-xml 0.37 lends attributes only for the life of the event, so they are copied.)
 fn raw_start(start: BytesStart<'_>) -> Result<RawElement<'static>, String> {
-    let mut attributes = Vec::new();
+    let mut attributes: Vec<(Cow<'static, str>, Cow<'static, str>)> = Vec::new();
     let name = String::from_utf8_lossy(start.name().into_inner()).into_owned();
-    for attribute in start.attributes() {
+    // quick-xml's own check for names given twice compares each name with all before it;
+    // names are checked below, once the count is known to be bounded.
+    for attribute in start.attributes().with_checks(false) {
+        if attributes.len() == MAX_ATTRIBUTES {
+            return Err(format!(
+                "<{name}> has more than {MAX_ATTRIBUTES} attributes (the most allowed)"
+            ));
+        }
         let attribute = attribute.map_err(|error| format!("<{name}>: {error}"))?;
         let value = attribute
             .unescape_value()
@@ -170,7 +191,13 @@ fn raw_start(start: BytesStart<'_>) -> Result<RawElement<'static>, String> {
         let key = std::str::from_utf8(attribute.key.into_inner())
             .map_err(|_| format!("<{name}>: an attribute name is not UTF-8"))?
             .to_string();
+        if let Some(c) = value.chars().find(|&c| !super::is_xml_char(c)) {
+            return Err(format!("<{name}> {key}: {}", not_xml(c)));
+        }
         attributes.push((Cow::Owned(key), Cow::Owned(value)));
+    }
+    if let Some(twice) = name_given_twice(attributes.iter().map(|(key, _)| key.as_ref())) {
+        return Err(format!("<{name}>: attribute {twice} given twice"));
     }
     // Known names are static; only an unknown one (an error to come) is copied.
     let name = super::ALL_TAGS
@@ -180,8 +207,33 @@ fn raw_start(start: BytesStart<'_>) -> Result<RawElement<'static>, String> {
     Ok(RawElement {
         name,
         attributes,
-        ..Default::default()
+        children: Vec::new(),
+        text: String::new(),
     })
+}
+
+/// A name that occurs more than once, found by sorting: n log n, whatever the names.
+fn name_given_twice<'a>(names: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let mut sorted: Vec<&str> = names.collect();
+    sorted.sort_unstable();
+    sorted
+        .windows(2)
+        .find(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0])
+}
+
+/// Why a character (raw or as a reference) is refused: quick-xml lets through those XML 1.0
+/// cannot carry, which the writer would write back differently.
+fn not_xml(c: char) -> String {
+    format!("U+{:04X} is not a character XML can carry", u32::from(c))
+}
+
+/// The error for an element that would stand one level deeper than [`MAX_DEPTH`].
+fn too_deep(name: &[u8]) -> String {
+    format!(
+        "<{}> is nested more than {MAX_DEPTH} deep (the most allowed)",
+        String::from_utf8_lossy(name)
+    )
 }
 
 /// The length of a `</TRACE>` close tag (with optional white space) at the start of `bytes`,
@@ -194,15 +246,16 @@ fn root_end_tag(bytes: &[u8]) -> Option<usize> {
 }
 
 /// Parses markup from the start of `bytes` up to the end of one top-level element.
-fn parse_one(bytes: &[u8], ended: bool) -> Result<Step<'_>, (u64, String)> {
+fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
     if let Some(used) = root_end_tag(bytes) {
         return Ok(Step::RootEnd(used));
     }
     let mut reader = Reader::from_reader(bytes);
     // End tags are matched against our own stack: each call sees one element, not the root.
     reader.config_mut().check_end_names = false;
-    let mut stack: Vec<RawElement> = Vec::new();
+    let mut stack: Vec<RawElement<'static>> = Vec::new();
     loop {
+        let before = reader.buffer_position();
         let event = match reader.read_event() {
             Ok(event) => event,
             Err(error) if is_truncation(&error) && !ended => return Ok(Step::NeedMore),
@@ -232,14 +285,18 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step<'_>, (u64, String)> {
             Event::End(end) if stack.is_empty() && end.name().as_ref() == b"TRACE" => {
                 return Ok(Step::RootEnd(position))
             }
+            // Refused where its start tag begins, before a tree too deep to drop can be built.
+            Event::Start(start) | Event::Empty(start) if stack.len() == MAX_DEPTH => {
+                return Err((before, too_deep(start.name().as_ref())))
+            }
             Event::Start(start) => match raw_start(start) {
                 Ok(raw) => stack.push(raw),
-                Err(message) => return fail(message),
+                Err(message) => return Err((before, message)),
             },
             Event::Empty(start) => {
                 let raw = match raw_start(start) {
                     Ok(raw) => raw,
-                    Err(message) => return fail(message),
+                    Err(message) => return Err((before, message)),
                 };
                 match stack.last_mut() {
                     Some(parent) => parent.children.push(raw),
@@ -266,11 +323,24 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step<'_>, (u64, String)> {
                     Ok(text) => text,
                     Err(error) => return fail(error.to_string()),
                 };
+                if let Some(c) = text.chars().find(|&c| !super::is_xml_char(c)) {
+                    return Err((before, not_xml(c)));
+                }
                 match stack.last_mut() {
                     Some(parent) => parent.text.push_str(&text),
                     None if text.trim().is_empty() => return Ok(Step::Skip(position)),
                     None => return fail(format!("text outside any element: '{}'", text.trim())),
                 }
+            }
+            Event::CData(data)
+                if String::from_utf8_lossy(&data)
+                    .chars()
+                    .any(|c| !super::is_xml_char(c)) =>
+            {
+                let c = String::from_utf8_lossy(&data)
+                    .chars()
+                    .find(|&c| !super::is_xml_char(c));
+                return Err((before, not_xml(c.unwrap_or_default())));
             }
             Event::CData(data) => match stack.last_mut() {
                 Some(parent) => parent.text.push_str(&String::from_utf8_lossy(&data)),
@@ -310,4 +380,58 @@ pub fn read_all(mut input: impl Read) -> impl Iterator<Item = Result<TraceElemen
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `levels` elements, each the only child of the one before.
+    fn chain(levels: usize) -> String {
+        let mut out = String::new();
+        for _ in 0..levels {
+            out.push_str("<value>");
+        }
+        for _ in 0..levels {
+            out.push_str("</value>");
+        }
+        out
+    }
+
+    #[test]
+    fn a_tree_exactly_as_deep_as_the_limit_is_read_whole() {
+        let text = chain(MAX_DEPTH);
+        let Ok(Step::Element(raw, used)) = parse_one(text.as_bytes(), true) else {
+            panic!("refused at the limit");
+        };
+        assert_eq!(used, text.len());
+        let mut levels = 1;
+        let mut element = &raw;
+        while let Some(child) = element.children.first() {
+            (levels, element) = (levels + 1, child);
+        }
+        assert_eq!(levels, MAX_DEPTH);
+        match parse_one(chain(MAX_DEPTH + 1).as_bytes(), true) {
+            Err((offset, message)) => {
+                assert_eq!(offset as usize, MAX_DEPTH * "<value>".len());
+                assert!(message.contains(&MAX_DEPTH.to_string()), "{message}");
+            }
+            _ => panic!("accepted one level over the limit"),
+        }
+    }
+
+    #[test]
+    fn a_deep_element_tree_is_dropped_without_recursion() {
+        // Built by hand, deeper than the reader allows: dropping must not overflow the stack.
+        let mut tree = RawElement::default();
+        for _ in 0..1_000_000 {
+            tree = RawElement {
+                name: Cow::Borrowed("value"),
+                attributes: Vec::new(),
+                children: vec![tree],
+                text: String::new(),
+            };
+        }
+        drop(tree);
+    }
 }

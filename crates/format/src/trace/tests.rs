@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 
 use super::attrs::{MultiPart, ObjRef, Seconds};
-use super::reader::{read_all, FragmentDecoder, MAX_ELEMENT_BYTES};
+use super::reader::{read_all, FragmentDecoder, MAX_ATTRIBUTES, MAX_DEPTH, MAX_ELEMENT_BYTES};
 use super::sample::Rng;
 use super::validate::validate;
 use super::writer::TraceWriter;
@@ -238,6 +238,114 @@ fn a_never_ending_element_is_an_error_not_a_leak() {
         }
     }
     assert!(error.expect("refused").message.contains("longer than"));
+}
+
+/// A methodEntry holding values in values, `levels` deep in all; the innermost one written as
+/// an empty-element tag when `empty_innermost`.
+fn nested(levels: usize, empty_innermost: bool) -> String {
+    let mut out = String::from("<methodEntry>");
+    let inner = levels.saturating_sub(1);
+    for level in 0..inner {
+        out.push_str(if empty_innermost && level + 1 == inner {
+            "<value/>"
+        } else {
+            "<value>"
+        });
+    }
+    for _ in 0..inner - usize::from(empty_innermost && inner > 0) {
+        out.push_str("</value>");
+    }
+    out.push_str("</methodEntry>");
+    out
+}
+
+#[test]
+fn nesting_deeper_than_the_limit_is_refused_with_its_depth_and_offset() {
+    for empty_innermost in [false, true] {
+        // At the limit the tree is read; typing then refuses a value holding values.
+        let error = first_error(&nested(MAX_DEPTH, empty_innermost));
+        assert!(error.message.contains("holds text only"), "{error}");
+        // One level more: refused where the level too many starts.
+        let lead = "<gcStart/>\n";
+        let error = first_error(&format!("{lead}{}", nested(MAX_DEPTH + 1, empty_innermost)));
+        let offset = lead.len() + "<methodEntry>".len() + (MAX_DEPTH - 1) * "<value>".len();
+        assert_eq!(error.offset, offset as u64, "{error}");
+        assert!(
+            error
+                .message
+                .contains(&format!("nested more than {MAX_DEPTH} deep")),
+            "{error}"
+        );
+    }
+    // 200,000 levels in a TRACE document, whole and in pieces: an error, not a stack overflow.
+    let deep = format!("<TRACE>\n{}\n</TRACE>\n", nested(200_000, false));
+    let offset = "<TRACE>\n<methodEntry>".len() + (MAX_DEPTH - 1) * "<value>".len();
+    let error = first_error(&deep);
+    assert_eq!(error.offset, offset as u64, "{error}");
+    let pieces = decode_in_pieces(deep.as_bytes(), &[3, 500, 70_000, 1_000_000]);
+    assert_eq!(pieces.unwrap_err(), error);
+}
+
+#[test]
+fn characters_xml_cannot_carry_are_refused_raw_or_as_references() {
+    // Found by the fuzzer: a raw NUL in a value was read, then written back as \u{0}.
+    for input in [
+        "<option key=\"k\" value=\"y\n\0\"/>",
+        "<option key=\"k\" value=\"&#1;\"/>",
+        "<methodEntry><value>a\u{1}b</value></methodEntry>",
+        "<methodEntry><value><![CDATA[\u{b}]]></value></methodEntry>",
+    ] {
+        let error = first_error(input);
+        assert!(
+            error.message.contains("is not a character XML can carry"),
+            "{input:?}: {error}"
+        );
+    }
+}
+
+/// A gcStart with `count` attributes in all: unknown ones, then its time.
+fn with_attributes(count: usize) -> String {
+    let mut out = String::from("<gcStart");
+    for number in 1..count {
+        out.push_str(&format!(" a{number}=\"{number}\""));
+    }
+    out.push_str(" time=\"1.5\"/>");
+    out
+}
+
+#[test]
+fn more_attributes_than_the_limit_are_refused_quickly() {
+    let read: Vec<_> = read_all(with_attributes(MAX_ATTRIBUTES).as_bytes()).collect();
+    assert!(
+        matches!(&read[..], [Ok(TraceElement::GcStart(gc))] if gc.time.is_some()),
+        "{read:?}"
+    );
+    let error = first_error(&format!(
+        "<gcStart/>{}",
+        with_attributes(MAX_ATTRIBUTES + 1)
+    ));
+    assert_eq!(error.offset, 10, "{error}");
+    assert!(
+        error
+            .message
+            .contains(&format!("more than {MAX_ATTRIBUTES} attributes")),
+        "{error}"
+    );
+    // A flood of attributes costs no more than the bytes it takes to read.
+    let flood = with_attributes(200_000);
+    let started = std::time::Instant::now();
+    let error = first_error(&flood);
+    assert!(error.message.contains("attributes"), "{error}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "{:?} to refuse {} bytes",
+        started.elapsed(),
+        flood.len()
+    );
+    // The uniqueness check still finds a name given twice, anywhere within the limit.
+    let twice = with_attributes(MAX_ATTRIBUTES - 1).replace("/>", " a7=\"x\"/>");
+    let error = first_error(&twice);
+    assert!(error.message.contains("a7"), "{error}");
 }
 
 fn uuid(n: u8) -> uuid::Uuid {
