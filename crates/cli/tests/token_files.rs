@@ -1,4 +1,4 @@
-//! `--token-file` of `openprof serve`, `control` and `replay`: a file too long for a token (or
+//! Token files of `openprof serve` (`--token-file`) and `control` (`--control-token-file`): a file too long for a token (or
 //! one that never ends) is refused naming it, and a file other users may read is warned about.
 
 use std::os::unix::fs::PermissionsExt;
@@ -12,6 +12,7 @@ fn openprof(args: &[&str]) -> Output {
     let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
         .args(args)
         .env_remove("OPENPROF_TOKEN")
+        .env_remove("OPENPROF_CONTROL_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -32,7 +33,7 @@ fn control_with(file: &Path) -> (Output, String) {
         "control",
         "--collector",
         "127.0.0.1:9",
-        "--token-file",
+        "--control-token-file",
         file.to_str().unwrap(),
         "gc",
     ]);
@@ -48,7 +49,7 @@ fn a_token_file_too_long_or_endless_is_refused_naming_it() {
     assert!(!output.status.success());
     assert!(
         stderr.contains(&format!(
-            "--token-file: {} is longer than 4096 bytes",
+            "--control-token-file: {} is longer than 4096 bytes",
             long.display()
         )),
         "{stderr}"
