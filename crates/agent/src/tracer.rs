@@ -1050,7 +1050,14 @@ impl Tracer {
 
     /// Monitor contention and waits (monitor=y).
     pub fn monitor(&self, jni: *mut JNIEnv, thread: jthread, object: jobject, event: MonitorEvent) {
-        let thread_id = Some(self.thread_id(thread));
+        let thread_id = self.thread_id(thread);
+        // A thread that has ended (its ThreadEnd written) still takes its own Thread object's
+        // monitor to wake threads joining it: the trace no longer defines the thread, so such
+        // late events are left out, as method events are.
+        if thread_id == 0 || THREAD_TRACE.with(|trace| trace.borrow().ended) {
+            return;
+        }
+        let thread_id = Some(thread_id);
         let (time, cpu) = (Some(now()), Some(thread_cpu_time()));
         let mut state = lock(&self.state);
         if state.trace.is_none() {
