@@ -135,12 +135,20 @@ pub fn replay(
     let connected = connect(endpoint, hello, token, Some(identity))?;
     let address = endpoint.address.clone();
     let io = move |error: std::io::Error| format!("talking to {address}: {error}");
-    connected
-        .stream
-        .socket()
-        .set_read_timeout(Some(ACK_POLL))
-        .map_err(io.clone())?;
-    // One stream (TLS can't be split): the acknowledgement reader and the sender take turns.
+    // Plain TCP: the acknowledgement reader reads a socket of its own, blocking. TLS can't be
+    // split: the reader and the sender take turns on the one stream, the reader waiting at
+    // most ACK_POLL each time.
+    let plain_reader = match endpoint.tls_ca {
+        None => Some(connected.stream.socket().try_clone().map_err(io.clone())?),
+        Some(_) => {
+            connected
+                .stream
+                .socket()
+                .set_read_timeout(Some(ACK_POLL))
+                .map_err(io.clone())?;
+            None
+        }
+    };
     let stream: Arc<Mutex<Box<dyn Transport>>> = Arc::new(Mutex::new(connected.stream));
     let reader = stream.clone();
     let total = fragments.len() as u64 + 1;
@@ -169,11 +177,12 @@ pub fn replay(
                     other => return Err(format!("unexpected {other:?} frame")),
                 }
             }
-            let read = {
-                let mut stream = reader
+            let read = match plain_reader.as_ref() {
+                Some(mut socket) => socket.read(&mut chunk),
+                None => reader
                     .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
-                stream.read(&mut chunk)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .read(&mut chunk),
             };
             match read {
                 Ok(0) => {
