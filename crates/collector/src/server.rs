@@ -750,12 +750,18 @@ async fn agent_connection(
                         // The body in the payload's own buffer: a frame is in memory once.
                         let mut body = frame.payload;
                         body.drain(..body.len() - body_length);
-                        // Checking a fragment is CPU work proportional to its size: off the async
-                        // workers, so that one large frame does not stall other connections.
-                        let checked = tokio::task::spawn_blocking(move || {
-                            received_frame(agent, kind, sequence, body)
-                        })
-                        .await;
+                        // Checking a fragment is CPU work proportional to its size: a large
+                        // frame is checked off the async workers, so that it does not stall
+                        // other connections; a small one (well under a millisecond of work) in
+                        // place, where handing it to another thread would cost more.
+                        let checked = if body.len() > INLINE_CHECK_BYTES {
+                            tokio::task::spawn_blocking(move || {
+                                received_frame(agent, kind, sequence, body)
+                            })
+                            .await
+                        } else {
+                            Ok(received_frame(agent, kind, sequence, body))
+                        };
                         let received = match checked {
                             Ok(Ok(received)) => received,
                             Ok(Err(fault)) => break Err(fault),
@@ -856,6 +862,9 @@ async fn agent_connection(
 fn wire_now() -> u64 {
     now_ns()
 }
+
+/// Frames up to this size are checked on the async worker that read them.
+const INLINE_CHECK_BYTES: usize = 256 << 10;
 
 /// Checks a data frame's body and makes it ready for the store.
 fn received_frame(
