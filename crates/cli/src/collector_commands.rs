@@ -250,6 +250,8 @@ pub struct ControlArgs {
     /// alloc-traces-on, alloc-traces-off, cpu-sampling-on, cpu-sampling-off,
     /// clear-cpu-samples, depth N, trace-start, trace-end, filter BLOCK, snapshot NAME,
     /// mpt-add SPECS, mpt-remove SPECS, mpt-list (method parameter tracing, docs/mpt.md).
+    /// Agents carry out dump-heap, exit and mpt-add/remove only when their commands= option
+    /// allows them (docs/security.md).
     command: String,
     /// The command's argument (depth, filter block, snapshot name, specifications: one a
     /// line, or @FILE).
