@@ -452,21 +452,31 @@ fn malformed_frames_close_only_their_own_connection() {
     socket.write_all(&[4, 0, 0, 1, 0, 1, 2]).unwrap();
     drop(socket);
 
-    let output = wait_with_limit(healthy, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_in(&stdout.join().unwrap());
+    the_healthy_agents_trace_is_whole(healthy, stdout, store.path());
     let log = collector.log();
     assert!(log.contains("fragment 1 is malformed"), "logged: {log}");
     assert!(log.contains("frame kind 99 is unknown"), "logged: {log}");
-    let listing = ls(store.path());
+}
+
+/// Waits for the JVM that streamed while others misbehaved: its trace is the only one in the
+/// store, valid, with exactly the calls it printed.
+fn the_healthy_agents_trace_is_whole(
+    healthy: Child,
+    stdout: std::thread::JoinHandle<String>,
+    store: &Path,
+) {
+    let output = wait_with_limit(healthy, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let calls = calls_in(&stdout.join().unwrap());
+    let listing = ls(store);
     let traces = trace_ids(&listing);
     assert_eq!(
         traces.len(),
         1,
         "only the healthy agent has a trace: {listing}"
     );
-    let file = store.path().join("healthy.xml");
-    let document = export(store.path(), &traces[0], &file);
+    let file = store.join("healthy.xml");
+    let document = export(store, &traces[0], &file);
     validate(&file);
     assert_eq!(method_count(&document, "work"), Some(calls));
 }
@@ -549,20 +559,7 @@ fn fragments_nested_too_deep_or_with_too_many_attributes_are_refused_and_the_res
 
     // Still serving: a new agent is welcomed, and the JVM streaming all along gets its trace whole.
     let _socket = raw_agent(&collector.address, TOKEN).unwrap();
-    let output = wait_with_limit(healthy, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_in(&stdout.join().unwrap());
-    let listing = ls(store.path());
-    let traces = trace_ids(&listing);
-    assert_eq!(
-        traces.len(),
-        1,
-        "only the healthy agent has a trace: {listing}"
-    );
-    let file = store.path().join("healthy.xml");
-    let document = export(store.path(), &traces[0], &file);
-    validate(&file);
-    assert_eq!(method_count(&document, "work"), Some(calls));
+    the_healthy_agents_trace_is_whole(healthy, stdout, store.path());
 }
 
 #[test]

@@ -445,14 +445,23 @@ fn protocol(message: impl Into<String>) -> Fault {
     Fault::Protocol(message.into())
 }
 
-async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Option<wire::Frame>, Fault> {
+/// Reads a frame header; `None` when the peer closed the connection between frames.
+async fn read_header<R: AsyncRead + Unpin>(
+    input: &mut R,
+) -> Result<Option<(FrameKind, u32)>, WireError> {
     let mut header = [0u8; HEADER_LEN];
     match input.read_exact(&mut header).await {
         Ok(_) => {}
         Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(error) => return Err(error.into()),
     }
-    let (kind, length) = wire::parse_header(header)?;
+    wire::parse_header(header).map(Some)
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Option<wire::Frame>, Fault> {
+    let Some((kind, length)) = read_header(input).await? else {
+        return Ok(None);
+    };
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload).await?;
     Ok(Some(wire::Frame { kind, payload }))
@@ -468,13 +477,9 @@ async fn read_budgeted_frame<R: AsyncRead + Unpin>(
     budget: &Arc<Semaphore>,
     capacity: usize,
 ) -> Result<Option<Budgeted>, Fault> {
-    let mut header = [0u8; HEADER_LEN];
-    match input.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(error) => return Err(error.into()),
-    }
-    let (kind, length) = wire::parse_header(header)?;
+    let Some((kind, length)) = read_header(input).await? else {
+        return Ok(None);
+    };
     // At least one unit, so that empty frames are bounded in number too.
     let units = (length as usize).clamp(1, capacity) as u32;
     let share = budget
@@ -628,13 +633,9 @@ async fn authenticate(
 /// Reads a frame of the handshake: its length is checked against [`MAX_HELLO`] before any of
 /// its payload is read.
 async fn read_small_frame(stream: &mut Box<dyn Stream>) -> Result<Option<wire::Frame>, Refuse> {
-    let mut header = [0u8; HEADER_LEN];
-    match stream.read_exact(&mut header).await {
-        Ok(_) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(error) => return Err(error.into()),
-    }
-    let (kind, length) = wire::parse_header(header)?;
+    let Some((kind, length)) = read_header(stream).await? else {
+        return Ok(None);
+    };
     if length > MAX_HELLO {
         return Err(Refuse(Refusal::final_(format!(
             "a {kind:?} frame of {length} bytes is longer than the {MAX_HELLO} bytes allowed before authentication"
