@@ -3,11 +3,12 @@
 
 mod commands;
 
+use crate::sync::lock;
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -115,13 +116,6 @@ static DISABLED: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// True on the agent's own thread, which must not be profiled.
     static IS_AGENT_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic elsewhere must not make the agent panic again on a poisoned lock.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Runs a callback body, keeping any panic on this side of the FFI boundary: the first one is

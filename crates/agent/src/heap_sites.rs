@@ -2,6 +2,7 @@
 //! estimates of everything allocated, and followed to their death (tags and ObjectFree) so
 //! that the live figures of each site are right.
 
+use crate::sync::lock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Mutex;
@@ -74,12 +75,6 @@ pub struct AllocSampler {
     /// locked while this is held.
     freed: Mutex<Vec<i64>>,
     sites: Mutex<Sites>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl AllocSampler {

@@ -18,6 +18,7 @@ mod output;
 mod profile;
 mod ring;
 mod signals;
+mod sync;
 mod threads;
 mod times;
 mod tracer;

@@ -4,10 +4,11 @@
 //! and hands commands to the agent. Nothing here ever blocks an application thread: when the
 //! queue is full the oldest data goes, and the loss is reported once the collector is back.
 
+use crate::sync::lock;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openprof_format::handshake::{ClientHandshake, ClientStep, CommandSigner, Identity};
@@ -58,12 +59,6 @@ struct Shared {
 pub struct NetSink {
     shared: Arc<Shared>,
     pub agent_id: Uuid,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn now_ns() -> u64 {

@@ -3,12 +3,13 @@
 //! before use and collation values in emission order. Application threads only serialise
 //! elements into memory under a short lock; the agent's thread writes them to the file.
 
+use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::options::Options;
@@ -194,12 +195,6 @@ fn now() -> Seconds {
 
 fn thread_cpu_time() -> Seconds {
     Seconds::from_nanos(u128::from(crate::signals::thread_cpu_nanos()))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// This machine's id as a UUID: /etc/machine-id when there is one, so that every process of a

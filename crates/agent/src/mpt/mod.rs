@@ -11,6 +11,7 @@
 pub mod chain;
 pub mod hook_class;
 
+use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -192,12 +193,6 @@ pub struct Mpt {
 unsafe impl Send for Mpt {}
 // SAFETY: as above.
 unsafe impl Sync for Mpt {}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
