@@ -8,11 +8,10 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use openprof_collector::client::{send_control, Endpoint};
+use openprof_collector::client::{parse_command, send_control, Endpoint};
 use openprof_collector::replay::{replay, ReplayPlan};
 use openprof_collector::server::{
-    parse_command, Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED,
-    DEFAULT_QUEUE_BYTES,
+    Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_QUEUE_BYTES,
 };
 use openprof_collector::store::sqlite::{SqliteOptions, SqliteStore};
 use openprof_collector::store::{ExportOptions, Store};

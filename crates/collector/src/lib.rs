@@ -4,7 +4,8 @@
 //!
 //! - [`scan`]: a fast check of trace fragments: well-formed, which trace and collationValue each
 //!   element has, and the hierarchy elements typed.
-//! - [`client`]: the blocking clients' connection and handshake, and control requests.
+//! - [`client`]: the blocking clients' connection and handshake, and control requests (commands
+//!   parsed from their command-line names, sent, answered).
 //! - [`server`]: the listener, agent and control connections, the store writer thread.
 //! - [`replay`]: a client that replays a recorded trace as an agent (tests, benchmarks).
 //! - [`clock`]: clock offsets from heartbeat round trips.

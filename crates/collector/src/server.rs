@@ -15,8 +15,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use openprof_format::handshake::{CommandSigner, ServerHandshake};
 use openprof_format::wire::{
-    self, AgentReply, Command, ControlRequest, ControlResponse, FrameKind, Hello, Loss, Refusal,
-    Reply, Role, Welcome, WireError, HEADER_LEN, MAX_HELLO, PROTOCOL_VERSION,
+    self, AgentReply, ControlRequest, ControlResponse, FrameKind, Hello, Loss, Refusal, Reply,
+    Role, Welcome, WireError, HEADER_LEN, MAX_HELLO, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -1012,101 +1012,5 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
     ControlResponse {
         replies,
         error: None,
-    }
-}
-
-/// Commands by name, for the command line.
-pub fn command_names() -> &'static [&'static str] {
-    &[
-        "gc",
-        "dump-heap",
-        "alloc-sites",
-        "heap-summary",
-        "exit",
-        "dump-traces",
-        "cpu-samples",
-        "alloc-traces-on",
-        "alloc-traces-off",
-        "cpu-sampling-on",
-        "cpu-sampling-off",
-        "clear-cpu-samples",
-        "depth",
-        "trace-start",
-        "trace-end",
-        "filter",
-        "snapshot",
-        "mpt-add",
-        "mpt-remove",
-        "mpt-list",
-    ]
-}
-
-/// Parses a command line's command: a name and, for some, one argument.
-pub fn parse_command(
-    name: &str,
-    argument: Option<&str>,
-    thread: u64,
-    cutoff: f32,
-) -> Result<Command, String> {
-    let needs = |what: &str| format!("'{name}' needs {what}");
-    let none = |command: Command| match argument {
-        Some(extra) => Err(format!("'{name}' takes no argument, '{extra}' given")),
-        None => Ok(command),
-    };
-    match name {
-        "gc" => none(Command::ForceGc),
-        "dump-heap" => none(Command::DumpHeap),
-        "alloc-sites" => none(Command::AllocSites { flags: 0, cutoff }),
-        "heap-summary" => none(Command::HeapSummary),
-        "exit" => none(Command::ExitVm),
-        "dump-traces" => none(Command::DumpTraces),
-        "cpu-samples" => none(Command::CpuSamples { cutoff }),
-        "alloc-traces-on" => none(Command::AllocTraces { on: true }),
-        "alloc-traces-off" => none(Command::AllocTraces { on: false }),
-        "cpu-sampling-on" => none(Command::CpuSampling { on: true, thread }),
-        "cpu-sampling-off" => none(Command::CpuSampling { on: false, thread }),
-        "clear-cpu-samples" => none(Command::ClearCpuSamples),
-        "depth" => {
-            let text = argument.ok_or_else(|| needs("a depth, e.g. 'depth 2'"))?;
-            let depth = text
-                .parse::<u16>()
-                .map_err(|_| format!("depth '{text}' is not a number from 0 to 65535"))?;
-            Ok(Command::SetMaxDepth { depth })
-        }
-        "trace-start" => none(Command::TraceStart),
-        "trace-end" => none(Command::TraceEnd),
-        "filter" => Ok(Command::Filter {
-            block: argument
-                .ok_or_else(|| needs("a filter block, e.g. 'filter +com.example.*'"))?
-                .to_string(),
-        }),
-        "snapshot" => Ok(Command::Snapshot {
-            name: argument
-                .ok_or_else(|| needs("a name, e.g. 'snapshot after-login'"))?
-                .to_string(),
-        }),
-        "mpt-add" | "mpt-remove" => {
-            let specs = argument
-                .ok_or_else(|| {
-                    needs("method parameter tracing specifications, e.g. 'mpt-add \"Slow.work(int) 1\"'")
-                })?
-                .to_string();
-            // Checked here too, so that a fault is named before anything is sent.
-            let parsed = openprof_format::mpt::parse_specs(&specs)
-                .map_err(|error| format!("bad specification: {error}"))?;
-            if parsed.is_empty() {
-                return Err(needs("at least one specification (docs/mpt.md)"));
-            }
-            Ok(if name == "mpt-add" {
-                Command::MptAdd { specs }
-            } else {
-                Command::MptRemove { specs }
-            })
-        }
-        "mpt-list" => none(Command::MptList),
-        other => Err(format!(
-            "'{other}' is not a command; the commands are: {}",
-            command_names().join(", ")
-        )),
     }
 }
