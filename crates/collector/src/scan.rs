@@ -712,15 +712,7 @@ mod tests {
         );
     }
 
-    /// A gcStart with `count` attributes in all, the last its time.
-    fn with_attributes(count: usize) -> String {
-        let mut out = String::from("<gcStart");
-        for number in 1..count {
-            out.push_str(&format!(" a{number}=\"{number}\""));
-        }
-        out.push_str(" time=\"1.5\"/>");
-        out
-    }
+    use openprof_format::trace::sample::with_attributes;
 
     #[test]
     fn more_attributes_than_the_limit_are_refused_quickly() {

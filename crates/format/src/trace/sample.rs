@@ -173,3 +173,14 @@ impl Sample for Signature {
         }
     }
 }
+
+/// A gcStart with `count` attributes in all: unknown ones, then its time. Readers must refuse
+/// it past their attribute limit, quickly.
+pub fn with_attributes(count: usize) -> String {
+    let mut out = String::from("<gcStart");
+    for number in 1..count {
+        out.push_str(&format!(" a{number}=\"{number}\""));
+    }
+    out.push_str(" time=\"1.5\"/>");
+    out
+}

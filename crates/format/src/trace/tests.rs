@@ -303,15 +303,7 @@ fn characters_xml_cannot_carry_are_refused_raw_or_as_references() {
     }
 }
 
-/// A gcStart with `count` attributes in all: unknown ones, then its time.
-fn with_attributes(count: usize) -> String {
-    let mut out = String::from("<gcStart");
-    for number in 1..count {
-        out.push_str(&format!(" a{number}=\"{number}\""));
-    }
-    out.push_str(" time=\"1.5\"/>");
-    out
-}
+use super::sample::with_attributes;
 
 #[test]
 fn more_attributes_than_the_limit_are_refused_quickly() {
