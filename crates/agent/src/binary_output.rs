@@ -12,7 +12,7 @@ use openprof_format::hprof_binary::{
 };
 use openprof_format::hprof_text::{CpuTable, FrameLine, SiteRow, SitesTable, Trace};
 
-use crate::heap_dump::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::threads::ThreadEvent;
 
 /// CONTROL SETTINGS flags.

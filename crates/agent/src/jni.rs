@@ -1,13 +1,17 @@
-//! A thin layer over the JNI function table for the code that runs Java on the JVM's behalf
-//! (method parameter tracing's modifiers): typed calls, field reads and array reads, with any
-//! Java exception cleared and reported as `Err` instead of left pending.
+//! A thin layer over the JNI function table: typed calls, field reads and array reads for the
+//! code that runs Java on the JVM's behalf (method parameter tracing's modifiers), with any Java
+//! exception cleared and reported as `Err` instead of left pending; and the raw helpers every
+//! part of the agent needs (the thread's JNIEnv, attaching the agent's thread, local frames).
 
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-use jvmti_bindings::sys::jni::{jarray, jbyte, jsize, jstring, JNINativeMethod};
+use jvmti_bindings::sys::jni::{
+    jarray, jbyte, jsize, jstring, JNINativeMethod, JavaVMAttachArgs, JNI_VERSION_1_6,
+};
 
-use crate::jvmti::{jclass, jfieldID, jmethodID, jobject, jvalue, JNIEnv};
+use crate::jvmti::{jclass, jfieldID, jmethodID, jobject, jvalue, JNIEnv, JavaVM};
 
 /// A Java exception was thrown (and has been cleared), or a lookup found nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -475,4 +479,120 @@ fn c_strings(name: &str, descriptor: &str) -> JniResult<(CString, CString)> {
         CString::new(name).map_err(|_| Thrown)?,
         CString::new(descriptor).map_err(|_| Thrown)?,
     ))
+}
+
+/// The JVM this agent runs in, once the agent has started.
+static VM: AtomicPtr<JavaVM> = AtomicPtr::new(ptr::null_mut());
+
+/// Remembers the JVM, so that any thread can find its own JNIEnv.
+pub fn set_vm(vm: *mut JavaVM) {
+    VM.store(vm, Ordering::Release);
+}
+
+/// The JVM, once the agent has started.
+pub fn vm() -> Option<*mut JavaVM> {
+    let vm = VM.load(Ordering::Acquire);
+    (!vm.is_null()).then_some(vm)
+}
+
+/// The calling thread's JNIEnv, when the agent runs and the thread is attached.
+pub fn thread_jni() -> Option<*mut JNIEnv> {
+    vm().map(current_jni).filter(|jni| !jni.is_null())
+}
+
+/// The calling thread's JNIEnv, or null when it is not attached to the VM.
+pub fn current_jni(vm: *mut JavaVM) -> *mut JNIEnv {
+    let mut env: *mut c_void = ptr::null_mut();
+    // SAFETY: `vm` is the live JavaVM; GetEnv writes one pointer.
+    let status = unsafe { ((**vm).GetEnv)(vm, &mut env, JNI_VERSION_1_6) };
+    if status == 0 {
+        env.cast()
+    } else {
+        ptr::null_mut()
+    }
+}
+
+/// Attaches the calling native thread to the JVM as a daemon named `openprof`.
+pub fn attach_current_thread(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    let mut env: *mut c_void = ptr::null_mut();
+    let mut args = JavaVMAttachArgs {
+        version: JNI_VERSION_1_6,
+        name: c"openprof".as_ptr().cast_mut(),
+        group: ptr::null_mut(),
+    };
+    // SAFETY: `vm` is the live JavaVM; the args struct and name outlive the call.
+    let status = unsafe {
+        ((**vm).AttachCurrentThreadAsDaemon)(
+            vm,
+            &mut env,
+            (&mut args as *mut JavaVMAttachArgs).cast(),
+        )
+    };
+    (status == 0 && !env.is_null()).then_some(env.cast())
+}
+
+/// Detaches the calling thread, which `attach_current_thread` attached.
+pub fn detach_current_thread(vm: *mut JavaVM) {
+    // SAFETY: the calling thread attached itself and holds no JNI references across this.
+    unsafe { ((**vm).DetachCurrentThread)(vm) };
+}
+
+/// Frees a local reference of the calling thread (null references and environments are let be).
+pub fn delete_local_ref(jni: *mut JNIEnv, object: *mut c_void) {
+    if !jni.is_null() && !object.is_null() {
+        // SAFETY: `object` is a local reference of this thread's current JNI frame.
+        unsafe { ((**jni).DeleteLocalRef)(jni, object) };
+    }
+}
+
+/// Runs `body` inside a JNI local frame, so the local references JVMTI hands the agent's thread
+/// are freed each round (a native thread has no Java frame to free them).
+pub fn with_local_frame(jni: *mut JNIEnv, body: impl FnOnce()) {
+    // SAFETY: `jni` is the calling thread's own JNIEnv.
+    let pushed = unsafe { ((**jni).PushLocalFrame)(jni, 64) } == 0;
+    body();
+    if pushed {
+        // SAFETY: pops the frame pushed above; no reference in it is used afterwards.
+        unsafe { ((**jni).PopLocalFrame)(jni, ptr::null_mut()) };
+    }
+}
+
+/// The heap's (total, used) bytes, from java.lang.Runtime on this thread.
+pub fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
+    // SAFETY: `jni` is this thread's JNIEnv; every reference and id is checked before use and
+    // any Java exception is cleared.
+    unsafe {
+        let functions = &**jni;
+        let class = (functions.FindClass)(jni, c"java/lang/Runtime".as_ptr());
+        if class.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let get = (functions.GetStaticMethodID)(
+            jni,
+            class,
+            c"getRuntime".as_ptr(),
+            c"()Ljava/lang/Runtime;".as_ptr(),
+        );
+        let total = (functions.GetMethodID)(jni, class, c"totalMemory".as_ptr(), c"()J".as_ptr());
+        let free = (functions.GetMethodID)(jni, class, c"freeMemory".as_ptr(), c"()J".as_ptr());
+        if get.is_null() || total.is_null() || free.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let runtime = (functions.CallStaticObjectMethodA)(jni, class, get, ptr::null());
+        if runtime.is_null() {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        let total = (functions.CallLongMethodA)(jni, runtime, total, ptr::null());
+        let free = (functions.CallLongMethodA)(jni, runtime, free, ptr::null());
+        if (functions.ExceptionCheck)(jni) != 0 {
+            (functions.ExceptionClear)(jni);
+            return None;
+        }
+        delete_local_ref(jni, runtime);
+        delete_local_ref(jni, class);
+        Some((total.max(0) as u64, (total - free).max(0) as u64))
+    }
 }

@@ -11,10 +11,11 @@ pub use jvmti_bindings::sys::jni::{
 pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
 pub use jvmti_bindings::sys::jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC;
 pub use jvmti_bindings::sys::jvmti::{
-    jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, jvmtiLineNumberEntry, jvmtiStackInfo,
+    jvmtiCapabilities, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, jvmtiLineNumberEntry,
+    jvmtiStackInfo,
 };
 use jvmti_bindings::sys::jvmti::{
-    jvmtiError, jvmtiEvent, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
+    jvmtiError, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
     JVMTI_ERROR_NONE,
 };
 pub use jvmti_bindings::sys::jvmti::{jvmtiHeapCallbacks, jvmtiHeapReferenceInfo};
@@ -31,6 +32,8 @@ impl fmt::Display for JvmtiError {
         write!(f, "JVMTI {} failed with error {}", self.function, self.code)
     }
 }
+
+impl std::error::Error for JvmtiError {}
 
 pub type JvmtiResult<T> = Result<T, JvmtiError>;
 

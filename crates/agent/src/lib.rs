@@ -6,22 +6,24 @@
 
 mod agent;
 mod binary_output;
-mod heap_dump;
-mod heap_sites;
+mod context;
+mod engine;
+mod engines;
+mod error;
+mod guard;
+mod heap_walk;
 mod jni;
 mod jvmti;
 mod loaders;
 mod methods;
-mod mpt;
 mod net;
 mod output;
+mod plan;
 mod profile;
 mod ring;
 mod signals;
 mod sync;
 mod threads;
-mod times;
-mod tracer;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;

@@ -52,7 +52,7 @@ pub fn loader_of(class: jclass) -> Loader {
         index: 0,
         name: "bootstrap".into(),
     };
-    let (Some(loaders), Some(jni)) = (LOADERS.get(), crate::agent::thread_jni()) else {
+    let (Some(loaders), Some(jni)) = (LOADERS.get(), crate::jni::thread_jni()) else {
         return bootstrap();
     };
     let loader = match loaders.jvmti.class_loader(class) {
@@ -78,7 +78,7 @@ pub fn loader_of(class: jclass) -> Loader {
                 .class_signature(loader_class)
                 .map(|signature| class_name_from_signature(&signature))
                 .unwrap_or_default();
-            crate::agent::delete_local_ref(jni, loader_class);
+            crate::jni::delete_local_ref(jni, loader_class);
             names.push(name.clone());
             let index = names.len() as u32;
             let _ = loaders.jvmti.set_tag(loader, i64::from(index));
@@ -86,6 +86,6 @@ pub fn loader_of(class: jclass) -> Loader {
         }
     };
     drop(names);
-    crate::agent::delete_local_ref(jni, loader);
+    crate::jni::delete_local_ref(jni, loader);
     found
 }

@@ -18,6 +18,17 @@ pub enum Location {
     Unknown,
 }
 
+impl Location {
+    /// A location as JVMTI's stack traces give it: a bytecode index, or -1 in a native method.
+    pub fn of_jvmti(location: i64) -> Location {
+        if location >= 0 {
+            Location::Bytecode(location)
+        } else {
+            Location::Native
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct MethodInfo {
     pub class_name: String,

@@ -19,6 +19,37 @@ use uuid::Uuid;
 const POLL: Duration = Duration::from_millis(10);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// The connection `net=` asks for, started (it connects in the background), or none.
+pub fn start_from_options(
+    options: &openprof_format::options::Options,
+) -> Result<Option<Arc<NetSink>>, String> {
+    use openprof_format::options::OutputFormat;
+    let Some(address) = &options.net else {
+        return Ok(None);
+    };
+    let token = options.token_value().map_err(|error| error.to_string())?;
+    let tls = match &options.tls_ca {
+        Some(ca) => Some(tls_config(ca)?),
+        None => None,
+    };
+    let format = match options.format {
+        OutputFormat::Ascii => "a",
+        OutputFormat::Binary => "b",
+        OutputFormat::Xml => "x",
+    };
+    let hello = hello(Uuid::new_v4(), format, options.to_string());
+    let identity = Identity::generate().map_err(|error| format!("net=: {error}"))?;
+    Ok(Some(Arc::new(NetSink::start(NetConfig {
+        host: address.host.clone(),
+        port: address.port,
+        hello,
+        credential: token,
+        identity: Arc::new(identity),
+        tls,
+        max_queued_bytes: usize::try_from(options.net_buffer).unwrap_or(usize::MAX),
+    })?)))
+}
+
 /// Where commands from the collector go.
 pub type CommandHandler = Box<dyn Fn(u32, Command) + Send + Sync>;
 
@@ -505,7 +536,7 @@ fn handle(shared: &Shared, commands: &mut CommandGate, frame: wire::Frame) -> Re
 /// The hello of this agent (the handshake adds its nonce and identity key).
 pub fn hello(agent_id: Uuid, format: &str, options: String) -> Hello {
     let mut hello = Hello::new(Role::Agent, Some(agent_id));
-    hello.hostname = crate::tracer::hostname();
+    hello.hostname = hostname();
     hello.format = format.into();
     hello.options = options;
     hello
@@ -538,4 +569,11 @@ impl Write for Sink {
             Sink::Net(_) => Ok(()),
         }
     }
+}
+
+/// This machine's name, as the trace's node and the collector's hello give it.
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
 }

@@ -14,7 +14,7 @@ use openprof_format::options::{Options, OutputFormat};
 use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
 
 use crate::binary_output::BinaryOutput;
-use crate::heap_dump::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::net::{NetSink, Sink, SINK_BUFFER};
 use crate::profile::CpuDump;
 use crate::threads::ThreadEvent;

@@ -1,6 +1,9 @@
-//! Method parameter tracing (seed 003) in the agent: which methods to instrument, the
+//! Method parameter tracing in the agent: which methods to instrument and planning their
 //! instrumentation (the class rewriter run from a ClassFileLoadHook of our own JVMTI
-//! environment), the natives the instrumented code calls, and what each traced call reports.
+//! environment), what each traced call reports, and the engine that starts it and writes its
+//! tables. The natives the instrumented code calls and the ClassFileLoadHook are in `hooks`;
+//! the modifier chains in `chain`. (The planning and the per-call state of one engine read
+//! together; at about 1,200 lines the file is kept whole for that.)
 //!
 //! Instrumented methods call `openprof.MptHook` (defined in the bootstrap loader, so every
 //! class sees it): `begin(site, this)`, `arg(index, value)` for each traced parameter,
@@ -10,16 +13,16 @@
 
 pub mod chain;
 pub mod hook_class;
+mod hooks;
 
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError};
 use std::time::{Duration, Instant};
 
-use jvmti_bindings::sys::jni::{jboolean, jbyte, jchar, jdouble, jfloat, jlong, jshort};
 use jvmti_bindings::sys::jvmti::{
     event_callbacks_size_for_feature, JVMTI_EVENT_CLASS_FILE_LOAD_HOOK,
 };
@@ -29,13 +32,15 @@ use openprof_format::mpt::{ClassShape, MethodShape, MptSpec};
 use openprof_format::mpt_stats::{MptAggregator, MptTable, ValueKey};
 use openprof_format::trace::attrs::{Seconds, ValueType};
 
+use crate::context::Context;
+use crate::engine::{Dump, Engine, Need};
 use crate::jni::{Jni, Typed};
 use crate::jvmti::{
-    jclass, jint, jmethodID, jobject, jvalue, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks,
-    JNIEnv, JavaVM, Jvmti,
+    jclass, jint, jmethodID, jobject, jvmtiCapabilities, jvmtiEventCallbacks, JNIEnv, JavaVM, Jvmti,
 };
 use chain::{Chain, Failure, Known, ObjectIds};
-use hook_class::{HOOK_CLASS, HOOK_METHODS};
+use hook_class::HOOK_CLASS;
+use openprof_format::options::Options;
 
 const ACC_STATIC: u32 = 0x0008;
 /// How long a class being prepared waits for another thread's instrumentation work.
@@ -239,7 +244,7 @@ impl Mpt {
             .add_capabilities(&capabilities)
             .map_err(|error| format!("parameter tracing: {error}"))?;
         let mut callbacks = jvmtiEventCallbacks::default();
-        callbacks.ClassFileLoadHook = Some(on_class_file_load_hook);
+        callbacks.ClassFileLoadHook = Some(hooks::on_class_file_load_hook);
         jvmti
             .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
             .map_err(|error| error.to_string())?;
@@ -269,8 +274,7 @@ impl Mpt {
 
     /// In the live phase (VMInit, or at once when attached): defines the hook class, binds its
     /// natives, and instruments the loaded classes the specifications name.
-    pub fn start(&self, jni: *mut JNIEnv, sink: &'static dyn MptSink) -> Result<(), String> {
-        let _ = self.sink.set(sink);
+    fn start(&self, jni: *mut JNIEnv) -> Result<(), String> {
         let jni = Jni(jni);
         busy(|| {
             let known = Known::resolve(jni).ok_or("can't resolve java.lang.String and Class")?;
@@ -278,7 +282,7 @@ impl Mpt {
             let hook = jni
                 .define_class(HOOK_CLASS, std::ptr::null_mut(), &hook_class::class_file())
                 .map_err(|_| "can't define the parameter tracing hook class".to_string())?;
-            let natives = natives();
+            let natives = hooks::natives();
             let table: Vec<(&CStr, &CStr, *mut c_void)> = natives
                 .iter()
                 .map(|(name, descriptor, function)| {
@@ -312,6 +316,11 @@ impl Mpt {
             self.drain_deferred(jni);
             Ok(())
         })
+    }
+
+    /// Where traced calls go as trace elements (the tracer, with format=x or net=).
+    pub fn set_sink(&self, sink: &'static dyn MptSink) {
+        let _ = self.sink.set(sink);
     }
 
     /// Adds specifications at run time; returns what was done, in words.
@@ -693,7 +702,7 @@ impl Mpt {
         let old: Vec<usize> = state.decisions.drain(..).map(|(class, _)| class).collect();
         state.specs = Arc::new(specs);
         drop(state);
-        if let Some(jni) = crate::agent::thread_jni() {
+        if let Some(jni) = crate::jni::thread_jni() {
             for class in old {
                 Jni(jni).delete_global_ref(class as jobject);
             }
@@ -1193,8 +1202,8 @@ impl Mpt {
             return String::new();
         };
         let frames = self.jvmti.stack_trace(thread, 64).unwrap_or_default();
-        crate::agent::delete_local_ref(
-            crate::agent::thread_jni().unwrap_or(std::ptr::null_mut()),
+        crate::jni::delete_local_ref(
+            crate::jni::thread_jni().unwrap_or(std::ptr::null_mut()),
             thread,
         );
         frames
@@ -1285,10 +1294,6 @@ fn declared_type(binary_name: &str, descriptor: &str, parameter: u8) -> String {
         .unwrap_or_default()
 }
 
-fn mpt() -> Option<&'static Mpt> {
-    crate::agent::mpt()
-}
-
 /// Runs `work` on the locked instrumentation with this thread marked as planning (a class it
 /// prepares meanwhile is deferred: taking the lock again would deadlock).
 fn planning<R>(
@@ -1301,132 +1306,28 @@ fn planning<R>(
     result
 }
 
-/// Runs a hook body unless the agent is off, keeping panics on this side of the boundary.
-fn hook(what: &str, body: impl FnOnce(&'static Mpt)) {
-    crate::agent::guarded(what, || {
-        if let Some(mpt) = mpt() {
-            body(mpt);
+impl Engine for Mpt {
+    /// Parameter tracing runs in a JVMTI environment of its own, with its own capabilities.
+    fn needs(_options: &Options) -> Vec<Need> {
+        Vec::new()
+    }
+
+    fn start(&self, _context: &Context, jni: *mut JNIEnv) -> Option<String> {
+        if let Err(error) = Mpt::start(self, jni) {
+            eprintln!("openprof: method parameter tracing is off: {error}");
         }
-    });
-}
+        None
+    }
 
-unsafe extern "system" fn hook_begin(
-    jni: *mut JNIEnv,
-    _class: jclass,
-    site: jint,
-    receiver: jobject,
-) {
-    hook("MptHook.begin", |mpt| mpt.begin(Jni(jni), site, receiver));
-}
+    fn class_prepared(&self, jni: *mut JNIEnv, class: jclass) {
+        Mpt::class_prepared(self, jni, class);
+    }
 
-macro_rules! arg_hook {
-    ($name:ident, $type:ty, $kind:literal, $member:ident) => {
-        unsafe extern "system" fn $name(
-            jni: *mut JNIEnv,
-            _class: jclass,
-            index: jint,
-            value: $type,
-        ) {
-            hook("MptHook.arg", |mpt| {
-                mpt.arg(
-                    Jni(jni),
-                    index,
-                    Typed {
-                        kind: $kind,
-                        value: jvalue { $member: value },
-                    },
-                )
-            });
+    fn dump(&self, _context: &Context, dump: &Dump<'_>) {
+        let tables = self.tables();
+        let mut report = lock(dump.report);
+        if let Err(error) = report.output.mpt(&tables) {
+            report.complain(error);
         }
-    };
-}
-
-arg_hook!(hook_arg_boolean, jboolean, b'Z', z);
-arg_hook!(hook_arg_byte, jbyte, b'B', b);
-arg_hook!(hook_arg_char, jchar, b'C', c);
-arg_hook!(hook_arg_short, jshort, b'S', s);
-arg_hook!(hook_arg_int, jint, b'I', i);
-arg_hook!(hook_arg_long, jlong, b'J', j);
-arg_hook!(hook_arg_float, jfloat, b'F', f);
-arg_hook!(hook_arg_double, jdouble, b'D', d);
-arg_hook!(hook_arg_object, jobject, b'L', l);
-
-unsafe extern "system" fn hook_enter(jni: *mut JNIEnv, _class: jclass) {
-    hook("MptHook.enter", |mpt| mpt.enter(Jni(jni)));
-}
-
-unsafe extern "system" fn hook_exit(_jni: *mut JNIEnv, _class: jclass, site: jint) {
-    hook("MptHook.exit", |mpt| mpt.exit(site));
-}
-
-unsafe extern "system" fn hook_exit_thrown(_jni: *mut JNIEnv, _class: jclass, site: jint) {
-    hook("MptHook.exitThrown", |mpt| mpt.exit(site));
-}
-
-/// The natives of HOOK_METHODS, in its order, as (name, descriptor, function).
-fn natives() -> Vec<(CString, CString, *mut c_void)> {
-    let functions: [*mut c_void; 13] = [
-        hook_begin as *mut c_void,
-        hook_arg_boolean as *mut c_void,
-        hook_arg_byte as *mut c_void,
-        hook_arg_char as *mut c_void,
-        hook_arg_short as *mut c_void,
-        hook_arg_int as *mut c_void,
-        hook_arg_long as *mut c_void,
-        hook_arg_float as *mut c_void,
-        hook_arg_double as *mut c_void,
-        hook_arg_object as *mut c_void,
-        hook_enter as *mut c_void,
-        hook_exit as *mut c_void,
-        hook_exit_thrown as *mut c_void,
-    ];
-    HOOK_METHODS
-        .iter()
-        .zip(functions)
-        .filter_map(|((name, descriptor), function)| {
-            Some((
-                CString::new(*name).ok()?,
-                CString::new(*descriptor).ok()?,
-                function,
-            ))
-        })
-        .collect()
-}
-
-unsafe extern "system" fn on_class_file_load_hook(
-    _jvmti: *mut jvmtiEnv,
-    _jni: *mut JNIEnv,
-    class_being_redefined: jclass,
-    _loader: jobject,
-    name: *const c_char,
-    _protection_domain: jobject,
-    class_data_len: jint,
-    class_data: *const u8,
-    new_class_data_len: *mut jint,
-    new_class_data: *mut *mut u8,
-) {
-    crate::agent::guarded("ClassFileLoadHook", || {
-        if class_being_redefined.is_null() || name.is_null() || class_data.is_null() {
-            return;
-        }
-        let Some(mpt) = mpt() else { return };
-        // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
-        let Some(rewritten) = mpt.transform(&name, bytes) else {
-            return;
-        };
-        let Ok(memory) = mpt.jvmti.allocate(rewritten.len()) else {
-            return;
-        };
-        // SAFETY: `memory` holds `rewritten.len()` bytes from JVMTI's allocator; the JVM takes
-        // ownership of it through the out-parameters, which JVMTI guarantees are writable.
-        unsafe {
-            std::ptr::copy_nonoverlapping(rewritten.as_ptr(), memory, rewritten.len());
-            *new_class_data_len = rewritten.len() as jint;
-            *new_class_data = memory;
-        }
-    });
+    }
 }

@@ -1,5 +1,7 @@
-//! heap=dump: every live object, found by JVMTI's FollowReferences at a safepoint, handed to a
-//! [`HeapSink`] that writes HPROF's binary heap dump records or its ASCII dump.
+//! The heap walk behind heap=dump: every live object, found by JVMTI's FollowReferences at a
+//! safepoint, handed to a [`HeapSink`] that writes HPROF's binary heap dump records or its
+//! ASCII dump. (One walk from the roots to the records; at about 1,000 lines it is kept in one
+//! file so that the tagging, the callbacks and the record layout read together.)
 //!
 //! The dump runs in a JVMTI environment of its own, so its tags (object ids) never mix with
 //! the allocation sampler's and all go away with it. Classes are tagged first, with their
@@ -24,7 +26,7 @@ use jvmti_bindings::sys::jvmti::{
 use openprof_format::hprof_binary::BasicType;
 use openprof_format::java_names::class_name_from_signature;
 
-use crate::agent::delete_local_ref;
+use crate::jni::delete_local_ref;
 use crate::jvmti::{
     jclass, jvmtiCapabilities, jvmtiHeapCallbacks, jvmtiHeapReferenceInfo, JNIEnv, JavaVM, Jvmti,
 };

@@ -1,7 +1,9 @@
 //! The open trace format from inside the JVM (`format=x`): JVMTI events become trace elements
-//! (seeds 000/001) with the node → processCreate → agentCreate → traceStart hierarchy, ids defined
-//! before use and collation values in emission order. Application threads only serialise
+//! (docs/trace-format.md) with the node → processCreate → agentCreate → traceStart hierarchy,
+//! ids defined before use and collation values in emission order. Application threads only serialise
 //! elements into memory under a short lock; the agent's thread writes them to the file.
+//! (The writer of every element kind the agent emits; at about 1,300 lines it is kept in one
+//! file so that the ids, the element layouts and the buffering read together.)
 
 use crate::sync::lock;
 use std::cell::RefCell;
@@ -206,12 +208,6 @@ fn node_id() -> Uuid {
         .unwrap_or_else(Uuid::new_v4)
 }
 
-pub(crate) fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|name| name.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 /// When this process started, from /proc (boot time plus the process's start in ticks).
 fn process_start_time() -> Seconds {
     let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|stat| {
@@ -283,6 +279,11 @@ fn is_array_of(signature: &str) -> IsArray {
 }
 
 impl Tracer {
+    /// Whether method entries and exits are traced (cpu=times).
+    pub fn traces_calls(&self) -> bool {
+        self.methods
+    }
+
     /// Opens the trace file (or takes the collector's connection) and writes the hierarchy,
     /// traceStart, the options and the filters.
     pub fn start(
@@ -356,7 +357,7 @@ impl Tracer {
             let mut out = String::new();
             Node {
                 node_id,
-                hostname: hostname(),
+                hostname: crate::net::hostname(),
                 content: NoContent,
             }
             .write(&mut out);
@@ -484,7 +485,7 @@ impl Tracer {
                         },
                     );
                 }
-                crate::agent::delete_local_ref(jni, class);
+                crate::jni::delete_local_ref(jni, class);
             }
         }
         self.emit(
@@ -709,7 +710,7 @@ impl Tracer {
         // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
         let class = unsafe { ((**jni).GetObjectClass)(jni, object) };
         let class_id = self.class_id(state, class);
-        crate::agent::delete_local_ref(jni, class);
+        crate::jni::delete_local_ref(jni, class);
         class_id
     }
 
@@ -872,7 +873,7 @@ impl Tracer {
             // A trace ended or began since the entry was numbered: it belongs to neither.
             THREAD_TRACE.with(|trace| trace.borrow_mut().open.retain(|open| open.1 != ticket));
             drop(state);
-            crate::agent::delete_local_ref(jni, receiver);
+            crate::jni::delete_local_ref(jni, receiver);
             return;
         }
         let record = self.method(&mut state, method);
@@ -894,7 +895,7 @@ impl Tracer {
             },
         );
         drop(state);
-        crate::agent::delete_local_ref(jni, receiver);
+        crate::jni::delete_local_ref(jni, receiver);
     }
 
     /// MethodExit: a methodExit element closing the innermost open entry of this method.
@@ -1212,7 +1213,7 @@ impl Tracer {
         let thread_id = if thread_id == 0 {
             let thread = self.jvmti.current_thread().ok()?;
             let id = self.thread_id(thread);
-            crate::agent::delete_local_ref(jni, thread);
+            crate::jni::delete_local_ref(jni, thread);
             id
         } else {
             thread_id

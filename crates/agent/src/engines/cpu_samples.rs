@@ -1,0 +1,412 @@
+//! cpu=samples: each Java thread's CPU time sampled by a timer signal whose handler walks the
+//! stack with AsyncGetCallTrace into a ring, which the agent's thread drains; or, where that is
+//! not to be had, HPROF's own sampling of all runnable threads through GetAllStackTraces. Owns
+//! the sampler choice, the per-thread CPU timers, the CPU SAMPLES dump and what the collector's
+//! commands change in sampling.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use jvmti_bindings::sys::jvmti::{
+    JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
+};
+use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
+use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
+
+use crate::context::{Context, Phase, Report};
+use crate::engine::{Dump, Engine, Need};
+use crate::error::{AgentError, AgentResult};
+use crate::jvmti::{jmethodID, JNIEnv, JavaVM};
+use crate::methods::Location;
+use crate::output::hprof_date;
+use crate::profile::CpuDump;
+use crate::ring::SampleRing;
+use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
+use crate::sync::lock;
+
+/// How the samples of this run are taken.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SamplerKind {
+    Signals,
+    /// JVMTI GetAllStackTraces from the agent's thread, with why.
+    Jvmti {
+        note: String,
+    },
+}
+
+/// A sample as it left the ring.
+struct RawSample {
+    kernel_id: i32,
+    /// The frame count, or AsyncGetCallTrace's error code when not positive.
+    num_frames: i32,
+    frames: Vec<(jmethodID, Location)>,
+}
+
+/// What the collector's commands changed in CPU sampling.
+pub struct SamplingControl {
+    /// Frames kept per sample; at most the `depth=` the agent started with.
+    pub max_depth: AtomicU32,
+    /// CPU sampling off for every thread.
+    pub all_off: AtomicBool,
+    /// CPU sampling off for these threads (by serial number).
+    pub threads_off: Mutex<HashSet<u32>>,
+}
+
+impl SamplingControl {
+    fn new(depth: u32) -> SamplingControl {
+        SamplingControl {
+            max_depth: AtomicU32::new(depth),
+            all_off: AtomicBool::new(false),
+            threads_off: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Whether a sample of this thread counts.
+    fn samples(&self, thread: Option<u32>) -> bool {
+        !self.all_off.load(Ordering::Relaxed)
+            && thread.is_none_or(|serial| !lock(&self.threads_off).contains(&serial))
+    }
+}
+
+pub struct CpuSamples {
+    sampler: SamplerKind,
+    /// The clock new threads get, and why it is not the one asked for, if it is not.
+    clock: Mutex<(CpuClock, Option<String>)>,
+    /// The agent thread's CPU time already reported in a dump.
+    agent_thread_reported: AtomicU64,
+    pub control: SamplingControl,
+}
+
+impl CpuSamples {
+    /// Chooses the sampler (installing the signal handler when it is the one).
+    pub fn new(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResult<CpuSamples> {
+        let clock = match options.cputimer {
+            CpuTimer::Perf => CpuClock::PerfTaskClock,
+            CpuTimer::Posix => CpuClock::PosixCpuTimer,
+        };
+        Ok(CpuSamples {
+            sampler: choose_sampler(vm, options, phase)?,
+            clock: Mutex::new((clock, None)),
+            agent_thread_reported: AtomicU64::new(0),
+            control: SamplingControl::new(options.depth),
+        })
+    }
+
+    fn with_signals(&self, context: &Context) -> bool {
+        self.sampler == SamplerKind::Signals && context.options.depth > 0
+    }
+
+    /// Starts a CPU timer for a thread of this process, unless it has one or nothing is sampled
+    /// with signals.
+    fn time_thread(&self, context: &Context, kernel_id: i32) {
+        if !self.with_signals(context) || crate::guard::is_dying() {
+            return;
+        }
+        let mut threads = lock(&context.threads);
+        if !threads.wants_timer(kernel_id) {
+            return;
+        }
+        match self.start_timer(context.options.interval_ms, kernel_id) {
+            Ok(timer) => {
+                threads.attach_timer(kernel_id, timer);
+            }
+            // A thread that ended meanwhile needs no timer and no message.
+            Err(_) if signals::task_cpu_nanos(kernel_id).is_none() => {}
+            Err(error) => eprintln!("openprof: can't sample thread {kernel_id}: {error}"),
+        }
+    }
+
+    /// A CPU timer for a thread. When the kernel refuses perf events, every thread from then on
+    /// gets a POSIX CPU timer, and the output says why.
+    fn start_timer(&self, interval: u32, kernel_id: i32) -> std::io::Result<ThreadTimer> {
+        let clock = lock(&self.clock).0;
+        match ThreadTimer::start(clock, interval, kernel_id) {
+            // A thread that is gone says nothing about the kernel's perf events.
+            Err(error)
+                if clock == CpuClock::PerfTaskClock
+                    && signals::task_cpu_nanos(kernel_id).is_some() =>
+            {
+                *lock(&self.clock) = (
+                    CpuClock::PosixCpuTimer,
+                    Some(format!(
+                        "perf_event_open failed ({error}); POSIX CPU timers sample at most once per scheduler tick"
+                    )),
+                );
+                ThreadTimer::start(CpuClock::PosixCpuTimer, interval, kernel_id)
+            }
+            result => result,
+        }
+    }
+
+    /// HPROF's own sampling: the stacks of all runnable threads, from a JVMTI call that waits
+    /// for a safepoint.
+    fn sample_all_threads(&self, context: &Context) {
+        let jvmti = context.jvmti;
+        let mut samples: Vec<(u32, Vec<(jmethodID, Location)>)> = Vec::new();
+        let _ = jvmti.with_all_stack_traces(context.options.depth, |infos| {
+            for info in infos {
+                let runnable = info.state & JVMTI_THREAD_STATE_RUNNABLE != 0;
+                let held = info.state
+                    & (JVMTI_THREAD_STATE_SUSPENDED | JVMTI_THREAD_STATE_INTERRUPTED)
+                    != 0;
+                let serial = context.thread_serial(info.thread);
+                if !runnable || held || info.frame_count <= 0 || serial == 0 {
+                    continue;
+                }
+                // SAFETY: JVMTI filled `frame_count` frames at `frame_buffer`.
+                let frames = unsafe {
+                    std::slice::from_raw_parts(info.frame_buffer, info.frame_count as usize)
+                };
+                let frames = frames
+                    .iter()
+                    .map(|frame| (frame.method, Location::of_jvmti(frame.location)))
+                    .collect();
+                samples.push((serial, frames));
+            }
+        });
+        let Some(report) = &context.report else {
+            return;
+        };
+        let mut report = lock(report);
+        for (serial, frames) in samples {
+            let thread = context.options.thread.then_some(serial);
+            report.profile.add_sample(jvmti, thread, frames.into_iter());
+        }
+    }
+
+    fn sampler_report(
+        &self,
+        context: &Context,
+        dump: &CpuDump,
+        cost_us: BTreeMap<String, u64>,
+    ) -> SamplerReport {
+        let (sampler, note, clock) = match &self.sampler {
+            SamplerKind::Signals => {
+                let (clock, fallback) = lock(&self.clock).clone();
+                (
+                    "AsyncGetCallTrace",
+                    fallback,
+                    Some(clock.describe().to_string()),
+                )
+            }
+            SamplerKind::Jvmti { note } => ("GetAllStackTraces", Some(note.clone()), None),
+        };
+        SamplerReport {
+            sampler: sampler.into(),
+            note,
+            clock,
+            interval_ms: context.options.interval_ms,
+            failed: dump.failed.clone(),
+            dropped: dump.dropped,
+            cost_us,
+        }
+    }
+
+    /// Writes the CPU samples since the last dump.
+    pub fn dump_samples(&self, context: &Context, dump: &Dump<'_>) {
+        let options = &context.options;
+        if options.verbose {
+            eprint!("Dumping CPU usage by sampling running threads ...");
+        }
+        let started = signals::thread_cpu_nanos();
+        let mut report = lock(dump.report);
+        (dump.collect)(&mut report);
+        let cpu = report
+            .profile
+            .take_dump(CpuTableKind::Samples, hprof_date(), options.cutoff);
+        // What profiling cost since the last dump, so users (and BENCHMARKS.md) can see it.
+        let mut cost_us = BTreeMap::new();
+        if self.sampler == SamplerKind::Signals {
+            cost_us.insert("handler".into(), signals::take_handler_nanos() / 1000);
+        }
+        let worker = context.agent_thread_cpu_nanos.load(Ordering::Relaxed);
+        let reported = self.agent_thread_reported.swap(worker, Ordering::Relaxed);
+        cost_us.insert(
+            "agent_thread".into(),
+            worker.saturating_sub(reported) / 1000,
+        );
+        let dumping = signals::thread_cpu_nanos().saturating_sub(started);
+        cost_us.insert("dump".into(), dumping / 1000);
+        let sampler = self.sampler_report(context, &cpu, cost_us);
+        if let Err(error) = report.output.cpu_dump(&cpu, &sampler) {
+            report.complain(error);
+        }
+        if options.verbose {
+            eprintln!(" done.");
+        }
+    }
+
+    /// At attach: a CPU timer for every thread of the process, Java or not (the Java threads
+    /// cannot start one on themselves that late). Returns the line for the attach report.
+    fn time_running_threads(&self, context: &Context) -> Option<String> {
+        let tasks = signals::process_threads().unwrap_or_default();
+        let timed_before = lock(&context.threads).timer_count();
+        for kernel_id in &tasks {
+            self.time_thread(context, *kernel_id);
+        }
+        let timed = lock(&context.threads)
+            .timer_count()
+            .saturating_sub(timed_before);
+        self.with_signals(context).then(|| {
+            format!(
+                "CPU timers started on {timed} of the {} threads of the process",
+                tasks.len()
+            )
+        })
+    }
+}
+
+impl Engine for CpuSamples {
+    fn needs(_options: &Options) -> Vec<Need> {
+        // AsyncGetCallTrace's needs (ClassLoad events, jmethodIDs, debug information at
+        // non-safepoints) are the agent's core needs.
+        Vec::new()
+    }
+
+    fn start(&self, context: &Context, _jni: *mut JNIEnv) -> Option<String> {
+        let line = if context.phase == Phase::Live {
+            self.time_running_threads(context)
+        } else {
+            None
+        };
+        if self.with_signals(context) {
+            signals::set_enabled(true);
+        }
+        line
+    }
+
+    fn thread_started(&self, context: &Context, _serial: u32, _name: &str, _group: &str) {
+        self.time_thread(context, signals::current_thread_id());
+    }
+
+    fn period(&self, context: &Context) -> Option<Duration> {
+        match self.sampler {
+            SamplerKind::Signals => None,
+            SamplerKind::Jvmti { .. } => {
+                Some(Duration::from_millis(context.options.interval_ms.into()))
+            }
+        }
+    }
+
+    fn tick(&self, context: &Context, _jni: *mut JNIEnv) {
+        if matches!(self.sampler, SamplerKind::Jvmti { .. }) && context.options.depth > 0 {
+            self.sample_all_threads(context);
+        }
+    }
+
+    /// Moves the samples from the ring into the profile.
+    fn collect(&self, context: &Context, report: &mut Report) {
+        let Some(ring) = signals::ring() else {
+            return;
+        };
+        let mut raw: Vec<RawSample> = Vec::new();
+        ring.drain(|kernel_id, num_frames, frames| {
+            let frames = frames
+                .iter()
+                .map(|frame| {
+                    let location = match frame.lineno {
+                        bci if bci >= 0 => Location::Bytecode(bci.into()),
+                        -3 => Location::Native,
+                        _ => Location::Unknown,
+                    };
+                    (frame.method_id, location)
+                })
+                .collect();
+            raw.push(RawSample {
+                kernel_id,
+                num_frames,
+                frames,
+            });
+        });
+        report.profile.add_dropped(ring.take_dropped());
+        let serials: Vec<Option<u32>> = {
+            let mut threads = lock(&context.threads);
+            let serials: Vec<Option<u32>> = raw
+                .iter()
+                .map(|sample| threads.serial_of_kernel_id(sample.kernel_id))
+                .collect();
+            // Threads timed at attach that are not the VM's (GC workers, native threads) have
+            // shown it with their first sample: their timers go.
+            for (sample, serial) in raw.iter().zip(&serials) {
+                if serial.is_none() && sample.num_frames == signals::NOT_A_VM_THREAD {
+                    threads.stop_stranger_timer(sample.kernel_id);
+                }
+            }
+            // And those that ended, before their kernel ids go to new threads.
+            threads.stop_gone_stranger_timers(|kernel_id| {
+                signals::task_cpu_nanos(kernel_id).is_some()
+            });
+            serials
+        };
+        let depth = self.control.max_depth.load(Ordering::Relaxed) as usize;
+        for (sample, serial) in raw.into_iter().zip(serials) {
+            if !self.control.samples(serial) {
+                continue;
+            }
+            if sample.num_frames <= 0 {
+                // A failed walk on a thread that is no Java thread the agent knows comes from a
+                // thread timed at attach that is the VM's own (a compiler thread, say): no Java
+                // code was interrupted, so it is neither a sample nor a failure to report.
+                if serial.is_some() {
+                    report.profile.add_failure(sample.num_frames);
+                }
+            } else {
+                let thread = serial.filter(|_| context.options.thread);
+                report.profile.add_sample(
+                    context.jvmti,
+                    thread,
+                    sample.frames.into_iter().take(depth),
+                );
+            }
+        }
+    }
+
+    fn dump(&self, context: &Context, dump: &Dump<'_>) {
+        self.dump_samples(context, dump);
+    }
+
+    fn describe(&self, context: &Context) -> Option<String> {
+        Some(match &self.sampler {
+            SamplerKind::Signals => format!(
+                "sampling with AsyncGetCallTrace every {} ms of each thread's CPU time ({})",
+                context.options.interval_ms,
+                lock(&self.clock).0.describe()
+            ),
+            SamplerKind::Jvmti { note } => format!("sampling with GetAllStackTraces: {note}"),
+        })
+    }
+}
+
+fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResult<SamplerKind> {
+    if options.sampler == Sampler::GetAllStackTraces {
+        return Ok(SamplerKind::Jvmti {
+            note: "sampler=jvmti asked for; samples are biased towards safepoints".into(),
+        });
+    }
+    // At start-up nothing else can have taken SIGPROF yet; in a running JVM another profiler
+    // may have, and replacing its handler would break it.
+    if phase == Phase::Live && signals::sigprof_taken() {
+        return Ok(SamplerKind::Jvmti {
+            note: "SIGPROF already has a handler in this JVM (another profiler?); sampling with \
+                   GetAllStackTraces, biased towards safepoints"
+                .into(),
+        });
+    }
+    // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
+    // worth), fewer for deep stacks so that the ring stays within 16 MiB.
+    let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
+    let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
+    let slots = (16 << 20) / (depth * frame_bytes);
+    match signals::install(vm, SampleRing::new(slots.clamp(64, 4096), depth)) {
+        Ok(()) => Ok(SamplerKind::Signals),
+        Err(InstallError::NoAsyncGetCallTrace) => Ok(SamplerKind::Jvmti {
+            note: "AsyncGetCallTrace not found in this JVM; samples are biased towards safepoints"
+                .into(),
+        }),
+        Err(InstallError::Sigaction(error)) => Err(AgentError::Refused(format!(
+            "can't install the SIGPROF handler: {error}"
+        ))),
+    }
+}

@@ -1,0 +1,226 @@
+//! format=x: the open trace format from inside the JVM. This module is the engine (its
+//! capabilities, events and callbacks: method entry and exit with cpu=times, exceptions, GC;
+//! thread starts and ends; the trace's start and end); `tracer` writes the elements.
+
+mod tracer;
+
+pub use tracer::{MonitorEvent, Tracer};
+
+use jvmti_bindings::sys::jvmti::{
+    JVMTI_EVENT_EXCEPTION, JVMTI_EVENT_EXCEPTION_CATCH, JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+    JVMTI_EVENT_GARBAGE_COLLECTION_START, JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT,
+};
+use openprof_format::options::{CpuMode, Options};
+use openprof_format::trace::attrs::Seconds;
+
+use crate::context::Context;
+use crate::engine::{need, running, Dump, Engine, Need};
+use crate::engines::mpt::MptSink;
+use crate::guard::{callback, guarded, Admit};
+use crate::jni::heap_figures;
+use crate::jvmti::{
+    jmethodID, jobject, jthread, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv,
+};
+use crate::signals;
+use crate::sync::lock;
+
+fn timing(options: &Options) -> bool {
+    options.cpu == Some(CpuMode::Times)
+}
+
+impl Engine for Tracer {
+    fn needs(options: &Options) -> Vec<Need> {
+        let mut needs = vec![
+            need!(can_tag_objects, set_can_tag_objects, "format=x"),
+            need!(
+                can_generate_exception_events,
+                set_can_generate_exception_events,
+                "format=x (exception elements)"
+            ),
+            need!(
+                can_generate_garbage_collection_events,
+                set_can_generate_garbage_collection_events,
+                "format=x (GC elements)"
+            ),
+        ];
+        if timing(options) {
+            needs.extend([
+                need!(
+                    can_generate_method_entry_events,
+                    set_can_generate_method_entry_events,
+                    "cpu=times"
+                ),
+                need!(
+                    can_generate_method_exit_events,
+                    set_can_generate_method_exit_events,
+                    "cpu=times"
+                ),
+                need!(
+                    can_access_local_variables,
+                    set_can_access_local_variables,
+                    "format=x with cpu=times (object ids of `this`)"
+                ),
+            ]);
+        }
+        needs
+    }
+
+    fn callbacks(&self, callbacks: &mut jvmtiEventCallbacks) {
+        callbacks.MethodEntry = Some(on_method_entry);
+        callbacks.MethodExit = Some(on_method_exit);
+        callbacks.Exception = Some(on_exception);
+        callbacks.ExceptionCatch = Some(on_exception_catch);
+        callbacks.GarbageCollectionStart = Some(on_gc_start);
+        callbacks.GarbageCollectionFinish = Some(on_gc_finish);
+    }
+
+    fn events(&self) -> Vec<jvmtiEvent> {
+        let mut events = vec![
+            JVMTI_EVENT_EXCEPTION,
+            JVMTI_EVENT_EXCEPTION_CATCH,
+            JVMTI_EVENT_GARBAGE_COLLECTION_START,
+            JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+        ];
+        if self.traces_calls() {
+            events.extend([JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT]);
+        }
+        events
+    }
+
+    /// The runtime is up: on the thread VMInit came on, or the attaching thread.
+    fn start(&self, context: &Context, _jni: *mut JNIEnv) -> Option<String> {
+        let serial = context
+            .jvmti
+            .current_thread()
+            .map_or(0, |thread| context.thread_serial(thread));
+        self.runtime_init(serial);
+        None
+    }
+
+    fn thread_started(&self, _context: &Context, serial: u32, name: &str, group: &str) {
+        self.thread_start(serial, name, group);
+    }
+
+    fn thread_ended(&self, _context: &Context, serial: u32) {
+        self.thread_end(serial);
+    }
+
+    fn tick(&self, _context: &Context, jni: *mut JNIEnv) {
+        self.emit_gcs(|| heap_figures(jni));
+        self.flush();
+    }
+
+    fn dump(&self, _context: &Context, _dump: &Dump<'_>) {
+        self.flush();
+    }
+
+    fn stop(&self, context: &Context, jni: *mut JNIEnv) {
+        self.emit_gcs(|| heap_figures(jni));
+        let current = signals::current_thread_id();
+        // HotSpot ends the DestroyJavaVM thread before VMDeath on the same OS thread.
+        let thread = lock(&context.threads).live_serial_of_kernel_id(current);
+        self.finish(jni, thread);
+    }
+}
+
+/// Traced calls of method parameter tracing become trace elements.
+impl MptSink for Tracer {
+    fn entry(
+        &self,
+        jni: *mut JNIEnv,
+        method: jmethodID,
+        time: Seconds,
+        cpu_nanos: u64,
+        values: Vec<openprof_format::trace::Value>,
+        stack: Option<String>,
+    ) -> Option<u128> {
+        self.mpt_entry(jni, method, time, cpu_nanos, values, stack)
+    }
+
+    fn exit(&self, method: jmethodID, ticket: u128, time: Seconds, cpu_nanos: u64) {
+        self.mpt_exit(method, ticket, time, cpu_nanos);
+    }
+
+    fn note(&self, name: &str, value: &str) {
+        Tracer::note(self, name, value);
+    }
+}
+
+unsafe extern "system" fn on_method_entry(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+) {
+    callback("MethodEntry", Admit::Profiling, || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.method_entry(jni, thread, method);
+        }
+    });
+}
+
+unsafe extern "system" fn on_method_exit(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+    _was_popped_by_exception: jvmti_bindings::sys::jni::jboolean,
+    _return_value: jvmti_bindings::sys::jni::jvalue,
+) {
+    callback("MethodExit", Admit::Profiling, || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.method_exit(thread, method);
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "system" fn on_exception(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    _method: jmethodID,
+    _location: i64,
+    exception: jobject,
+    catch_method: jmethodID,
+    _catch_location: i64,
+) {
+    callback("Exception", Admit::Profiling, || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.exception(jni, thread, exception, catch_method);
+        }
+    });
+}
+
+unsafe extern "system" fn on_exception_catch(
+    _jvmti: *mut jvmtiEnv,
+    jni: *mut JNIEnv,
+    thread: jthread,
+    method: jmethodID,
+    _location: i64,
+    exception: jobject,
+) {
+    callback("ExceptionCatch", Admit::Profiling, || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.exception_catch(jni, thread, method, exception);
+        }
+    });
+}
+
+/// GC start and finish run inside a safepoint: no locks, no JVMTI; the tracer only notes the
+/// time (the guard itself reads two atomics).
+unsafe extern "system" fn on_gc_start(_jvmti: *mut jvmtiEnv) {
+    guarded("GarbageCollectionStart", || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.gc_started();
+        }
+    });
+}
+
+unsafe extern "system" fn on_gc_finish(_jvmti: *mut jvmtiEnv) {
+    guarded("GarbageCollectionFinish", || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.gc_finished();
+        }
+    });
+}

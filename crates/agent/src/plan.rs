@@ -1,0 +1,231 @@
+//! From options to the engines of a run, and the JVMTI capabilities they and the agent's core
+//! need: decided before anything is set up (a refusal must leave the JVM as it was), and
+//! testable without a JVM.
+
+use openprof_format::options::{CpuMode, HeapMode, Options, OutputFormat};
+
+use std::sync::Arc;
+
+use crate::context::Phase;
+use crate::engine::{need, Engine, Need};
+use crate::engines::{cpu_samples, cpu_times, heap_dump, heap_sites, monitors, mpt, trace};
+use crate::error::AgentResult;
+use crate::jvmti::{JavaVM, Jvmti};
+use crate::net::NetSink;
+
+/// A profiling mode the options can choose, in the order the engines dump.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// cpu=times with HPROF output (with format=x the trace engine times methods).
+    CpuTimes,
+    CpuSamples,
+    HeapSites,
+    HeapDump,
+    /// mpt=, or net= (specifications may arrive from the collector).
+    ParameterTracing,
+    /// format=x.
+    Trace,
+    /// monitor=y with format=x.
+    Monitors,
+}
+
+impl EngineKind {
+    /// The capabilities this engine needs for these options.
+    pub fn needs(self, options: &Options) -> Vec<Need> {
+        match self {
+            EngineKind::CpuTimes => cpu_times::CpuTimes::needs(options),
+            EngineKind::CpuSamples => cpu_samples::CpuSamples::needs(options),
+            EngineKind::HeapSites => heap_sites::HeapSites::needs(options),
+            EngineKind::HeapDump => heap_dump::HeapDump::needs(options),
+            EngineKind::ParameterTracing => mpt::Mpt::needs(options),
+            EngineKind::Trace => trace::Tracer::needs(options),
+            EngineKind::Monitors => monitors::Monitors::needs(options),
+        }
+    }
+}
+
+/// What a run does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub engines: Vec<EngineKind>,
+    /// format=x: a trace instead of HPROF's report.
+    pub tracing: bool,
+    /// The class loader index is kept (traces and parameter tracing name loaders).
+    pub loader_index: bool,
+}
+
+impl Plan {
+    pub fn new(options: &Options) -> Plan {
+        let tracing = options.format == OutputFormat::Xml;
+        let timing = options.cpu == Some(CpuMode::Times);
+        let heap = options.heap_profile();
+        let parameter_tracing = options.mpt.is_some() || options.net.is_some();
+        let chosen = [
+            (EngineKind::CpuTimes, timing && !tracing),
+            (
+                EngineKind::CpuSamples,
+                options.cpu == Some(CpuMode::Samples),
+            ),
+            (
+                EngineKind::HeapSites,
+                matches!(heap, Some(HeapMode::Sites | HeapMode::All)),
+            ),
+            (
+                EngineKind::HeapDump,
+                matches!(heap, Some(HeapMode::Dump | HeapMode::All)),
+            ),
+            (EngineKind::ParameterTracing, parameter_tracing),
+            (EngineKind::Trace, tracing),
+            (EngineKind::Monitors, tracing && options.monitor),
+        ];
+        Plan {
+            engines: chosen
+                .into_iter()
+                .filter_map(|(kind, wanted)| wanted.then_some(kind))
+                .collect(),
+            tracing,
+            loader_index: tracing || parameter_tracing,
+        }
+    }
+
+    /// Every capability the run needs: the core's, then each engine's.
+    pub fn needs(&self, options: &Options) -> Vec<Need> {
+        let mut needs = core_needs();
+        for kind in &self.engines {
+            needs.extend(kind.needs(options));
+        }
+        needs
+    }
+}
+
+/// Makes the engine of one kind (nothing of it is reachable from callbacks until all are made).
+pub fn build_engine(
+    kind: EngineKind,
+    vm: *mut JavaVM,
+    jvmti: Jvmti,
+    options: &Options,
+    phase: Phase,
+    plan: &Plan,
+    net: &Option<Arc<NetSink>>,
+) -> AgentResult<Box<dyn Engine>> {
+    Ok(match kind {
+        EngineKind::CpuTimes => {
+            let filters = options.filter_block().unwrap_or_default();
+            Box::new(cpu_times::CpuTimes::new(
+                jvmti,
+                filters,
+                options.depth,
+                options.thread,
+            ))
+        }
+        EngineKind::CpuSamples => Box::new(cpu_samples::CpuSamples::new(vm, options, phase)?),
+        EngineKind::HeapSites => Box::new(heap_sites::HeapSites::new(jvmti, options)?),
+        EngineKind::HeapDump => Box::new(heap_dump::HeapDump),
+        EngineKind::ParameterTracing => {
+            let specs = options.mpt_specs()?;
+            Box::new(mpt::Mpt::new(vm, specs, !plan.tracing)?)
+        }
+        EngineKind::Trace => Box::new(trace::Tracer::start(jvmti, options, net.clone())?),
+        EngineKind::Monitors => Box::new(monitors::Monitors),
+    })
+}
+
+/// What every run needs: names and lines of the methods in stack traces, and exact frames.
+fn core_needs() -> Vec<Need> {
+    vec![
+        need!(
+            can_get_line_numbers,
+            set_can_get_line_numbers,
+            "line numbers in traces"
+        ),
+        need!(
+            can_get_source_file_name,
+            set_can_get_source_file_name,
+            "source file names in traces"
+        ),
+        // HotSpot keeps debug information at every instruction, not only at safepoints, once an
+        // agent can receive CompiledMethodLoad events: without it sampled frames in compiled
+        // code would be attributed to the nearest safepoint.
+        need!(
+            can_generate_compiled_method_load_events,
+            set_can_generate_compiled_method_load_events,
+            "exact frames in compiled code"
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::refuse_missing;
+    use crate::jvmti::jvmtiCapabilities;
+
+    fn plan(text: &str) -> Plan {
+        Plan::new(&Options::parse(text).unwrap())
+    }
+
+    #[test]
+    fn options_choose_the_engines() {
+        use EngineKind::*;
+        assert_eq!(plan("cpu=samples").engines, vec![CpuSamples]);
+        assert_eq!(plan("cpu=times").engines, vec![CpuTimes]);
+        assert_eq!(plan("heap=all").engines, vec![HeapSites, HeapDump]);
+        assert_eq!(
+            plan("heap=dump,cpu=samples").engines,
+            vec![CpuSamples, HeapDump]
+        );
+        // With format=x the trace times methods; the monitors engine only traces.
+        assert_eq!(
+            plan("format=x,cpu=times,monitor=y").engines,
+            vec![Trace, Monitors]
+        );
+        assert_eq!(plan("cpu=samples,monitor=y").engines, vec![CpuSamples]);
+        assert_eq!(
+            plan("net=localhost:9,cpu=samples").engines,
+            vec![CpuSamples, ParameterTracing]
+        );
+        assert!(plan("format=x").loader_index && !plan("cpu=samples").loader_index);
+    }
+
+    #[test]
+    fn no_two_engines_of_a_plan_handle_the_same_callback() {
+        // MethodEntry/MethodExit belong to cpu=times with HPROF output and to the trace: a
+        // plan never has both.
+        for text in [
+            "cpu=times",
+            "format=x,cpu=times",
+            "cpu=times,heap=all,net=localhost:9",
+        ] {
+            let engines = plan(text).engines;
+            assert!(
+                !(engines.contains(&EngineKind::CpuTimes) && engines.contains(&EngineKind::Trace)),
+                "{text}: {engines:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn missing_capabilities_are_named_with_the_option_that_needs_them() {
+        let options = Options::parse("cpu=times,heap=sites").unwrap();
+        let needs = Plan::new(&options).needs(&options);
+        // What HotSpot offers in the live phase: neither method entry nor exit events.
+        let mut live = jvmtiCapabilities::default();
+        for need in &needs {
+            (need.set)(&mut live);
+        }
+        live.set_can_generate_method_entry_events(false);
+        live.set_can_generate_method_exit_events(false);
+        let refusal = refuse_missing(&needs, &live).unwrap_err().to_string();
+        assert!(
+            refusal.starts_with(
+                "cpu=times needs JVMTI's can_generate_method_entry_events and \
+                 can_generate_method_exit_events, which this JVM grants only"
+            ),
+            "{refusal}"
+        );
+        assert!(!refusal.contains("heap=sites"), "{refusal}");
+        live.set_can_generate_method_entry_events(true);
+        live.set_can_generate_method_exit_events(true);
+        assert!(refuse_missing(&needs, &live).is_ok());
+    }
+}
