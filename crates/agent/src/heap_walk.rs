@@ -26,6 +26,7 @@ use jvmti_bindings::sys::jvmti::{
 use openprof_format::hprof_binary::BasicType;
 use openprof_format::java_names::class_name_from_signature;
 
+use crate::error::{AgentResult, JvmtiContext};
 use crate::jni::delete_local_ref;
 use crate::jvmti::{
     jclass, jvmtiCapabilities, jvmtiHeapCallbacks, jvmtiHeapReferenceInfo, JNIEnv, JavaVM, Jvmti,
@@ -184,7 +185,7 @@ struct Walk<'a> {
     error: Option<io::Error>,
 }
 
-fn new_env(vm: *mut JavaVM) -> Result<Jvmti, String> {
+fn new_env(vm: *mut JavaVM) -> AgentResult<Jvmti> {
     let env = Jvmti::from_vm(vm).ok_or("no JVMTI environment for the heap dump")?;
     let mut capabilities = jvmtiCapabilities::default();
     capabilities.set_can_tag_objects(true);
@@ -200,7 +201,7 @@ pub fn dump_heap(
     jni: *mut JNIEnv,
     sink: &mut dyn HeapSink,
     thread_serial: impl Fn(crate::jvmti::jthread) -> u32,
-) -> Result<DumpSummary, String> {
+) -> AgentResult<DumpSummary> {
     let env = new_env(vm)?;
     let result = dump_with(env, jni, sink, thread_serial);
     let _ = env.dispose();
@@ -212,9 +213,9 @@ fn dump_with(
     jni: *mut JNIEnv,
     sink: &mut dyn HeapSink,
     thread_serial: impl Fn(crate::jvmti::jthread) -> u32,
-) -> Result<DumpSummary, String> {
+) -> AgentResult<DumpSummary> {
     env.force_garbage_collection()
-        .map_err(|error| error.to_string())?;
+        .doing("can't collect garbage before the heap dump")?;
     let mut next_object_id = FIRST_OBJECT_ID;
     let classes = list_classes(env, jni, sink, &mut next_object_id)?;
     let class_by_id = classes
@@ -271,7 +272,7 @@ fn dump_with(
     walk.finish_current();
     walk.finish_unvisited();
     if let Some(error) = walk.error.take() {
-        return Err(format!("can't write the heap dump: {error}"));
+        return Err(format!("can't write the heap dump: {error}").into());
     }
     walk.summary.classes = walk.classes.len() as u64;
     let summary = walk.summary.clone();

@@ -30,21 +30,20 @@ use std::panic::catch_unwind;
 
 use jvmti::{jint, JavaVM};
 use jvmti_bindings::sys::jni::JNI_ERR;
+use openprof_format::options::OptionError;
 
 /// The option string the JVM passed (after `=` in `-agentpath:lib=options`), or why it is
 /// refused (an option that is not UTF-8, named).
 ///
 /// # Safety
 /// `options` is null or a NUL-terminated string that lives for the call.
-unsafe fn options_text(options: *const c_char) -> Result<String, String> {
+unsafe fn options_text(options: *const c_char) -> Result<String, OptionError> {
     if options.is_null() {
         return Ok(String::new());
     }
     // SAFETY: guaranteed by the caller (the JVM).
     let bytes = unsafe { CStr::from_ptr(options) }.to_bytes();
-    openprof_format::options::options_text(bytes)
-        .map(str::to_owned)
-        .map_err(|error| error.to_string())
+    openprof_format::options::options_text(bytes).map(str::to_owned)
 }
 
 /// Called by the JVM for `-agentpath:libopenprof_agent.so[=options]` before it starts.
@@ -61,7 +60,7 @@ pub unsafe extern "system" fn Agent_OnLoad(
     let text = unsafe { options_text(options) };
     catch_unwind(|| match &text {
         Ok(text) => agent::on_load(vm, text),
-        Err(message) => agent::refuse(agent::Phase::OnLoad, message),
+        Err(error) => agent::refuse(agent::Phase::OnLoad, &error.to_string()),
     })
     .unwrap_or_else(|_| {
         eprintln!("openprof ERROR: internal error while starting; the JVM will not start");
@@ -84,7 +83,7 @@ pub unsafe extern "system" fn Agent_OnAttach(
     let text = unsafe { options_text(options) };
     catch_unwind(|| match &text {
         Ok(text) => agent::on_attach(vm, text),
-        Err(message) => agent::refuse(agent::Phase::Live, message),
+        Err(error) => agent::refuse(agent::Phase::Live, &error.to_string()),
     })
     .unwrap_or_else(|_| {
         eprintln!("openprof ERROR: internal error while attaching; the JVM runs on unprofiled");

@@ -4,6 +4,7 @@
 //! and hands commands to the agent. Nothing here ever blocks an application thread: when the
 //! queue is full the oldest data goes, and the loss is reported once the collector is back.
 
+use crate::error::{AgentError, AgentResult};
 use crate::sync::lock;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -22,7 +23,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The connection `net=` asks for, started (it connects in the background), or none.
 pub fn start_from_options(
     options: &openprof_format::options::Options,
-) -> Result<Option<Arc<NetSink>>, String> {
+) -> AgentResult<Option<Arc<NetSink>>> {
     use openprof_format::options::OutputFormat;
     let Some(address) = &options.net else {
         return Ok(None);
@@ -121,13 +122,14 @@ pub struct NetConfig {
 }
 
 /// Builds a TLS client trusting the CA certificates of a PEM file.
-pub fn tls_config(ca_file: &str) -> Result<Arc<rustls::ClientConfig>, String> {
-    openprof_format::tls_client::config(ca_file).map_err(|error| format!("tlsca={error}"))
+pub fn tls_config(ca_file: &str) -> AgentResult<Arc<rustls::ClientConfig>> {
+    openprof_format::tls_client::config(ca_file)
+        .map_err(|error| AgentError::Refused(format!("tlsca={error}")))
 }
 
 impl NetSink {
     /// Starts the connection thread; data can be queued at once.
-    pub fn start(config: NetConfig) -> Result<NetSink, String> {
+    pub fn start(config: NetConfig) -> AgentResult<NetSink> {
         let agent_id = config
             .hello
             .agent_id

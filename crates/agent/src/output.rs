@@ -14,6 +14,7 @@ use openprof_format::options::{Options, OutputFormat};
 use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
 
 use crate::binary_output::BinaryOutput;
+use crate::error::AgentResult;
 use crate::heap_walk::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::net::{NetSink, Sink, SINK_BUFFER};
 use crate::profile::CpuDump;
@@ -41,7 +42,7 @@ pub fn hprof_date() -> String {
 /// the JVM's user: with `force=y` a file there is replaced; with `force=n` HPROF's
 /// `<name>.<pid>[.txt]` is used instead. A link at `file=` is never written through: `force=n`
 /// refuses it, `force=y` replaces the link itself.
-pub fn create_output_file(options: &Options) -> Result<(File, PathBuf), String> {
+pub fn create_output_file(options: &Options) -> AgentResult<(File, PathBuf)> {
     let mut path = PathBuf::from(options.output_file());
     let at_a_link = if options.force {
         AtALink::Replace
@@ -55,7 +56,8 @@ pub fn create_output_file(options: &Options) -> Result<(File, PathBuf), String> 
                     "file={} {}; remove it, or force=y replaces the link itself",
                     path.display(),
                     PrivateFileError::Link
-                ))
+                )
+                .into())
             }
             Ok(_) => path = PathBuf::from(options.unique_output_file(std::process::id())),
             Err(_) => {}
@@ -64,9 +66,9 @@ pub fn create_output_file(options: &Options) -> Result<(File, PathBuf), String> 
     match create_private(&path, at_a_link) {
         Ok(file) => Ok((file, path)),
         Err(PrivateFileError::Create(error)) => {
-            Err(format!("can't write file={}: {error}", path.display()))
+            Err(format!("can't write file={}: {error}", path.display()).into())
         }
-        Err(error) => Err(format!("file={} {error}", path.display())),
+        Err(error) => Err(format!("file={} {error}", path.display()).into()),
     }
 }
 
@@ -74,7 +76,7 @@ impl Output {
     /// Creates the output file and writes its header. With `force=y` an existing file is
     /// replaced; with `force=n` HPROF's `<name>.<pid>[.txt]` is used instead.
     /// With `net=`, the output goes to the collector as HPROF frames instead.
-    pub fn create(options: &Options, net: Option<Arc<NetSink>>) -> Result<Output, String> {
+    pub fn create(options: &Options, net: Option<Arc<NetSink>>) -> AgentResult<Output> {
         let (file, path) = match net {
             Some(net) => {
                 let address = options

@@ -86,7 +86,6 @@ impl HookRefs {
     }
 }
 
-const ACC_STATIC: u16 = 0x0008;
 const INVOKESTATIC: u8 = 0xb8;
 const ATHROW: u8 = 0xbf;
 const WIDE: u8 = 0xc4;
@@ -127,7 +126,7 @@ pub(crate) fn instrument_method(
     }
     let attributes = read_attributes(&mut reader)?;
 
-    let is_static = method.access & ACC_STATIC != 0;
+    let is_static = method.access & crate::access::STATIC != 0;
     let prefix = entry_code(plan, is_static, hooks, pool).map_err(fault)?;
     let mut exit_code = push_int(plan.site, pool)?;
     exit_code.extend([INVOKESTATIC]);

@@ -14,13 +14,16 @@
 //! Only code changes and constants are added at the end of the pool, which is what JVMTI's
 //! RetransformClasses allows.
 
+pub mod access;
 mod code;
+mod hook_class;
 mod pool;
 mod reader;
 
 use thiserror::Error;
 
 pub use code::HOOK_METHODS;
+pub use hook_class::{hook_class_file, HOOK_CLASS};
 
 /// What to instrument in one class.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -35,7 +35,7 @@ fn write_heap_dump(context: &Context, jni: *mut JNIEnv, dump: &Dump<'_>) {
                 context.thread_serial(thread)
             })
         })
-        .unwrap_or_else(|error| Err(format!("can't write the heap dump: {error}")));
+        .unwrap_or_else(|error| Err(format!("can't write the heap dump: {error}").into()));
     match result {
         Ok(summary) => {
             if verbose {

@@ -10,7 +10,7 @@ use openprof_format::trace::attrs::ValueType;
 use crate::jni::{kind_of, Jni, Typed};
 use crate::jvmti::{jclass, jfieldID, jmethodID, jobject, Jvmti};
 
-const ACC_STATIC: u32 = 0x0008;
+use openprof_classfile::access::{self, STATIC};
 
 /// What a call's value became when the chain could not give one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -446,7 +446,7 @@ fn find_method(
             let Ok((method_name, descriptor)) = jvmti.method_name(method) else {
                 continue;
             };
-            let is_static = jvmti.method_modifiers(method).unwrap_or(0) & ACC_STATIC != 0;
+            let is_static = access::has(jvmti.method_modifiers(method).unwrap_or(0), STATIC);
             if method_name == name && !is_static && accept(&descriptor) {
                 return Some(descriptor);
             }
@@ -476,7 +476,7 @@ fn find_static(
         .class_methods(class)
         .unwrap_or_default()
         .into_iter()
-        .filter(|&method| jvmti.method_modifiers(method).unwrap_or(0) & ACC_STATIC != 0)
+        .filter(|&method| access::has(jvmti.method_modifiers(method).unwrap_or(0), STATIC))
         .filter_map(|method| jvmti.method_name(method).ok())
         .find(|(method_name, descriptor)| method_name == name && accept(descriptor))
         .map(|(_, descriptor)| descriptor)
@@ -496,7 +496,7 @@ fn find_field(
             let Ok((field_name, descriptor)) = jvmti.field_name(current, field) else {
                 continue;
             };
-            let is_static = jvmti.field_modifiers(current, field).unwrap_or(0) & ACC_STATIC != 0;
+            let is_static = access::has(jvmti.field_modifiers(current, field).unwrap_or(0), STATIC);
             if field_name == name && !is_static && accept(&descriptor) {
                 return Some(descriptor);
             }

@@ -6,10 +6,10 @@ use std::ffi::{c_char, c_void, CStr, CString};
 
 use jvmti_bindings::sys::jni::{jboolean, jbyte, jchar, jdouble, jfloat, jlong, jshort};
 
-use super::hook_class::HOOK_METHODS;
 use super::Mpt;
 use crate::jni::{Jni, Typed};
 use crate::jvmti::{jclass, jint, jobject, jvalue, jvmtiEnv, JNIEnv};
+use openprof_classfile::HOOK_METHODS;
 
 fn mpt() -> Option<&'static Mpt> {
     crate::engine::running::<Mpt>()

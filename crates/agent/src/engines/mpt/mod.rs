@@ -12,9 +12,9 @@
 //! once per receiver class and site.
 
 pub mod chain;
-pub mod hook_class;
 mod hooks;
 
+use crate::error::AgentResult;
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -39,16 +39,12 @@ use crate::jvmti::{
     jclass, jint, jmethodID, jobject, jvmtiCapabilities, jvmtiEventCallbacks, JNIEnv, JavaVM, Jvmti,
 };
 use chain::{Chain, Failure, Known, ObjectIds};
-use hook_class::HOOK_CLASS;
+use openprof_classfile::access::{self, ABSTRACT, BRIDGE, INTERFACE, NATIVE, STATIC};
+use openprof_classfile::{hook_class_file, HOOK_CLASS};
 use openprof_format::options::Options;
 
-const ACC_STATIC: u32 = 0x0008;
 /// How long a class being prepared waits for another thread's instrumentation work.
 const PREPARE_WAIT: Duration = Duration::from_secs(2);
-const ACC_BRIDGE: u32 = 0x0040;
-const ACC_NATIVE: u32 = 0x0100;
-const ACC_INTERFACE: u32 = 0x0200;
-const ACC_ABSTRACT: u32 = 0x0400;
 
 /// Where traced calls go: the tracer (format=x, net=) and/or the text profile's tables.
 pub trait MptSink: Sync {
@@ -223,7 +219,7 @@ fn is_busy() -> bool {
 impl Mpt {
     /// A second JVMTI environment for parameter tracing, with the specifications to start
     /// with. `aggregate`: keep per-value tables for the text profile.
-    pub fn new(vm: *mut JavaVM, specs: Vec<MptSpec>, aggregate: bool) -> Result<Mpt, String> {
+    pub fn new(vm: *mut JavaVM, specs: Vec<MptSpec>, aggregate: bool) -> AgentResult<Mpt> {
         let jvmti = Jvmti::from_vm(vm).ok_or("no JVMTI environment for parameter tracing")?;
         let potential = jvmti
             .potential_capabilities()
@@ -274,13 +270,13 @@ impl Mpt {
 
     /// In the live phase (VMInit, or at once when attached): defines the hook class, binds its
     /// natives, and instruments the loaded classes the specifications name.
-    fn start(&self, jni: *mut JNIEnv) -> Result<(), String> {
+    fn start(&self, jni: *mut JNIEnv) -> AgentResult<()> {
         let jni = Jni(jni);
         busy(|| {
             let known = Known::resolve(jni).ok_or("can't resolve java.lang.String and Class")?;
             let _ = self.known.set(known);
             let hook = jni
-                .define_class(HOOK_CLASS, std::ptr::null_mut(), &hook_class::class_file())
+                .define_class(HOOK_CLASS, std::ptr::null_mut(), &hook_class_file())
                 .map_err(|_| "can't define the parameter tracing hook class".to_string())?;
             let natives = hooks::natives();
             let table: Vec<(&CStr, &CStr, *mut c_void)> = natives
@@ -537,7 +533,7 @@ impl Mpt {
                         .any(|(_, name)| entry.spec.method.names_class(name))
             })
             .collect();
-        let is_interface = self.jvmti.class_modifiers(class).unwrap_or(0) & ACC_INTERFACE != 0;
+        let is_interface = access::has(self.jvmti.class_modifiers(class).unwrap_or(0), INTERFACE);
         if is_interface {
             // The variants are rules about a receiver's class and its superclasses; an
             // interface is neither. Refused, not ignored.
@@ -565,14 +561,14 @@ impl Mpt {
                 continue;
             };
             let modifiers = self.jvmti.method_modifiers(method).unwrap_or(0);
-            if modifiers & (ACC_NATIVE | ACC_ABSTRACT) != 0 || name.starts_with('<') {
+            if access::has(modifiers, NATIVE | ABSTRACT) || name.starts_with('<') {
                 continue;
             }
-            let is_static = modifiers & ACC_STATIC != 0;
+            let is_static = access::has(modifiers, STATIC);
             let shape = MethodShape {
                 name: name.clone(),
                 descriptor: descriptor.clone(),
-                bridge: modifiers & ACC_BRIDGE != 0,
+                bridge: access::has(modifiers, BRIDGE),
             };
             let specs: Vec<&SpecEntry> = related
                 .iter()
@@ -912,10 +908,10 @@ impl Mpt {
                         .filter_map(|method| {
                             let (name, descriptor) = self.jvmti.method_name(method).ok()?;
                             let modifiers = self.jvmti.method_modifiers(method).unwrap_or(0);
-                            (modifiers & ACC_STATIC == 0).then_some(MethodShape {
+                            (!access::has(modifiers, STATIC)).then_some(MethodShape {
                                 name,
                                 descriptor,
-                                bridge: modifiers & ACC_BRIDGE != 0,
+                                bridge: access::has(modifiers, BRIDGE),
                             })
                         })
                         .collect(),

@@ -5,6 +5,7 @@
 //! (The writer of every element kind the agent emits; at about 1,300 lines it is kept in one
 //! file so that the ids, the element layouts and the buffering read together.)
 
+use crate::error::AgentResult;
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -32,7 +33,6 @@ const MAX_PENDING_BYTES: usize = 256 << 20;
 const CLASS_TAG: i64 = 1 << 40;
 const OBJECT_TAG: i64 = 2 << 40;
 const TAG_KIND: i64 = 0xff << 40;
-const ACC_STATIC: u32 = 0x0008;
 
 #[derive(Clone, Copy)]
 struct MethodRecord {
@@ -290,7 +290,7 @@ impl Tracer {
         jvmti: Jvmti,
         options: &Options,
         net: Option<Arc<NetSink>>,
-    ) -> Result<Tracer, String> {
+    ) -> AgentResult<Tracer> {
         let filters = options.filter_block().map_err(|error| error.to_string())?;
         let (sink, agent_id, head) = match net {
             Some(net) => {
@@ -851,7 +851,10 @@ impl Tracer {
         let time = now();
         let cpu = thread_cpu_time();
         let depth = self.jvmti.frame_count(thread).ok();
-        let is_static = self.jvmti.method_modifiers(method).unwrap_or(0) & ACC_STATIC != 0;
+        let is_static = openprof_classfile::access::has(
+            self.jvmti.method_modifiers(method).unwrap_or(0),
+            openprof_classfile::access::STATIC,
+        );
         let receiver = if is_static {
             std::ptr::null_mut()
         } else {

@@ -1,21 +1,16 @@
-//! The class instrumented methods call, `openprof/MptHook`: written here as class-file bytes
-//! (static native methods only, bound to the agent with RegisterNatives) so that the agent
-//! needs no compiled Java shipped beside it.
+//! The class instrumented methods call, `openprof/MptHook`, as class-file bytes: static native
+//! methods only (the agent binds them with RegisterNatives), so that the agent needs no
+//! compiled Java shipped beside it.
 
-/// The hook class's JNI name.
+use crate::access::{FINAL, NATIVE, PUBLIC, STATIC, SUPER};
+use crate::HOOK_METHODS;
+
+/// The hook class's internal name.
 pub const HOOK_CLASS: &str = "openprof/MptHook";
-
-pub use openprof_classfile::HOOK_METHODS;
-
-const ACC_PUBLIC: u16 = 0x0001;
-const ACC_STATIC: u16 = 0x0008;
-const ACC_FINAL: u16 = 0x0010;
-const ACC_SUPER: u16 = 0x0020;
-const ACC_NATIVE: u16 = 0x0100;
 
 /// The class file: `public final class openprof.MptHook` with a `public static native`
 /// method for each of HOOK_METHODS, version 52 (Java 8) so that any JVM we run in takes it.
-pub fn class_file() -> Vec<u8> {
+pub fn hook_class_file() -> Vec<u8> {
     let mut pool: Vec<Vec<u8>> = Vec::new();
     let utf8 = |pool: &mut Vec<Vec<u8>>, text: &str| -> u16 {
         let mut entry = vec![1];
@@ -50,14 +45,14 @@ pub fn class_file() -> Vec<u8> {
     for entry in &pool {
         out.extend(entry);
     }
-    out.extend((ACC_PUBLIC | ACC_FINAL | ACC_SUPER).to_be_bytes());
+    out.extend((PUBLIC | FINAL | SUPER).to_be_bytes());
     out.extend(this_class.to_be_bytes());
     out.extend(super_class.to_be_bytes());
     out.extend(0_u16.to_be_bytes()); // interfaces
     out.extend(0_u16.to_be_bytes()); // fields
     out.extend((methods.len() as u16).to_be_bytes());
     for (name, descriptor) in methods {
-        out.extend((ACC_PUBLIC | ACC_STATIC | ACC_NATIVE).to_be_bytes());
+        out.extend((PUBLIC | STATIC | NATIVE).to_be_bytes());
         out.extend(name.to_be_bytes());
         out.extend(descriptor.to_be_bytes());
         out.extend(0_u16.to_be_bytes()); // attributes
@@ -72,7 +67,7 @@ mod tests {
 
     #[test]
     fn the_hook_class_file_is_well_formed() {
-        let bytes = class_file();
+        let bytes = hook_class_file();
         assert_eq!(&bytes[..4], &[0xCA, 0xFE, 0xBA, 0xBE]);
         // Each hook method's name and descriptor is in the constant pool.
         let text = String::from_utf8_lossy(&bytes);
