@@ -619,7 +619,8 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
-    /// A data value (Table 4); serializedObjValueInline keeps the object in the text.
+    /// A data value, its kind in `type` (`ValueType`); serializedObjValueInline keeps the object
+    /// in the text.
     Value = "value" [Text] {
         parameter_name: opt String = "parameterName",
         reference_name: opt String = "referenceName",
