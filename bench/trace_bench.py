@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trace format benchmarks (issue 3), in one run.
+"""Trace format benchmarks (BENCHMARKS.md, "The trace format"), in one run.
 
 1. Records a trace of at least 1M elements with the agent (java/workloads/Calls.java under
    format=x,cpu=times), then times openprof's trace reader and writer over it on one core

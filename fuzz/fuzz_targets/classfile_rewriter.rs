@@ -15,8 +15,8 @@ fuzz_target!(|data: &[u8]| {
         hook_class: "openprof/MptHook".into(),
         methods,
     };
-    // Methods named as the seeds (javac's classes) declare them; a fuzzed file rarely has
-    // them, so the error paths are covered too.
+    // Methods named as the starting inputs (classes compiled by javac, fuzz/seeds/) declare
+    // them; a fuzzed file rarely has them, so the error paths are covered too.
     let names = [
         ("loop", "(I)I"),
         ("kind", "(I)Ljava/lang/String;"),

@@ -1,12 +1,13 @@
 /**
- * Ground truth for method parameter tracing's variants (seed 003, Tables 1 to 4), with the
- * seed's classes. Each call passes a SeedValue numbering the call, so `field:call` tells which
- * calls a specification traced:
+ * Ground truth for method parameter tracing's variants and for patterns that leave the return
+ * type out (docs/mpt.md): a class, a subclass that inherits its method and one that overrides
+ * it, and a covariant override with its bridge method. Each call passes a SeedValue numbering
+ * the call, so `field:call` tells which calls a specification traced:
  *   Call 1: new SeedArrays().run(value 1)    runs SeedArrays.run
  *   Call 2: new SeedArrays2().run(value 2)   runs SeedArrays.run (SeedArrays2 inherits it)
  *   Call 3: new SeedArrays3().run(value 3)   runs SeedArrays3.run, which calls super.run
- * Call N is made N times. For covariant returns (Tables 3 and 4):
- *   Call 1: an SeedA through SeedA's method, once
+ * Call N is made N times. For covariant returns (a pattern without return type):
+ *   Call 1: a SeedA through SeedA's method, once
  *   Call 2: a SeedB through SeedA's descriptor (the bridge, which calls the override), twice
  *   Call 3: a SeedB through SeedB's descriptor, four times
  */

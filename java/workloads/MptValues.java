@@ -1,7 +1,8 @@
 /**
- * Ground truth for method parameter tracing's values and modifiers (seed 003): HashMap.get with
- * String keys and "Special" keys, and a method for each of the seed's error values. Every call
- * below is made a known number of times with known arguments.
+ * Ground truth for method parameter tracing's values and modifiers: HashMap.get with String keys
+ * and "Special" keys (a second value for the key through cast: and field:), and methods whose
+ * calls give each error value a modifier chain can end in (docs/mpt.md). Every call below is
+ * made a known number of times with known arguments.
  */
 import java.util.HashMap;
 

@@ -19,9 +19,10 @@ pub fn declarations(tag: &str, model: &str, attributes: &[(&str, bool)]) -> Stri
 /// The whole DTD: the TRACE root, then every element.
 pub fn trace_dtd() -> String {
     let mut out = String::from(
-        "<!-- The open trace format (seeds 000 and 001), as openprof writes and reads it.\n\
+        "<!-- The open trace format (Eclipse TPTP's trace elements and openprof's additions,\n\
+         \x20    docs/trace-format.md), as openprof writes and reads it.\n\
          \x20    Generated from crates/format/src/trace/mod.rs; a test keeps docs/trace.dtd equal to it.\n\
-         \x20    TRACE is the root of a document; seed 000 calls the same root traceRoot. -->\n\n",
+         \x20    TRACE is the root of a document; TPTP called the same root traceRoot. -->\n\n",
     );
     out.push_str("<!ELEMENT TRACE (");
     out.push_str(&TraceElement::TAGS.join(" | "));
