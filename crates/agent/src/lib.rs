@@ -1,5 +1,15 @@
 //! openprof's collection agent: the library a JVM loads with `-agentpath:` that turns JVMTI
-//! events and CPU samples into HPROF's profiles.
+//! events and CPU samples into HPROF's profiles, traces, and data streamed to a collector.
+//!
+//! How it fits together (docs/architecture.md has the whole data path):
+//! - `agent`: the coordinator. It turns the options into a [`plan::Plan`], builds the engines
+//!   the plan names, sets the JVMTI callback table, runs the agent's own thread and the dumps.
+//! - `engine::Engine`: what every profiling mode implements; `engines/` has one module per mode
+//!   (cpu_samples, cpu_times, heap_sites, heap_dump, trace, monitors, mpt).
+//! - `context::Context`: what the engines share (JVMTI, options, threads, HPROF's report, the
+//!   collector connection); `guard`: the gate every callback passes.
+//! - The low layer: `jvmti`, `jni` (the only users of the function tables), `signals` and `ring`
+//!   (the SIGPROF sampler), `output`/`binary_output` (HPROF files), `net` (the wire).
 //!
 //! The entry points below are the only functions the JVM calls by name; each keeps panics on
 //! this side of the boundary and turns problems into a clear message and `JNI_ERR`.

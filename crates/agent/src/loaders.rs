@@ -1,4 +1,4 @@
-//! Class loader indexes (seed 003): 0 for the bootstrap loader, then 1, 2, ... in the order
+//! Class loader indexes: 0 for the bootstrap loader, then 1, 2, ... in the order
 //! loaders are first seen, with the loader's class name. Kept as JVMTI tags on the loader
 //! objects in an environment of their own, so that the trace's classDefs and parameter tracing
 //! number a loader alike, and a loader is found again without comparing references.

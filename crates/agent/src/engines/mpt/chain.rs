@@ -1,7 +1,7 @@
-//! Modifier chains (seed 003): checked against the traced parameter's declared type when a
+//! Modifier chains (docs/mpt.md): checked against the traced parameter's declared type when a
 //! traced method is first entered (an "MPT Apply Error" when they can't apply), then applied to
-//! each call's value through JNI, giving a value that can be recorded or one of the seed's
-//! error values.
+//! each call's value through JNI, giving a value that can be recorded or one of the error
+//! values docs/mpt.md lists.
 
 use jvmti_bindings::sys::jni::jvalue;
 use openprof_format::mpt::{Modifier, TypeName};

@@ -100,7 +100,7 @@ struct SiteState {
 }
 
 /// One instrumented method.
-struct Site {
+struct MethodSite {
     /// Global reference to the declaring class.
     class: usize,
     class_name: String,
@@ -115,7 +115,7 @@ struct Site {
 }
 
 /// One open call on a thread.
-struct Frame {
+struct OpenCall {
     site: u32,
     specs: Arc<Vec<SiteSpec>>,
     chosen: Arc<[bool]>,
@@ -124,7 +124,7 @@ struct Frame {
     ticket: Option<u128>,
 }
 
-impl Frame {
+impl OpenCall {
     /// The call is over (exited, or its exit lost): no longer open in its specs' counts.
     fn close(&self) {
         for (at, _, _) in &self.values {
@@ -144,7 +144,7 @@ impl Frame {
 struct ThreadState {
     /// True while this thread runs modifiers (or our own lookups): its calls are not traced.
     busy: bool,
-    frames: Vec<Frame>,
+    open_calls: Vec<OpenCall>,
 }
 
 thread_local! {
@@ -182,7 +182,7 @@ pub struct Mpt {
     deferred: Mutex<Vec<usize>>,
     started: AtomicBool,
     instrumentation: Mutex<Instrumentation>,
-    sites: RwLock<Vec<Arc<Site>>>,
+    sites: RwLock<Vec<Arc<MethodSite>>>,
     next_object_id: AtomicI64,
     /// Text output: per (site, spec), the calls by value.
     tables: Option<Mutex<MptAggregator>>,
@@ -666,7 +666,7 @@ impl Mpt {
                     .join(",")
             })
             .unwrap_or_default();
-        sites.push(Arc::new(Site {
+        sites.push(Arc::new(MethodSite {
             class: jni.new_global_ref(class) as usize,
             class_name: binary_name.to_string(),
             method: method as usize,
@@ -820,7 +820,7 @@ impl Mpt {
         format!("loader {}: {}", loader.index, loader.name)
     }
 
-    fn site(&self, site: jint) -> Option<Arc<Site>> {
+    fn site(&self, site: jint) -> Option<Arc<MethodSite>> {
         read(&self.sites).get(usize::try_from(site).ok()?).cloned()
     }
 
@@ -828,7 +828,7 @@ impl Mpt {
     fn decide(
         &self,
         jni: Jni,
-        site: &Site,
+        site: &MethodSite,
         receiver: jobject,
     ) -> (Arc<Vec<SiteSpec>>, Arc<[bool]>) {
         let class = if site.is_static || receiver.is_null() {
@@ -868,8 +868,14 @@ impl Mpt {
         (specs, chosen)
     }
 
-    /// The variant rules (seed 003, Tables 1 to 4) for a receiver class.
-    fn traced_by(&self, jni: Jni, site: &Site, receiver: jclass, specs: &[SiteSpec]) -> Vec<bool> {
+    /// The variant rules (docs/mpt.md, `variant=`) for a receiver class.
+    fn traced_by(
+        &self,
+        jni: Jni,
+        site: &MethodSite,
+        receiver: jclass,
+        specs: &[SiteSpec],
+    ) -> Vec<bool> {
         let method = MethodShape {
             name: site.name.clone(),
             descriptor: site.descriptor.clone(),
@@ -939,7 +945,7 @@ impl Mpt {
         let frame = match self.site(site_id) {
             Some(site) => {
                 let (specs, chosen) = busy(|| self.decide(jni, &site, receiver));
-                Frame {
+                OpenCall {
                     site: site_id as u32,
                     specs,
                     chosen,
@@ -948,7 +954,7 @@ impl Mpt {
                     ticket: None,
                 }
             }
-            None => Frame {
+            None => OpenCall {
                 site: site_id as u32,
                 specs: Arc::new(Vec::new()),
                 chosen: Arc::from(Vec::new()),
@@ -957,7 +963,7 @@ impl Mpt {
                 ticket: None,
             },
         };
-        THREAD.with(|thread| thread.borrow_mut().frames.push(frame));
+        THREAD.with(|thread| thread.borrow_mut().open_calls.push(frame));
     }
 
     fn arg(&self, jni: Jni, index: jint, value: Typed) {
@@ -966,7 +972,7 @@ impl Mpt {
         }
         let Some((site_id, specs, positions)) = THREAD.with(|thread| {
             let thread = thread.borrow();
-            let frame = thread.frames.last()?;
+            let frame = thread.open_calls.last()?;
             let positions: Vec<usize> = (0..frame.specs.len())
                 .filter(|&at| {
                     frame.chosen.get(at) == Some(&true)
@@ -990,7 +996,7 @@ impl Mpt {
                 .collect()
         });
         THREAD.with(|thread| {
-            if let Some(frame) = thread.borrow_mut().frames.last_mut() {
+            if let Some(frame) = thread.borrow_mut().open_calls.last_mut() {
                 frame.values.extend(values);
             }
         });
@@ -1000,7 +1006,7 @@ impl Mpt {
     fn value_of(
         &self,
         jni: Jni,
-        site: &Site,
+        site: &MethodSite,
         spec: &SiteSpec,
         value: Typed,
     ) -> (ValueType, String) {
@@ -1017,7 +1023,7 @@ impl Mpt {
             return (ValueType::Error, Failure::Unknown.name().into());
         }
         let chain = spec.chain.get_or_init(|| {
-            // Classes the chain names are looked for as the seed says, through the loader of
+            // Classes the chain names are looked for as docs/mpt.md says, through the loader of
             // the value's class first (HashMap's is the bootstrap loader, its keys' are not).
             let object = value.reference();
             let value_loader = if object.is_null() {
@@ -1071,7 +1077,7 @@ impl Mpt {
         }
         let Some((site_id, specs, chosen, mut values)) = THREAD.with(|thread| {
             let mut thread = thread.borrow_mut();
-            let frame = thread.frames.last_mut()?;
+            let frame = thread.open_calls.last_mut()?;
             frame.chosen.iter().any(|&c| c).then(|| {
                 (
                     frame.site,
@@ -1132,7 +1138,7 @@ impl Mpt {
         }
         let started = (Instant::now(), cpu);
         THREAD.with(|thread| {
-            if let Some(frame) = thread.borrow_mut().frames.last_mut() {
+            if let Some(frame) = thread.borrow_mut().open_calls.last_mut() {
                 frame.values = values;
                 frame.started = Some(started);
                 frame.ticket = ticket;
@@ -1151,13 +1157,13 @@ impl Mpt {
             // hook itself, say): drop them. An exit whose entry was never seen (its method was
             // instrumented while the call ran) leaves the open calls as they are.
             let at = thread
-                .frames
+                .open_calls
                 .iter()
                 .rposition(|frame| frame.site == site_id as u32)?;
-            for lost in thread.frames.drain(at + 1..) {
+            for lost in thread.open_calls.drain(at + 1..) {
                 lost.close();
             }
-            thread.frames.pop()
+            thread.open_calls.pop()
         }) else {
             return;
         };

@@ -1277,7 +1277,7 @@ impl Tracer {
         );
     }
 
-    /// A snapshot marker (seed 003): what follows it, up to the next one, is a snapshot.
+    /// A snapshot marker: what follows it, up to the next one, is a snapshot.
     pub fn snapshot(&self, name: &str) {
         let mut state = lock(&self.state);
         self.emit(
