@@ -13,7 +13,11 @@ machine took away from the JVM. Third, the direct cost the agent reports in its 
 records (time in the signal handler, on its own thread, dumping) over the JVM's whole CPU time
 (from wait4): steady, but blind to indirect costs such as the kernel's signal delivery and caches.
 
-Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T]
+With `--baseline-agent LIB`, another build of the agent (an earlier commit's
+target/release/libopenprof_agent.so) runs in the same rounds, so that a change to the agent is
+measured against the code before it side by side.
+
+Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T] [--baseline-agent LIB]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -36,6 +40,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=6)
     parser.add_argument("--warmup", type=float, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--baseline-agent", help="another build of the agent library to compare with")
     args = parser.parse_args()
 
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -44,12 +49,21 @@ def main():
     work = tempfile.mkdtemp(prefix="openprof-bench-")
     subprocess.run([jdk_tool("javac"), "-d", work, os.path.join(ROOT, "java", "workloads", "Throughput.java")], check=True)
 
+    # configuration → (JVM arguments, the agent's profile file or None)
     configs = {
-        "none": [],
-        "openprof interval=10": [f"-agentpath:{agent}=cpu=samples,interval=10,verbose=n,file={work}/p10.txt"],
-        "openprof interval=1": [f"-agentpath:{agent}=cpu=samples,interval=1,verbose=n,file={work}/p1.txt"],
-        "JFR settings=profile (10 ms)": [f"-XX:StartFlightRecording=settings=profile,filename={work}/rec.jfr"],
+        "none": ([], None),
+        "JFR settings=profile (10 ms)": ([f"-XX:StartFlightRecording=settings=profile,filename={work}/rec.jfr"], None),
     }
+    agents = [("openprof", agent)]
+    if args.baseline_agent:
+        if not os.path.isfile(args.baseline_agent):
+            sys.exit(f"cpu_overhead: no agent library at {args.baseline_agent}")
+        agents.append(("baseline", os.path.abspath(args.baseline_agent)))
+    for label, library in agents:
+        for interval in (10, 1):
+            profile = f"{work}/{label}{interval}.txt"
+            configs[f"{label} interval={interval}"] = (
+                [f"-agentpath:{library}=cpu=samples,interval={interval},verbose=n,file={profile}"], profile)
     results = {name: [] for name in configs}
     efficiency = {name: [] for name in configs}
     samples = {name: [] for name in configs}
@@ -58,7 +72,8 @@ def main():
         order = list(configs)
         random.shuffle(order)
         for name in order:
-            command = [jdk_tool("java"), *configs[name], "-cp", work, "Throughput",
+            jvm_arguments, profile = configs[name]
+            command = [jdk_tool("java"), *jvm_arguments, "-cp", work, "Throughput",
                        str(args.threads), str(args.warmup), str(args.seconds)]
             with tempfile.TemporaryFile() as stdout:
                 child = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL)
@@ -73,8 +88,7 @@ def main():
             ops, cpu_ns = int(found.group(1)), int(found.group(2))
             results[name].append(ops)
             efficiency[name].append(ops / cpu_ns)
-            profile = os.path.join(work, "p10.txt" if "10" in name else "p1.txt")
-            if name.startswith("openprof"):
+            if profile:
                 with open(profile) as text:
                     content = text.read()
                 totals = re.findall(r"CPU SAMPLES BEGIN \(total = (\d+)\)", content)

@@ -10,7 +10,11 @@
    tracing the two methods above (which the loop never calls), in shuffled order per round.
    Reported: the median throughput ratio (goal: within 1 %).
 
-Usage: bench/mpt_bench.py [--calls N] [--rounds N] [--seconds S]
+With --baseline-agent LIB, another build of the agent (an earlier commit's
+target/release/libopenprof_agent.so) runs in the same rounds as "baseline", so a change to the
+agent is measured against the code before it side by side.
+
+Usage: bench/mpt_bench.py [--calls N] [--rounds N] [--seconds S] [--baseline-agent LIB]
 Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -52,6 +56,7 @@ def main():
     parser.add_argument("--calls", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--baseline-agent", help="another build of the agent library to compare with")
     options = parser.parse_args()
     library = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
     if not os.path.exists(library):
@@ -62,40 +67,55 @@ def main():
     specs = os.path.join(work, "bench.mpt")
     with open(specs, "w") as file:
         file.write(SPECS)
-    traced = f"{library}=mpt=@{specs},file={os.path.join(work, 'out.txt')}"
+    # (name, -agentpath value, the profile it writes)
+    agents = [("with", f"{library}=mpt=@{specs},file={os.path.join(work, 'out.txt')}",
+               os.path.join(work, "out.txt"))]
+    if options.baseline_agent:
+        if not os.path.exists(options.baseline_agent):
+            sys.exit(f"no agent library at {options.baseline_agent}")
+        baseline = os.path.abspath(options.baseline_agent)
+        agents.append(("baseline", f"{baseline}=mpt=@{specs},file={os.path.join(work, 'base.txt')}",
+                       os.path.join(work, "base.txt")))
+    variants = [("without", None)] + [(name, agent) for name, agent, _ in agents]
 
     print(f"1. traced calls: {options.calls:,} calls of each method per run, {options.rounds} rounds")
-    costs = {"plain": [], "chained": []}
+    costs = {(name, method): [] for name, _, _ in agents for method in ("plain", "chained")}
     for round_number in range(options.rounds):
-        pair = [("without", None), ("with", traced)]
-        random.shuffle(pair)
-        results = {name: run(work, agent, ["calls", str(options.calls)]) for name, agent in pair}
-        traced_calls = mpt_calls(os.path.join(work, "out.txt"))
-        if traced_calls != 2 * options.calls:
-            sys.exit(f"the agent traced {traced_calls:,} calls, not {2 * options.calls:,}: "
-                     "the figures would not be those of traced calls")
+        order = list(variants)
+        random.shuffle(order)
+        results = {name: run(work, agent, ["calls", str(options.calls)]) for name, agent in order}
+        for name, _, profile in agents:
+            traced_calls = mpt_calls(profile)
+            if traced_calls != 2 * options.calls:
+                sys.exit(f"the agent ({name}) traced {traced_calls:,} calls, not {2 * options.calls:,}: "
+                         "the figures would not be those of traced calls")
         line = []
         for method in ("plain", "chained"):
             without = int(results["without"][f"{method}_ns"]) / options.calls
-            with_agent = int(results["with"][f"{method}_ns"]) / options.calls
-            costs[method].append(with_agent - without)
-            line.append(f"{method}: {without:.1f} -> {with_agent:.1f} ns/call")
+            for name, _, _ in agents:
+                with_agent = int(results[name][f"{method}_ns"]) / options.calls
+                costs[(name, method)].append(with_agent - without)
+                line.append(f"{method}: {without:.1f} -> {with_agent:.1f} ns/call ({name})")
         print(f"   round {round_number + 1}: " + "; ".join(line))
-    for method in ("plain", "chained"):
-        print(f"   {method}: median cost of tracing {statistics.median(costs[method]):.0f} ns per call")
+    for (name, method), values in costs.items():
+        print(f"   {method} ({name}): median cost of tracing {statistics.median(values):.0f} ns per call")
 
     print(f"2. untraced code: hash loop for {options.seconds} s, {options.rounds} rounds")
-    ratios = []
+    ratios = {name: [] for name, _, _ in agents}
     for round_number in range(options.rounds):
-        pair = [("without", None), ("with", traced)]
-        random.shuffle(pair)
+        order = list(variants)
+        random.shuffle(order)
         rounds = {name: int(run(work, agent, ["compute", str(options.seconds)])["rounds"])
-                  for name, agent in pair}
-        ratio = rounds["with"] / rounds["without"]
-        ratios.append(ratio)
-        print(f"   round {round_number + 1}: without {rounds['without']:,}, with {rounds['with']:,}: ratio {ratio:.4f}")
-    print(f"   median throughput with/without: {statistics.median(ratios):.4f} "
-          f"(range {min(ratios):.4f}-{max(ratios):.4f})")
+                  for name, agent in order}
+        line = [f"without {rounds['without']:,}"]
+        for name in ratios:
+            ratio = rounds[name] / rounds["without"]
+            ratios[name].append(ratio)
+            line.append(f"{name} {rounds[name]:,}: ratio {ratio:.4f}")
+        print(f"   round {round_number + 1}: " + ", ".join(line))
+    for name, values in ratios.items():
+        print(f"   median throughput {name}/without: {statistics.median(values):.4f} "
+              f"(range {min(values):.4f}-{max(values):.4f})")
 
 
 if __name__ == "__main__":
