@@ -15,6 +15,7 @@ use openprof_format::trace::attrs::Seconds;
 
 use crate::context::Context;
 use crate::engine::{need, running, Dump, Engine, Need};
+use crate::engines::cpu_times::CpuTimes;
 use crate::engines::mpt::MptSink;
 use crate::guard::{callback, guarded, Admit};
 use crate::jni::heap_figures;
@@ -44,23 +45,13 @@ impl Engine for Tracer {
             ),
         ];
         if timing(options) {
-            needs.extend([
-                need!(
-                    can_generate_method_entry_events,
-                    set_can_generate_method_entry_events,
-                    "cpu=times"
-                ),
-                need!(
-                    can_generate_method_exit_events,
-                    set_can_generate_method_exit_events,
-                    "cpu=times"
-                ),
-                need!(
-                    can_access_local_variables,
-                    set_can_access_local_variables,
-                    "format=x with cpu=times (object ids of `this`)"
-                ),
-            ]);
+            // Method entries and exits, as cpu=times with HPROF output needs them.
+            needs.extend(CpuTimes::needs(options));
+            needs.push(need!(
+                can_access_local_variables,
+                set_can_access_local_variables,
+                "format=x with cpu=times (object ids of `this`)"
+            ));
         }
         needs
     }
