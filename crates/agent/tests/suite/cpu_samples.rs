@@ -156,6 +156,7 @@ fn sigquit_dumps_the_samples_so_far() {
     let child = command.spawn().expect("start java");
     let pid = child.id();
     std::thread::sleep(Duration::from_secs(3));
+    // HotSpot turns SIGQUIT into a JVMTI DataDumpRequest.
     send_signal(pid, libc::SIGQUIT);
     let output = wait_with_limit(child, LIMIT);
     assert!(
