@@ -48,15 +48,21 @@ pub fn jdk() -> &'static Jdk {
     JDK.get_or_init(|| Jdk::find().expect("a JDK 11 or later is a prerequisite of the tests"))
 }
 
+/// A new directory under the system's temporary directory, named `PREFIX...`, which is kept
+/// after the test: the files of a failed run stay there to be looked at.
+pub fn kept_temp_dir(prefix: &str) -> PathBuf {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .expect("temp dir")
+        .keep()
+}
+
 /// The directory holding the compiled workloads of `java/workloads`.
 pub fn workload_classes() -> &'static Path {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
     CLASSES.get_or_init(|| {
-        let output = tempfile::Builder::new()
-            .prefix("openprof-classes-")
-            .tempdir()
-            .expect("temp dir")
-            .keep();
+        let output = kept_temp_dir("openprof-classes-");
         let sources: Vec<PathBuf> = fs::read_dir(workspace_root().join("java/workloads"))
             .expect("java/workloads")
             .map(|entry| entry.expect("entry").path())
@@ -96,9 +102,7 @@ impl Run {
 
     /// Reads an HPROF text file the run wrote, relative to its directory.
     pub fn profile(&self, file: &str) -> TextProfile {
-        let path = self.dir.join(file);
-        let text = fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        hprof_text::read(text.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        read_profile(&self.dir.join(file))
     }
 
     /// The files the run left in its directory.
@@ -118,6 +122,12 @@ impl Run {
     }
 }
 
+/// Reads an HPROF text file, failing the test with the file's name if it cannot.
+pub fn read_profile(path: &Path) -> TextProfile {
+    let text = fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    hprof_text::read(text.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// A `java` command running a workload in a fresh directory, with the agent when `agent_options`
 /// is given (`Some("")` loads it without options).
 pub fn java_command(
@@ -125,11 +135,7 @@ pub fn java_command(
     main_class: &str,
     args: &[&str],
 ) -> (Command, PathBuf) {
-    let dir = tempfile::Builder::new()
-        .prefix("openprof-run-")
-        .tempdir()
-        .expect("temp dir")
-        .keep();
+    let dir = kept_temp_dir("openprof-run-");
     let mut command = Command::new(jdk().java().expect("java"));
     command.current_dir(&dir);
     if let Some(options) = agent_options {
@@ -250,6 +256,25 @@ pub fn wait_until_ready(child: &mut std::process::Child) {
     assert_eq!(line.trim(), "ready", "the workload did not get ready");
     // Read the rest in the background: the workload's last line must not meet a closed pipe.
     std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+}
+
+/// Waits for a workload's "ready" line like [`wait_until_ready`], and keeps the rest of its
+/// standard output: the returned thread gives it back once the workload has closed it.
+pub fn wait_until_ready_keeping_output(
+    child: &mut std::process::Child,
+) -> std::thread::JoinHandle<String> {
+    use std::io::{BufRead, Read};
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = String::new();
+    stdout
+        .read_line(&mut line)
+        .expect("read the workload's stdout");
+    assert_eq!(line.trim(), "ready", "the workload did not get ready");
+    std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        rest
+    })
 }
 
 /// Runs `jcmd PID ARGS...` and returns its standard output; fails the test if jcmd fails.

@@ -45,7 +45,7 @@ pub struct SqliteOptions {
     /// A segment past this size is closed and the next one started (64 MiB).
     pub segment_bytes: u64,
     /// 1: on method events level 3 took twice as long and compressed no better (see
-    /// `throughput` in tests/store.rs); the writer thread's time is the ingest rate.
+    /// `throughput` in tests/suite/store.rs); the writer thread's time is the ingest rate.
     pub zstd_level: i32,
     /// Appends that would take the segments and catalog past this many bytes are refused
     /// ([`StoreError::Full`]); `None`: no limit.

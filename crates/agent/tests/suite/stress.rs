@@ -15,7 +15,7 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
     let pid = child.id();
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(1200));
-        send_signal(pid, 3); // SIGQUIT: a data dump while sampling runs
+        send_signal(pid, libc::SIGQUIT); // a data dump while sampling runs
     }
     let output = wait_with_limit(child, Duration::from_secs(180));
     let stdout = String::from_utf8_lossy(&output.stdout);

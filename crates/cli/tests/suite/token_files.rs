@@ -3,21 +3,19 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
-use openprof_testkit::wait_with_limit;
+use crate::helpers::{finish, openprof_command};
 
+/// `openprof ARGS` without the token variables it would read if set, so that the test's own
+/// environment cannot stand in for the files under test; a minute is plenty without a JVM.
 fn openprof(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .args(args)
+    let mut command = openprof_command(args);
+    command
         .env_remove("OPENPROF_TOKEN")
-        .env_remove("OPENPROF_CONTROL_TOKEN")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start openprof");
-    wait_with_limit(child, Duration::from_secs(60))
+        .env_remove("OPENPROF_CONTROL_TOKEN");
+    finish(command, Duration::from_secs(60))
 }
 
 fn token_file(dir: &Path, contents: &[u8], mode: u32) -> PathBuf {

@@ -156,7 +156,8 @@ fn sigquit_dumps_the_samples_so_far() {
     let child = command.spawn().expect("start java");
     let pid = child.id();
     std::thread::sleep(Duration::from_secs(3));
-    send_signal(pid, libc_sigquit());
+    // HotSpot turns SIGQUIT into a JVMTI DataDumpRequest.
+    send_signal(pid, libc::SIGQUIT);
     let output = wait_with_limit(child, LIMIT);
     assert!(
         output.status.success(),
@@ -179,11 +180,6 @@ fn sigquit_dumps_the_samples_so_far() {
             .count(),
         2
     );
-}
-
-/// SIGQUIT, which HotSpot turns into a JVMTI DataDumpRequest.
-fn libc_sigquit() -> i32 {
-    3
 }
 
 #[test]

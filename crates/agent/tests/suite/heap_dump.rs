@@ -288,7 +288,7 @@ fn sigquit_writes_a_heap_dump_while_running() {
     );
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
     wait_until_ready(&mut child);
-    openprof_testkit::send_signal(child.id(), libc_sigquit());
+    openprof_testkit::send_signal(child.id(), libc::SIGQUIT);
     let path = dir.join("ours.hprof");
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let histogram = loop {
@@ -325,8 +325,4 @@ fn empty_int_arrays(path: &Path) -> u64 {
         }
     }
     empty
-}
-
-fn libc_sigquit() -> i32 {
-    3
 }

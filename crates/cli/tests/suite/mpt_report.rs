@@ -3,7 +3,6 @@
 //! its report, and its errors on files without MPT data or unreadable ones. No JVM.
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use openprof_format::hprof_text::TextWriter;
 use openprof_format::mpt_stats::{MptTable, ValueKey, ValueType};
@@ -13,18 +12,9 @@ use openprof_format::trace::{
     ClassDef, MethodDef, MethodEntry, MethodExit, NoContent, Signature, TraceElement, Value, Values,
 };
 
+use crate::helpers::{openprof, text};
+
 const MS: u64 = 1_000_000;
-
-fn openprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .args(args)
-        .output()
-        .expect("run openprof")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// A time `ms` milliseconds after a fixed start.
 fn at(ms: u64) -> Seconds {

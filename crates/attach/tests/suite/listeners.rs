@@ -3,7 +3,6 @@
 //! listener is a real process (FakeAttachListener, a JVM that binds the socket itself); the
 //! client must refuse before it sends the options, which can carry the collector's token.
 
-use std::io::{BufRead, BufReader, Read};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -11,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use openprof_attach::AttachError;
-use openprof_testkit::java_command;
+use openprof_testkit::{java_command, wait_until_ready_keeping_output};
 
 const OPTIONS: &str = "cpu=samples,net=127.0.0.1:9,token=do-not-leak-7c1e";
 const LIMIT: Duration = Duration::from_secs(60);
@@ -28,15 +27,7 @@ impl FakeListener {
     fn start(at: &str, mode: &str) -> FakeListener {
         let (mut command, _dir) = java_command(None, "FakeAttachListener", &[at, mode]);
         let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read stdout");
-        assert_eq!(line.trim(), "ready", "the fake listener did not start");
-        let stdout = std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = stdout.read_to_string(&mut rest);
-            rest
-        });
+        let stdout = wait_until_ready_keeping_output(&mut child);
         let socket = if at == "own" {
             PathBuf::from(format!("/tmp/.java_pid{}", child.id()))
         } else {

@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::process::{Command, Stdio};
 
 use openprof_analysis::ShallowSizes;
 use openprof_format::hprof_binary_profile::read_profile;
-use openprof_testkit::{jcmd, jdk, wait_until_ready, wait_with_limit, workload_classes};
+use openprof_testkit::{jcmd, jdk, wait_until_ready, workload_classes};
+
+use crate::helpers::openprof_in;
 
 const NODES: u64 = 5000;
 
@@ -47,17 +48,6 @@ fn dump_keep(dir: &Path) -> (PathBuf, HashMap<String, (u64, u64)>) {
     drop(child.stdin.take().map(|mut stdin| stdin.flush()));
     assert!(child.wait().unwrap().success());
     (dump, histogram)
-}
-
-fn openprof(dir: &Path, args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .current_dir(dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start openprof");
-    wait_with_limit(child, Duration::from_secs(120))
 }
 
 #[test]
@@ -99,7 +89,7 @@ fn the_jdks_heap_dump_gives_the_workloads_exact_histogram_and_report() {
     assert!(heap.root_total() > 0);
     assert!(heap.class_dumps > 100, "{} CLASS DUMPs", heap.class_dumps);
 
-    let output = openprof(dir.path(), &["report", "keep.hprof", "--top", "50"]);
+    let output = openprof_in(dir.path(), &["report", "keep.hprof", "--top", "50"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -125,7 +115,7 @@ fn the_jdks_heap_dump_gives_the_workloads_exact_histogram_and_report() {
     let bytes = std::fs::read(&dump).unwrap();
     let cut = bytes.len() / 2;
     std::fs::write(dir.path().join("cut.hprof"), &bytes[..cut]).unwrap();
-    let output = openprof(dir.path(), &["report", "cut.hprof"]);
+    let output = openprof_in(dir.path(), &["report", "cut.hprof"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -219,7 +209,7 @@ fn report_shows_a_text_profiles_heap_dump_and_allocation_sites() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("heap.txt"), writer.into_inner()).unwrap();
 
-    let output = openprof(dir.path(), &["report", "heap.txt", "--frames", "2"]);
+    let output = openprof_in(dir.path(), &["report", "heap.txt", "--frames", "2"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -248,7 +238,7 @@ fn report_shows_a_text_profiles_heap_dump_and_allocation_sites() {
     let text = std::fs::read_to_string(dir.path().join("heap.txt")).unwrap();
     let broken = text.replace("sz=52", "sz=fifty-two");
     std::fs::write(dir.path().join("broken.txt"), &broken).unwrap();
-    let output = openprof(dir.path(), &["report", "broken.txt"]);
+    let output = openprof_in(dir.path(), &["report", "broken.txt"]);
     assert_eq!(output.status.code(), Some(2));
     let line = broken
         .lines()

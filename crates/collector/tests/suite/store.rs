@@ -1019,7 +1019,7 @@ fn exports_run_while_another_thread_appends() {
 }
 
 /// Scan and append throughput on realistic method events; run with
-/// `cargo test --release -p openprof-collector --test store -- --ignored --nocapture`.
+/// `cargo test --release -p openprof-collector --test suite -- --ignored --nocapture throughput`.
 #[test]
 #[ignore]
 fn throughput() {

@@ -1,4 +1,4 @@
-//! Method parameter tracing against ground truth: seed 003's own examples (variants, covariant
+//! Method parameter tracing against ground truth: the examples of docs/mpt.md (variants, covariant
 //! returns), every modifier and every error value, each provoked by a workload call made a
 //! known number of times; the trace read back and checked by xmllint against docs/trace.dtd.
 
@@ -9,15 +9,13 @@ use std::time::Duration;
 use openprof_format::trace::attrs::ValueType;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
+use openprof_testkit::{kept_temp_dir, read_trace, run_java, Run};
+
+use crate::helpers::xmllint;
 
 /// Writes the specifications to a file of their own and returns its path.
 fn spec_file(name: &str, specs: &[&str]) -> PathBuf {
-    let dir = tempfile::Builder::new()
-        .prefix("openprof-mpt-")
-        .tempdir()
-        .expect("temp dir")
-        .keep();
+    let dir = kept_temp_dir("openprof-mpt-");
     let path = dir.join(name);
     std::fs::write(&path, specs.join("\n") + "\n").expect("spec file");
     path
@@ -31,10 +29,6 @@ fn traced(main_class: &str, specs: &[&str]) -> (Run, Vec<TraceElement>) {
     assert!(run.stdout().contains("done"), "{}", run.stdout());
     let elements = read_trace(&run.dir.join("trace.xml"));
     (run, elements)
-}
-
-fn xmllint(run: &Run) {
-    xmllint_trace(&run.dir.join("trace.xml"));
 }
 
 /// methodId → `Class.method descriptor`.
@@ -258,7 +252,7 @@ fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
     for (key, calls) in [("alpha", 3), ("Special", 2), ("missing", 1)] {
         assert_eq!(keys.get(key), Some(&calls), "{key}: {keys:?}");
     }
-    // The seed's "Special" example: the field through a cast, CastFailed for other keys.
+    // docs/mpt.md's "Special" example: the field through a cast, CastFailed for other keys.
     let special = of(specs[1]);
     assert_eq!(special.get("the detail"), Some(&2), "{special:?}");
     assert!(

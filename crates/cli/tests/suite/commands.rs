@@ -1,32 +1,17 @@
 //! The `openprof` command on real JVM runs and on bad input.
 
-use std::path::Path;
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use openprof_format::trace::reader::MAX_DEPTH;
-use openprof_testkit::{jdk, run_java, wait_with_limit, workload_classes};
+use openprof_testkit::{jdk, run_java, workload_classes};
 
-fn openprof(dir: &Path, args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .current_dir(dir)
-        .args(args)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start openprof");
-    wait_with_limit(child, Duration::from_secs(120))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::helpers::{openprof_in, text};
 
 #[test]
 fn run_profiles_a_java_program_and_prints_its_top_methods() {
     let dir = tempfile::tempdir().unwrap();
     let classes = workload_classes().to_str().unwrap().to_string();
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &["run", "--", "java", "-cp", &classes, "CpuSplit", "2"],
     );
@@ -53,7 +38,7 @@ fn run_profiles_a_java_program_and_prints_its_top_methods() {
 fn run_passes_the_programs_exit_code_through() {
     let dir = tempfile::tempdir().unwrap();
     let classes = workload_classes().to_str().unwrap().to_string();
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &["run", "--", "java", "-cp", &classes, "NoSuchClass"],
     );
@@ -63,7 +48,7 @@ fn run_passes_the_programs_exit_code_through() {
 #[test]
 fn run_refuses_bad_options_before_starting_java() {
     let dir = tempfile::tempdir().unwrap();
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &["run", "-o", "cpu=samples,depth=x", "--", "java", "-version"],
     );
@@ -82,7 +67,7 @@ fn run_refuses_bad_options_before_starting_java() {
 #[test]
 fn run_says_when_java_is_missing() {
     let dir = tempfile::tempdir().unwrap();
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &["run", "--", "/nonexistent/bin/java", "-version"],
     );
@@ -92,7 +77,7 @@ fn run_says_when_java_is_missing() {
         "{}",
         text(&output.stderr)
     );
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &["run", "--agent", "/nonexistent/agent.so", "--", "java"],
     );
@@ -108,7 +93,7 @@ fn report_reads_a_real_profile() {
         Duration::from_secs(120),
     );
     assert!(run.success(), "{}", run.stderr());
-    let output = openprof(
+    let output = openprof_in(
         &run.dir,
         &["report", "p.txt", "--top", "2", "--traces", "1"],
     );
@@ -136,7 +121,7 @@ fn report_reads_a_real_profile() {
 #[test]
 fn report_errors_are_clear() {
     let dir = tempfile::tempdir().unwrap();
-    let output = openprof(dir.path(), &["report", "missing.txt"]);
+    let output = openprof_in(dir.path(), &["report", "missing.txt"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(text(&output.stderr).contains("can't read missing.txt"));
     std::fs::write(
@@ -144,7 +129,7 @@ fn report_errors_are_clear() {
         "JAVA PROFILE 1.0.1\n--------\nTRACE x:\n",
     )
     .unwrap();
-    let output = openprof(dir.path(), &["report", "bad.txt"]);
+    let output = openprof_in(dir.path(), &["report", "bad.txt"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = text(&output.stderr);
     assert!(
@@ -163,7 +148,7 @@ fn every_command_has_help() {
         vec!["run", "--help"],
         vec!["report", "--help"],
     ] {
-        let output = openprof(dir.path(), &args);
+        let output = openprof_in(dir.path(), &args);
         assert!(output.status.success(), "{args:?}");
         assert!(text(&output.stdout).contains("Usage: openprof"), "{args:?}");
     }
@@ -180,7 +165,7 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
         Duration::from_secs(120),
     );
     assert!(run.success(), "{}", run.stderr());
-    let output = openprof(&run.dir, &["validate", "trace.xml"]);
+    let output = openprof_in(&run.dir, &["validate", "trace.xml"]);
     assert!(output.status.success(), "{}", text(&output.stdout));
     assert!(text(&output.stdout).contains("trace.xml: valid,"));
     // Drop one element from the middle: a collation gap, reported with its element number.
@@ -197,7 +182,7 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
         .map(|(_, l)| *l)
         .collect();
     std::fs::write(run.dir.join("broken.xml"), broken.join("\n")).unwrap();
-    let output = openprof(&run.dir, &["validate", "broken.xml"]);
+    let output = openprof_in(&run.dir, &["validate", "broken.xml"]);
     assert_eq!(output.status.code(), Some(1));
     let stdout = text(&output.stdout);
     assert!(stdout.contains("collationValue"), "{stdout}");
@@ -207,7 +192,7 @@ fn validate_accepts_a_real_trace_and_reports_problems_with_their_position() {
     );
     // Truncated: not well-formed, with the byte offset.
     std::fs::write(run.dir.join("cut.xml"), &trace[..trace.len() / 2]).unwrap();
-    let output = openprof(&run.dir, &["validate", "cut.xml"]);
+    let output = openprof_in(&run.dir, &["validate", "cut.xml"]);
     assert_eq!(output.status.code(), Some(1));
     assert!(
         text(&output.stdout).contains("not well-formed at byte"),
@@ -229,7 +214,7 @@ fn a_trace_nested_too_deep_is_refused_with_its_place_not_a_crash() {
     let offset = head.len() + (MAX_DEPTH - 1) * "<value>".len();
     let problem = format!("byte {offset}: <value> is nested more than {MAX_DEPTH} deep");
 
-    let output = openprof(dir.path(), &["validate", "deep.xml"]);
+    let output = openprof_in(dir.path(), &["validate", "deep.xml"]);
     let stdout = text(&output.stdout);
     assert_eq!(
         output.status.code(),
@@ -245,7 +230,7 @@ fn a_trace_nested_too_deep_is_refused_with_its_place_not_a_crash() {
     );
 
     // mpt exits 2 on any file it cannot read, as for every other unreadable trace.
-    let output = openprof(dir.path(), &["mpt", "deep.xml"]);
+    let output = openprof_in(dir.path(), &["mpt", "deep.xml"]);
     let stderr = text(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
     assert!(
@@ -265,7 +250,7 @@ fn report_reads_a_cpu_times_profile() {
         Duration::from_secs(120),
     );
     assert!(run.success(), "{}", run.stderr());
-    let output = openprof(&run.dir, &["report", "times.txt", "--traces", "1"]);
+    let output = openprof_in(&run.dir, &["report", "times.txt", "--traces", "1"]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     assert!(stdout.contains("cpu=times: true entry counts"), "{stdout}");
@@ -281,7 +266,7 @@ fn report_reads_a_cpu_times_profile() {
 fn run_says_where_a_trace_went() {
     let dir = tempfile::tempdir().unwrap();
     let classes = workload_classes().to_str().unwrap().to_string();
-    let output = openprof(
+    let output = openprof_in(
         dir.path(),
         &[
             "run",
@@ -302,6 +287,6 @@ fn run_says_where_a_trace_went() {
         stderr.contains("openprof: trace written to java.trace.xml ("),
         "{stderr}"
     );
-    let output = openprof(dir.path(), &["validate", "java.trace.xml"]);
+    let output = openprof_in(dir.path(), &["validate", "java.trace.xml"]);
     assert!(output.status.success(), "{}", text(&output.stdout));
 }

@@ -1,30 +1,18 @@
 //! `openprof attach` on real JVMs started without the agent: the profile of a JVM attached to
 //! while it runs matches the workload's built-in CPU split; refusals leave the JVM running.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Child, Output, Stdio};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
-use openprof_format::hprof_text::{self, TextProfile};
-use openprof_testkit::{agent_library, java_command, samples_by_method, wait_with_limit};
+use openprof_format::hprof_text::TextProfile;
+use openprof_testkit::{
+    agent_library, java_command, read_profile, samples_by_method, wait_until_ready_keeping_output,
+    wait_with_limit,
+};
 
-const LIMIT: Duration = Duration::from_secs(120);
-
-fn openprof(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start openprof");
-    wait_with_limit(child, LIMIT)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::helpers::{openprof, text, LIMIT};
 
 /// A JVM running AttachTarget without any agent, waiting for "go".
 struct Target {
@@ -38,18 +26,7 @@ impl Target {
     fn start(cpu_seconds: &str) -> Target {
         let (mut command, dir) = java_command(None, "AttachTarget", &[cpu_seconds]);
         let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout.read_line(&mut line).expect("read stdout");
-        assert_eq!(line.trim(), "ready", "the workload did not get ready");
-        let stdout = std::thread::spawn(move || {
-            let mut rest = String::new();
-            for line in stdout.lines() {
-                rest.push_str(&line.unwrap_or_default());
-                rest.push('\n');
-            }
-            rest
-        });
+        let stdout = wait_until_ready_keeping_output(&mut child);
         Target { child, dir, stdout }
     }
 
@@ -65,11 +42,6 @@ impl Target {
         let output = wait_with_limit(self.child, LIMIT);
         (output, self.stdout.join().expect("stdout reader"))
     }
-}
-
-fn read_profile(path: &Path) -> TextProfile {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    hprof_text::read(bytes.as_slice()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// The thread name behind each CPU row's trace, summed per (method, thread name).

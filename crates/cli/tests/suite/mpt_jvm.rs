@@ -5,29 +5,18 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{java_command, read_trace, run_java, wait_with_limit, xmllint_trace, Run};
+use openprof_testkit::{
+    java_command, kept_temp_dir, read_trace, run_java, wait_with_limit, xmllint_trace, Run,
+};
 
-fn openprof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .args(args)
-        .output()
-        .expect("run openprof")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use crate::helpers::{openprof, text};
 
 fn spec_file(specs: &str) -> PathBuf {
-    let dir = tempfile::Builder::new()
-        .prefix("openprof-mpt-")
-        .tempdir()
-        .unwrap()
-        .keep();
+    let dir = kept_temp_dir("openprof-mpt-");
     let path = dir.join("specs.mpt");
     std::fs::write(&path, specs).unwrap();
     path

@@ -75,11 +75,7 @@ fn profiles_dumps_and_traces_are_private_whatever_the_umask() {
 
 /// A file someone else cares about, in a directory of its own.
 fn victim() -> PathBuf {
-    let dir = tempfile::Builder::new()
-        .prefix("openprof-victim-")
-        .tempdir()
-        .unwrap()
-        .keep();
+    let dir = openprof_testkit::kept_temp_dir("openprof-victim-");
     let victim = dir.join("victim");
     fs::write(&victim, "victim\n").unwrap();
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();

@@ -231,11 +231,7 @@ fn options_that_are_not_utf8_are_refused_naming_the_option() {
 /// A private file holding `contents`, in a directory of its own.
 fn token_file(contents: &[u8], mode: u32) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::Builder::new()
-        .prefix("openprof-token-")
-        .tempdir()
-        .unwrap()
-        .keep();
+    let dir = openprof_testkit::kept_temp_dir("openprof-token-");
     let file = dir.join("token");
     std::fs::write(&file, contents).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();

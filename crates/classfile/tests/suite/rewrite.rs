@@ -7,14 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use openprof_classfile::{instrument, ClassFileError, MethodPlan, Plan};
-use openprof_testkit::{jdk, workspace_root};
+use openprof_testkit::{jdk, kept_temp_dir, workspace_root};
 
 fn compiled() -> PathBuf {
-    let output = tempfile::Builder::new()
-        .prefix("openprof-classfile-")
-        .tempdir()
-        .expect("temp dir")
-        .keep();
+    let output = kept_temp_dir("openprof-classfile-");
     let sources = workspace_root().join("java/classfile");
     let status = Command::new(jdk().javac().expect("javac"))
         .arg("-g")

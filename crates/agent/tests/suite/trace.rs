@@ -9,7 +9,9 @@ use openprof_format::trace::attrs::{FilterMode, ObjRef};
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{read_trace, run_java, xmllint_trace, Run};
+use openprof_testkit::{kept_temp_dir, read_trace, run_java, Run};
+
+use crate::helpers::xmllint;
 
 const CALLS: usize = 1000;
 const EXCEPTIONS: usize = 5;
@@ -19,10 +21,6 @@ fn traced(options: &str, args: &[&str]) -> (Run, Vec<TraceElement>) {
     assert!(run.success(), "{}", run.stderr());
     let elements = read_trace(&run.dir.join("trace.xml"));
     (run, elements)
-}
-
-fn xmllint(run: &Run) {
-    xmllint_trace(&run.dir.join("trace.xml"));
 }
 
 /// methodId → (class name, method name), from the classDef and methodDef elements.
@@ -190,7 +188,7 @@ fn a_real_trace_matches_the_workloads_ground_truth() {
 
 #[test]
 fn filters_from_a_file_and_without_method_tracing() {
-    let dir = tempfile_dir();
+    let dir = kept_temp_dir("openprof-filters-");
     let filters = dir.join("filters.txt");
     std::fs::write(&filters, "# only Calls\ninclude Calls\nexclude *\n").unwrap();
     let options = format!("format=x,filter=@{},file=trace.xml", filters.display());
@@ -216,12 +214,6 @@ fn filters_from_a_file_and_without_method_tracing() {
             .count(),
         2
     );
-}
-
-fn tempfile_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("openprof-filters-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 #[test]

@@ -14,24 +14,14 @@ use openprof_format::handshake::Identity;
 use openprof_format::trace::reader::{read_all, MAX_ATTRIBUTES, MAX_DEPTH};
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Hello, Refusal, Role};
-use openprof_testkit::{java_command, wait_with_limit, xmllint_trace};
+use openprof_testkit::{
+    java_command, wait_until_ready_keeping_output, wait_with_limit, xmllint_trace,
+};
+
+use crate::helpers::{openprof, text};
 
 const TOKEN: &str = "test-token-4d1f";
 const CONTROL_TOKEN: &str = "test-control-token-9a2e";
-
-fn openprof(args: &[&str]) -> Output {
-    let child = Command::new(env!("CARGO_BIN_EXE_openprof"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start openprof");
-    wait_with_limit(child, Duration::from_secs(120))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 /// `openprof serve` as a child process, so that it can be killed for real.
 struct Collector {
@@ -217,19 +207,6 @@ fn ticker(address: &str, seconds: &str) -> (Child, PathBuf) {
     (command.spawn().expect("start java"), dir)
 }
 
-/// Waits for a workload's "ready" and keeps the rest of its standard output.
-fn wait_for_ready(child: &mut Child) -> std::thread::JoinHandle<String> {
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = stdout.read_to_string(&mut rest);
-        rest
-    })
-}
-
 fn calls_in(stdout: &str) -> u64 {
     stdout
         .lines()
@@ -294,7 +271,7 @@ fn a_collector_killed_mid_stream_loses_nothing_it_acknowledged() {
     let first = Collector::start(store.path(), "127.0.0.1:0");
     let address = first.address.clone();
     let (mut child, _dir) = ticker(&address, "6");
-    let stdout = wait_for_ready(&mut child);
+    let stdout = wait_until_ready_keeping_output(&mut child);
     std::thread::sleep(Duration::from_millis(1500));
     let before = ls(store.path());
     first.kill();
@@ -425,7 +402,7 @@ fn malformed_frames_close_only_their_own_connection() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
     let (mut healthy, _dir) = ticker(&collector.address, "3");
-    let stdout = wait_for_ready(&mut healthy);
+    let stdout = wait_until_ready_keeping_output(&mut healthy);
 
     let mut socket = raw_agent(&collector.address, TOKEN).unwrap();
     wire::write_frame(
@@ -512,7 +489,7 @@ fn fragments_nested_too_deep_or_with_too_many_attributes_are_refused_and_the_res
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
     let (mut healthy, _dir) = ticker(&collector.address, "3");
-    let stdout = wait_for_ready(&mut healthy);
+    let stdout = wait_until_ready_keeping_output(&mut healthy);
 
     // A node (typed in full by the collector) holding 100,000 levels of values.
     let head = "<node nodeId=\"67e55044-10b1-426f-9247-bb680e5fe0c8\" hostname=\"h\">";
@@ -1057,7 +1034,7 @@ fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
     // AttachTarget runs without any agent and waits for "go" (3:1 CPU split once it goes).
     let (mut command, _dir) = java_command(None, "AttachTarget", &["3"]);
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-    let stdout = wait_for_ready(&mut child);
+    let stdout = wait_until_ready_keeping_output(&mut child);
     let pid = child.id().to_string();
 
     let options = agent_options(&collector.address, "cpu=samples,interval=1");
@@ -1187,7 +1164,7 @@ fn data_dropped_while_the_collector_was_away_is_reported_as_lost() {
     let options = agent_options(&address, "format=x,cpu=times,filter=+Ticker,netbuffer=6m");
     let (mut command, _dir) = java_command(Some(&options), "Ticker", &["6"]);
     let mut child = command.spawn().expect("start java");
-    let stdout = wait_for_ready(&mut child);
+    let stdout = wait_until_ready_keeping_output(&mut child);
     // 2.5 s of method events (about 10 MB a second) against a 6 MiB buffer: most of it must
     // go; the burst at exit (the counts, 1 to 2 MB) fits.
     std::thread::sleep(Duration::from_millis(2500));
@@ -1238,7 +1215,7 @@ fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
     let options = agent_options(&collector.address, "format=x,commands=mpt");
     let (mut command, _dir) = java_command(Some(&options), "MptSlow", &["loop"]);
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-    let stdout = wait_for_ready(&mut child);
+    let stdout = wait_until_ready_keeping_output(&mut child);
     let none = control_when_connected(&collector.address, &["mpt-list"]);
     assert!(none.status.success(), "{}", text(&none.stderr));
     assert!(text(&none.stdout).contains("no method parameter tracing specifications"));
@@ -1507,7 +1484,7 @@ fn appends_that_fail_for_a_while_acknowledge_nothing_that_was_not_stored() {
     );
     let pid = collector.child.id();
     let (mut child, _dir) = ticker(&collector.address, "6");
-    let stdout = wait_for_ready(&mut child);
+    let stdout = wait_until_ready_keeping_output(&mut child);
     std::thread::sleep(Duration::from_millis(700));
     // About 10 MB a second of method events meet a store that can't grow, for 2 s.
     limit_file_size(pid, Some(64 << 10));

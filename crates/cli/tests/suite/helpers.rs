@@ -1,0 +1,43 @@
+//! What the command's test modules share: the `openprof` binary built with them, run to its end
+//! under a time limit so that a hang fails the test instead of stalling the suite.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use openprof_testkit::wait_with_limit;
+
+/// How long one `openprof` command (and a JVM it runs) may take.
+pub const LIMIT: Duration = Duration::from_secs(120);
+
+/// `openprof ARGS` with its standard output and error piped, not yet started.
+pub fn openprof_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_openprof"));
+    command
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs `openprof ARGS` in the test's own working directory.
+pub fn openprof(args: &[&str]) -> Output {
+    finish(openprof_command(args), LIMIT)
+}
+
+/// Runs `openprof ARGS` in `dir`, where the commands that take or write relative paths work.
+pub fn openprof_in(dir: &Path, args: &[&str]) -> Output {
+    let mut command = openprof_command(args);
+    command.current_dir(dir);
+    finish(command, LIMIT)
+}
+
+/// Starts a command and waits for its end, failing the test if it outlives `limit`.
+pub fn finish(mut command: Command, limit: Duration) -> Output {
+    wait_with_limit(command.spawn().expect("start openprof"), limit)
+}
+
+/// Output bytes as text, any bad UTF-8 replaced.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

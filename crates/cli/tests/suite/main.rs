@@ -1,0 +1,12 @@
+//! The `openprof` command's integration tests, as one test binary: the binary run on real JVMs,
+//! on files the format crate writes and on bad input, one module per command or feature, the
+//! runner of the binary itself in `helpers`.
+
+mod attach;
+mod collector;
+mod commands;
+mod heap_dump;
+mod helpers;
+mod mpt_jvm;
+mod mpt_report;
+mod token_files;
