@@ -124,61 +124,63 @@ fn entries_are_exited(elements: &[TraceElement]) {
 }
 
 #[test]
-fn seed_003s_variants_trace_exactly_the_calls_its_tables_say() {
-    // Tables 1 and 2: Call N passes a SeedValue numbered N and is made N times.
+fn variants_trace_exactly_the_calls_the_variant_rules_say() {
+    // The variant rules of docs/mpt.md: Call N passes a VariantValue numbered N and is made N
+    // times.
     let table_2 = [
         (
-            "SeedArrays.run(SeedValue) 1 field:call variant=1",
+            "VariantArrays.run(VariantValue) 1 field:call variant=1",
             vec![("1", 1)],
         ),
         (
-            "SeedArrays.run(SeedValue) 1 field:call",
+            "VariantArrays.run(VariantValue) 1 field:call",
             vec![("1", 1), ("2", 2)],
         ),
         (
-            "SeedArrays.run(SeedValue) 1 field:call variant=3",
+            "VariantArrays.run(VariantValue) 1 field:call variant=3",
             vec![("1", 1), ("2", 2), ("3", 3)],
         ),
         (
-            "SeedArrays2.run(SeedValue) 1 field:call variant=1",
+            "VariantArrays2.run(VariantValue) 1 field:call variant=1",
             vec![("2", 2)],
         ),
-        ("SeedArrays2.run(SeedValue) 1 field:call", vec![("2", 2)]),
+        ("VariantArrays2.run(VariantValue) 1 field:call", vec![("2", 2)]),
         (
-            "SeedArrays2.run(SeedValue) 1 field:call variant=3",
+            "VariantArrays2.run(VariantValue) 1 field:call variant=3",
             vec![("2", 2), ("3", 3)],
         ),
         (
-            "SeedArrays3.run(SeedValue) 1 field:call variant=1",
+            "VariantArrays3.run(VariantValue) 1 field:call variant=1",
             vec![("3", 3)],
         ),
     ];
-    // Tables 3 and 4: (method as the trace names it, receiver class) → calls.
-    let bridge = "SeedB.exampleMethod ()LSeedArrays2;";
-    let override_ = "SeedB.exampleMethod ()LSeedArrays3;";
-    let original = "SeedA.exampleMethod ()LSeedArrays2;";
+    // Patterns without a return type, with a covariant override and its bridge: (method as the
+    // trace names it, receiver class) → calls.
+    let bridge = "VariantB.exampleMethod ()LVariantArrays2;";
+    let override_ = "VariantB.exampleMethod ()LVariantArrays3;";
+    let original = "VariantA.exampleMethod ()LVariantArrays2;";
     let table_4 = [
         // Return type left out: each call once, in the method implementing it.
         (
-            "SeedA.exampleMethod() 0 class variant=3",
-            vec![(original, "SeedA", 1), (override_, "SeedB", 6)],
+            "VariantA.exampleMethod() 0 class variant=3",
+            vec![(original, "VariantA", 1), (override_, "VariantB", 6)],
         ),
         (
-            "SeedA.exampleMethod()SeedArrays3 0 class variant=3",
-            vec![(override_, "SeedB", 6)],
+            "VariantA.exampleMethod()VariantArrays3 0 class variant=3",
+            vec![(override_, "VariantB", 6)],
         ),
         // The original return type: Call 2 is traced in the bridge; Call 3 is not traced.
         (
-            "SeedA.exampleMethod()SeedArrays2 0 class variant=3",
-            vec![(original, "SeedA", 1), (bridge, "SeedB", 2)],
+            "VariantA.exampleMethod()VariantArrays2 0 class variant=3",
+            vec![(original, "VariantA", 1), (bridge, "VariantB", 2)],
         ),
         (
-            "SeedB.exampleMethod() 0 class variant=1",
-            vec![(override_, "SeedB", 6)],
+            "VariantB.exampleMethod() 0 class variant=1",
+            vec![(override_, "VariantB", 6)],
         ),
         (
-            "SeedA.exampleMethod() 0 class variant=1",
-            vec![(original, "SeedA", 1)],
+            "VariantA.exampleMethod() 0 class variant=1",
+            vec![(original, "VariantA", 1)],
         ),
     ];
     let specs: Vec<&str> = table_2
@@ -186,7 +188,7 @@ fn seed_003s_variants_trace_exactly_the_calls_its_tables_say() {
         .map(|(spec, _)| *spec)
         .chain(table_4.iter().map(|(spec, _)| *spec))
         .collect();
-    let (run, elements) = traced("MptSeed", &specs);
+    let (run, elements) = traced("MptVariants", &specs);
     xmllint(&run);
     let problems = validate(elements.iter().cloned().map(Ok));
     assert!(problems.is_empty(), "{problems:#?}");
