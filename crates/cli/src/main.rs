@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use openprof_analysis::{
     summarize, summarize_cpu, summarize_sites, top_classes, CpuSummary, HeapHistogram, ShallowSizes,
 };
-use openprof_format::hprof_binary_profile;
+use openprof_format::hprof_binary;
 use openprof_format::hprof_text::CpuTableKind;
 use openprof_format::hprof_text::{self, SitesOrder, TextProfile};
 use openprof_format::options::{Options, OutputFormat};
@@ -402,7 +402,7 @@ fn read_profile(file: &Path) -> Result<TextProfile> {
     let bar = progress_bar(file_bytes);
     let mut progress = |bytes: u64| bar.set_position(bytes);
     let profile = if binary {
-        hprof_binary_profile::read_profile(input, &mut progress)
+        hprof_binary::read_profile(input, &mut progress)
             .with_context(|| format!("{} is not a readable HPROF binary profile", file.display()))
     } else {
         hprof_text::read_with_progress(input, &mut progress)

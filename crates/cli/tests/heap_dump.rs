@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use openprof_analysis::ShallowSizes;
-use openprof_format::hprof_binary_profile::read_profile;
+use openprof_format::hprof_binary::read_profile;
 use openprof_testkit::{jcmd, jdk, wait_until_ready, wait_with_limit, workload_classes};
 
 const NODES: u64 = 5000;

@@ -365,7 +365,7 @@ CPU SAMPLER and CPU SAMPLES records are written at program exit (doe=y)
 and whenever the JVM is sent SIGQUIT (kill -QUIT <pid>).
 ";
 
-/// Everything read from an HPROF text file (or, by [`crate::hprof_binary_profile`], from an
+/// Everything read from an HPROF text file (or, by [`crate::hprof_binary::read_profile`], from an
 /// HPROF binary one).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TextProfile {
