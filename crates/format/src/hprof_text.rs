@@ -417,22 +417,22 @@ impl TextProfile {
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub enum TextReadError {
     #[error("line {line}: {message}")]
     Malformed { line: usize, message: String },
     #[error("reading HPROF text: {0}")]
     Io(#[from] io::Error),
 }
 
-fn malformed(line: usize, message: impl Into<String>) -> ReadError {
-    ReadError::Malformed {
+fn malformed(line: usize, message: impl Into<String>) -> TextReadError {
+    TextReadError::Malformed {
         line,
         message: message.into(),
     }
 }
 
 /// Reads HPROF text from a buffered source.
-pub fn read(input: impl BufRead) -> Result<TextProfile, ReadError> {
+pub fn read(input: impl BufRead) -> Result<TextProfile, TextReadError> {
     read_with_progress(input, &mut |_| {})
 }
 
@@ -445,7 +445,7 @@ const PROGRESS_STEP: u64 = 1 << 20;
 pub fn read_with_progress(
     input: impl BufRead,
     progress: &mut dyn FnMut(u64),
-) -> Result<TextProfile, ReadError> {
+) -> Result<TextProfile, TextReadError> {
     let mut lines = Lines {
         input,
         line: String::new(),
@@ -475,7 +475,7 @@ struct Lines<'p, R> {
 
 impl<R: BufRead> Lines<'_, R> {
     /// Moves to the next line; false at the end of the input.
-    fn advance(&mut self) -> Result<bool, ReadError> {
+    fn advance(&mut self) -> Result<bool, TextReadError> {
         if self.again {
             self.again = false;
             return Ok(true);
@@ -518,8 +518,8 @@ impl<R: BufRead> Lines<'_, R> {
         &mut self,
         end: &str,
         begin: usize,
-        mut each: impl FnMut(&str, usize) -> Result<(), ReadError>,
-    ) -> Result<(), ReadError> {
+        mut each: impl FnMut(&str, usize) -> Result<(), TextReadError>,
+    ) -> Result<(), TextReadError> {
         while self.advance()? {
             if self.line == end {
                 return Ok(());
@@ -542,7 +542,7 @@ fn expect_prefix<'a>(
     prefix: &str,
     number: usize,
     record: &str,
-) -> Result<&'a str, ReadError> {
+) -> Result<&'a str, TextReadError> {
     text.strip_prefix(prefix)
         .ok_or_else(|| malformed(number, format!("{record}: expected '{prefix}' in '{text}'")))
 }
@@ -551,13 +551,13 @@ fn parse_number<T: std::str::FromStr>(
     text: &str,
     number: usize,
     what: &str,
-) -> Result<T, ReadError> {
+) -> Result<T, TextReadError> {
     text.trim()
         .parse()
         .map_err(|_| malformed(number, format!("{what}: '{text}' is not a number")))
 }
 
-fn parse_thread_start(text: &str, number: usize) -> Result<ThreadStart, ReadError> {
+fn parse_thread_start(text: &str, number: usize) -> Result<ThreadStart, TextReadError> {
     const RECORD: &str = "THREAD START";
     let rest = expect_prefix(text, "THREAD START (obj=", number, RECORD)?;
     let (object, rest) = rest
@@ -581,7 +581,7 @@ fn parse_thread_start(text: &str, number: usize) -> Result<ThreadStart, ReadErro
     })
 }
 
-fn parse_frame(text: &str, number: usize) -> Result<Frame, ReadError> {
+fn parse_frame(text: &str, number: usize) -> Result<Frame, TextReadError> {
     let body = text
         .strip_suffix(')')
         .ok_or_else(|| malformed(number, format!("frame '{text}' does not end with ')'")))?;
@@ -609,7 +609,7 @@ fn parse_frame(text: &str, number: usize) -> Result<Frame, ReadError> {
     })
 }
 
-fn parse_trace_header(text: &str, number: usize) -> Result<(u32, Option<u32>), ReadError> {
+fn parse_trace_header(text: &str, number: usize) -> Result<(u32, Option<u32>), TextReadError> {
     let rest = expect_prefix(text, "TRACE ", number, "TRACE")?;
     let (serial, rest) = rest
         .split_once(':')
@@ -627,7 +627,10 @@ fn parse_trace_header(text: &str, number: usize) -> Result<(u32, Option<u32>), R
     Ok((serial, thread))
 }
 
-fn parse_cpu_header(text: &str, number: usize) -> Result<(CpuTableKind, u64, String), ReadError> {
+fn parse_cpu_header(
+    text: &str,
+    number: usize,
+) -> Result<(CpuTableKind, u64, String), TextReadError> {
     let (kind, rest) = if let Some(rest) = text.strip_prefix("CPU SAMPLES BEGIN (total = ") {
         (CpuTableKind::Samples, rest)
     } else if let Some(rest) = text.strip_prefix("CPU TIME (ms) BEGIN (total = ") {
@@ -648,7 +651,7 @@ fn parse_cpu_header(text: &str, number: usize) -> Result<(CpuTableKind, u64, Str
     ))
 }
 
-fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, ReadError> {
+fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, TextReadError> {
     let mut fields = text.split_whitespace();
     let mut next = |what: &str| {
         fields
@@ -656,7 +659,7 @@ fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, ReadError> {
             .ok_or_else(|| malformed(number, format!("CPU row: no {what}")))
     };
     let rank = parse_number(next("rank")?, number, "CPU rank")?;
-    let percent = |field: &str, what: &str| -> Result<f64, ReadError> {
+    let percent = |field: &str, what: &str| -> Result<f64, TextReadError> {
         let digits = field
             .strip_suffix('%')
             .ok_or_else(|| malformed(number, format!("CPU row: {what} '{field}' has no '%'")))?;
@@ -681,7 +684,7 @@ fn parse_sampler_line(
     report: &mut SamplerReport,
     line: &str,
     number: usize,
-) -> Result<(), ReadError> {
+) -> Result<(), TextReadError> {
     let (key, value) = line
         .split_once(' ')
         .ok_or_else(|| malformed(number, format!("CPU SAMPLER: '{line}' is not 'key value'")))?;
@@ -712,7 +715,7 @@ fn parse_sampler_line(
     Ok(())
 }
 
-fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, ReadError> {
+fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, TextReadError> {
     let mut profile = TextProfile::default();
     if !lines.advance()? {
         return Err(malformed(1, "empty file: no 'JAVA PROFILE' header"));

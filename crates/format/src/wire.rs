@@ -85,7 +85,7 @@ impl FrameKind {
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct WireFrame {
     pub kind: FrameKind,
     pub payload: Vec<u8>,
 }
@@ -135,7 +135,7 @@ pub fn write_frame(out: &mut impl Write, kind: FrameKind, payload: &[u8]) -> io:
 }
 
 /// Reads one frame; `Ok(None)` when the peer closed the connection between frames.
-pub fn read_frame(input: &mut impl Read) -> Result<Option<Frame>, WireError> {
+pub fn read_frame(input: &mut impl Read) -> Result<Option<WireFrame>, WireError> {
     let mut header = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -150,7 +150,7 @@ pub fn read_frame(input: &mut impl Read) -> Result<Option<Frame>, WireError> {
     let (kind, length) = parse_header(header)?;
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload)?;
-    Ok(Some(Frame { kind, payload }))
+    Ok(Some(WireFrame { kind, payload }))
 }
 
 /// Frames from a byte stream read in pieces (a socket with a read timeout): bytes go in as
@@ -166,7 +166,7 @@ impl FrameBuffer {
     }
 
     /// The next whole frame, if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+    pub fn next_frame(&mut self) -> Result<Option<WireFrame>, WireError> {
         if self.bytes.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -178,7 +178,7 @@ impl FrameBuffer {
         }
         let payload = self.bytes[HEADER_LEN..end].to_vec();
         self.bytes.drain(..end);
-        Ok(Some(Frame { kind, payload }))
+        Ok(Some(WireFrame { kind, payload }))
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::io::{self, Write};
 
-use super::{malformed, parse_number, ReadError, TextWriter};
+use super::{malformed, parse_number, TextReadError, TextWriter};
 use crate::heap::{ClassCount, HeapHistogram, RootKind, ShallowSizes};
 
 /// One allocation site: the objects of one class allocated at one trace.
@@ -386,7 +386,7 @@ impl<W: Write> TextWriter<W> {
     }
 }
 
-fn parse_hex(text: &str, number: usize, what: &str) -> Result<u64, ReadError> {
+fn parse_hex(text: &str, number: usize, what: &str) -> Result<u64, TextReadError> {
     u64::from_str_radix(text, 16)
         .map_err(|_| malformed(number, format!("{what}: '{text}' is not a hex id")))
 }
@@ -397,7 +397,7 @@ fn cut<'a>(
     separator: &str,
     number: usize,
     record: &str,
-) -> Result<(&'a str, &'a str), ReadError> {
+) -> Result<(&'a str, &'a str), TextReadError> {
     text.split_once(separator)
         .ok_or_else(|| malformed(number, format!("{record}: no '{separator}' in '{text}'")))
 }
@@ -406,7 +406,7 @@ fn cut<'a>(
 pub(super) fn parse_sites_header(
     line: &str,
     number: usize,
-) -> Result<(SitesOrder, String), ReadError> {
+) -> Result<(SitesOrder, String), TextReadError> {
     let rest = line
         .strip_prefix("SITES BEGIN (ordered by ")
         .ok_or_else(|| malformed(number, format!("not a SITES header: '{line}'")))?;
@@ -430,7 +430,7 @@ pub(super) fn is_sites_column_line(line: &str) -> bool {
     line.starts_with("percent ") || line.starts_with("rank ")
 }
 
-pub(super) fn parse_site_row(line: &str, number: usize) -> Result<SiteRow, ReadError> {
+pub(super) fn parse_site_row(line: &str, number: usize) -> Result<SiteRow, TextReadError> {
     let mut fields = line.split_whitespace();
     let mut next = |what: &str| {
         fields
@@ -438,7 +438,7 @@ pub(super) fn parse_site_row(line: &str, number: usize) -> Result<SiteRow, ReadE
             .ok_or_else(|| malformed(number, format!("SITES row: no {what}")))
     };
     let rank = parse_number(next("rank")?, number, "SITES rank")?;
-    let percent = |field: &str, what: &str| -> Result<f64, ReadError> {
+    let percent = |field: &str, what: &str| -> Result<f64, TextReadError> {
         let digits = field
             .strip_suffix('%')
             .ok_or_else(|| malformed(number, format!("SITES row: {what} '{field}' has no '%'")))?;
@@ -483,7 +483,7 @@ pub(super) struct HeapDumpReader {
 
 impl HeapDumpReader {
     /// From the `HEAP DUMP BEGIN (N objects, M bytes) date` line.
-    pub(super) fn begin(line: &str, number: usize) -> Result<HeapDumpReader, ReadError> {
+    pub(super) fn begin(line: &str, number: usize) -> Result<HeapDumpReader, TextReadError> {
         const RECORD: &str = "HEAP DUMP BEGIN";
         let rest = line
             .strip_prefix("HEAP DUMP BEGIN (")
@@ -503,7 +503,7 @@ impl HeapDumpReader {
     }
 
     /// One line of the section, before `HEAP DUMP END`.
-    pub(super) fn line(&mut self, line: &str, number: usize) -> Result<(), ReadError> {
+    pub(super) fn line(&mut self, line: &str, number: usize) -> Result<(), TextReadError> {
         if let Some(body) = line.strip_prefix('\t') {
             if !self.in_record {
                 return Err(malformed(
@@ -616,7 +616,7 @@ mod tests {
         String::from_utf8(writer.into_inner()).unwrap()
     }
 
-    fn profile_of(body: &str) -> Result<crate::hprof_text::TextProfile, ReadError> {
+    fn profile_of(body: &str) -> Result<crate::hprof_text::TextProfile, TextReadError> {
         read(format!("JAVA PROFILE 1.0.1, created d\n\n--------\n\n{body}").as_bytes())
     }
 
