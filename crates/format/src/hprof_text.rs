@@ -4,23 +4,23 @@
 //! HPROF read ours. openprof adds two records: `CPU SAMPLER BEGIN … END`, documented in
 //! docs/hprof-text.md, how the samples were taken and how many walks failed; and `MPT BEGIN …
 //! END`, method parameter tracing's figures, documented in docs/mpt.md and written and read in
-//! [`mpt`]. The heap records (`SITES`, `HEAP DUMP`) are in `heap` and re-exported here.
+//! [`mpt`]. The heap records are in `sites` (`SITES`) and `heap_dump` (`HEAP DUMP`), re-exported
+//! here.
 //!
 //! - [`model`]: the records as Rust types, and the profile a file reads into.
 //! - [`writer`]: [`TextWriter`], the header and the thread, trace and CPU records.
 //! - [`reader`]: [`read`], line by line, heap dumps summed as they are read.
 
-mod heap;
+mod heap_dump;
 pub mod model;
 pub mod mpt;
 pub mod reader;
+mod sites;
 pub mod writer;
 
-pub use self::heap::{
-    SiteEntry, SiteRow, SiteTotals, SitesOrder, SitesTable, TextClass, TextInstance,
-    TextObjectArray, TextPrimitiveArray, TextRoot,
-};
+pub use self::heap_dump::{TextClass, TextInstance, TextObjectArray, TextPrimitiveArray, TextRoot};
 pub use self::model::*;
-use self::reader::{malformed, parse_number};
+use self::reader::{cut, malformed, parse_number};
 pub use self::reader::{read, read_with_progress, TextReadError};
+pub use self::sites::{SiteEntry, SiteRow, SiteTotals, SitesOrder, SitesTable};
 pub use self::writer::TextWriter;

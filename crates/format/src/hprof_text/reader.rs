@@ -4,8 +4,8 @@
 use std::io::{self, BufRead};
 
 use super::{
-    heap, mpt, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, SamplerReport, SitesTable,
-    TextProfile, ThreadStart, Trace,
+    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, SamplerReport,
+    SitesTable, TextProfile, ThreadStart, Trace,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -395,11 +395,11 @@ fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, TextReadEr
                 rows,
             });
         } else if line.starts_with("SITES BEGIN") {
-            let (ordered_by, date) = heap::parse_sites_header(line, number)?;
+            let (ordered_by, date) = sites::parse_sites_header(line, number)?;
             let mut rows = Vec::new();
             lines.section("SITES END", number, |row, number| {
-                if !heap::is_sites_column_line(row) {
-                    rows.push(heap::parse_site_row(row, number)?);
+                if !sites::is_sites_column_line(row) {
+                    rows.push(sites::parse_site_row(row, number)?);
                 }
                 Ok(())
             })?;
@@ -410,7 +410,7 @@ fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, TextReadEr
                 rows,
             });
         } else if line.starts_with("HEAP DUMP BEGIN") {
-            let mut dump = heap::HeapDumpReader::begin(line, number)?;
+            let mut dump = heap_dump::HeapDumpReader::begin(line, number)?;
             lines.section("HEAP DUMP END", number, |line, number| {
                 dump.line(line, number)
             })?;
@@ -439,6 +439,17 @@ fn section_name(line: &str) -> Option<&str> {
             .chars()
             .all(|c| c.is_ascii_uppercase() || c == ' ' || c == '(' || c == ')'))
     .then_some(name)
+}
+
+/// Cuts `text` at `separator`, or says which part of which record is missing.
+pub(super) fn cut<'a>(
+    text: &'a str,
+    separator: &str,
+    number: usize,
+    record: &str,
+) -> Result<(&'a str, &'a str), TextReadError> {
+    text.split_once(separator)
+        .ok_or_else(|| malformed(number, format!("{record}: no '{separator}' in '{text}'")))
 }
 
 #[cfg(test)]
