@@ -1,4 +1,4 @@
-//! Method parameter tracing's figures from a trace (seed 003): each methodEntry that carries
+//! Method parameter tracing's figures from a trace (docs/mpt.md, "Reports"): each methodEntry that carries
 //! `<value>`s is a traced call, paired with its methodExit (by ticket on its thread, else by
 //! the thread's stack), and its duration, wall clock and CPU, is counted under each value it
 //! recorded, in one table per method and specification.

@@ -1,5 +1,5 @@
 //! The wire between agents and collectors (docs/protocol.md): frames of `u1 kind, u4 length,
-//! payload`, the messages they carry, and HPROF's socket commands (seed 002) with our extensions.
+//! payload`, the messages they carry, and HPROF's socket commands with our extensions.
 //! Blocking and async code share it: the agent reads frames from a `std` socket, the collector
 //! parses the 5-byte header itself and hands the payload to the same decoders.
 
@@ -390,7 +390,7 @@ impl Reply {
     }
 }
 
-/// HPROF's socket commands (seed 002: tags 0x01-0x08, CONTROL's sub-options 1-6) and openprof's
+/// HPROF's socket commands (tags 0x01-0x08, CONTROL's sub-options 1-6) and openprof's
 /// extensions (tags 0x80-0x83).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
@@ -723,7 +723,7 @@ mod tests {
     }
 
     #[test]
-    fn hprof_command_layout_is_seed_002s() {
+    fn hprof_command_layout_is_hprofs() {
         // CONTROL (0x08), serial 5, 4 bytes: sub-option 6 (set max stack depth), depth 3.
         assert_eq!(
             Command::SetMaxDepth { depth: 3 }.encode(5),

@@ -1,4 +1,4 @@
-//! HPROF text's `MPT` record (openprof, seed 003): method parameter tracing's figures, a ranked
+//! HPROF text's `MPT` record (openprof's own): method parameter tracing's figures, a ranked
 //! table of values per traced method and specification, written at exit and read back. The
 //! layout is docs/mpt.md's ("Reports"): numbers in fixed columns, the value last, so that it may
 //! hold spaces, and quoted with escapes when it is a string, so that each row stays one line.

@@ -47,7 +47,7 @@ impl MptSpec {
         None
     }
 
-    /// Whether a call is traced (seed 003, Tables 1 to 4): it runs `method` of class
+    /// Whether a call is traced, by the variant rules of docs/mpt.md: it runs `method` of class
     /// `declaring` on a receiver of class `receiver` (`None` for a static method). `classes`
     /// finds a loaded class by binary name.
     pub fn traces_call<'a>(
@@ -135,8 +135,8 @@ mod tests {
         );
         assert_eq!(split_descriptor("(Lbroken)V"), None);
     }
-    /// Seed 003's Table 1 (and Table 3's classes), as the JVM loads them.
-    fn seed_classes() -> Vec<ClassShape> {
+    /// Classes with overrides, covariant returns and bridge methods, as the JVM loads them.
+    fn example_classes() -> Vec<ClassShape> {
         let method = |name: &str, descriptor: &str, bridge: bool| MethodShape {
             name: name.into(),
             descriptor: descriptor.into(),
@@ -179,7 +179,7 @@ mod tests {
 
     /// Which of the calls (receiver, the class whose method runs, its descriptor) are traced.
     fn traced(line: &str, calls: &[(&str, &str, &str)]) -> Vec<usize> {
-        let classes = seed_classes();
+        let classes = example_classes();
         let find = |name: &str| classes.iter().find(|c| c.name == name);
         let spec = spec(line);
         calls
@@ -199,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn variants_trace_the_calls_of_seed_003s_table_2() {
+    fn variants_trace_the_calls_their_rules_name() {
         let run = "(Lexample/Value;)Lexample/Result;";
         // Call 1: new Arrays().run(..), Call 2: new Arrays2().run(..) (runs Arrays.run),
         // Call 3: new Arrays3().run(..) (runs its override).

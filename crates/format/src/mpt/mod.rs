@@ -247,7 +247,7 @@ pub fn split_descriptor(descriptor: &str) -> Option<(Vec<&str>, &str)> {
     Some((parameters, returns))
 }
 
-/// One step of a modifier chain (seed 003); each takes the previous step's value.
+/// One step of a modifier chain; each takes the previous step's value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Modifier {
     /// An array's length.
@@ -421,7 +421,7 @@ impl fmt::Display for Modifier {
     }
 }
 
-/// Which calls of the named method are traced (seed 003, Tables 1 and 2).
+/// Which calls of the named method are traced (docs/mpt.md, `variant=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Variant {
     /// 1: calls whose receiver's class is exactly the named class.

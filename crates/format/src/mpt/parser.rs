@@ -193,7 +193,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seeds_examples_parse() {
+    fn example_specifications_parse() {
         let get = spec("java.util.HashMap.get(java.lang.Object)java.lang.Object 1 instance_method:toString()java.lang.String");
         assert_eq!(get.method.class.name, "java.util.HashMap");
         assert_eq!(get.method.name, "get");

@@ -1,4 +1,4 @@
-//! The attribute value formats of the trace elements (seeds 000 and 001), each with its exact
+//! The attribute value formats of the trace elements (docs/trace-format.md), each with its exact
 //! text form: times as seconds.fraction, multi-part counters low-order first, UUIDs, isArray
 //! codes, "-Unavailable-" object references, and the enumerated values.
 
@@ -189,7 +189,7 @@ macro_rules! enum_attr {
 }
 
 enum_attr!(
-    /// The `isArray` codes (seed 000 Table 2, seed 001).
+    /// The `isArray` codes of the open trace format.
     IsArray {
         NotArray = "0",
         Objects = "2",
@@ -223,8 +223,8 @@ enum_attr!(
 );
 
 enum_attr!(
-    /// The `type` of a `value` element: seed 000's Table 4, plus the values of method parameter
-    /// tracing (seed 003): `byte`, `short` for the remaining primitives, `class` for a Class
+    /// The `type` of a `value` element: the open trace format's value types, plus the values of
+    /// method parameter tracing (docs/mpt.md): `byte`, `short` for the remaining primitives, `class` for a Class
     /// (its name), `objectId` for an object's identity, and `error` for a value that could not be
     /// had (its text is the error value, e.g. `NullValue`).
     ValueType {
@@ -248,7 +248,7 @@ enum_attr!(
 );
 
 enum_attr!(
-    /// methodDef's `sigNotation` (seed 000 Table 3).
+    /// methodDef's `sigNotation`: how its signature is written.
     SigNotation {
         Jni = "JNI",
         Xml = "XML",

@@ -1,4 +1,4 @@
-//! Class filters as seed 000 defines them: a block of include/exclude patterns, each an exact
+//! Class filters of the open trace format: a block of include/exclude patterns, each an exact
 //! name, a prefix wildcard ("*print": names ending in "print") or a suffix wildcard ("java*":
 //! names starting with "java"). The first matching pattern decides; no match means included; a
 //! new block replaces the old one.
@@ -161,7 +161,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_wildcard_kind_matches_as_seed_000_says() {
+    fn each_wildcard_kind_matches_as_the_format_defines_it() {
         let exact = FilterRule::new("java.lang.String", FilterMode::Exclude).unwrap();
         assert!(exact.matches("java.lang.String") && !exact.matches("java.lang.StringBuilder"));
         let ends = FilterRule::new("*print", FilterMode::Exclude).unwrap();

@@ -1,4 +1,4 @@
-//! The open trace format (seeds 000 and 001): one Rust type per trace element, generated with
+//! The open trace format (docs/trace-format.md): one Rust type per trace element, generated with
 //! its XML name, attributes (exact names, required or implied, typed values) and content model
 //! from the single table below. The writer, the reader and docs/trace.dtd all come from it.
 
@@ -358,7 +358,7 @@ macro_rules! elements {
             }
         )*
 
-        /// A random element of every kind, for property tests and fuzz seeds.
+        /// A random element of every kind, for property tests and fuzzing corpora.
         #[cfg(any(test, feature = "sample"))]
         pub fn sample_of_each(rng: &mut sample::Rng) -> Vec<RawElementSample> {
             vec![$( RawElementSample { tag: $tag, text: { let mut out = String::new(); <$ty as sample::Sample>::sample(rng).write(&mut out); out } } ),*]
@@ -488,7 +488,7 @@ elements! {
         num_static_fields: opt u32 = "numStaticFields",
         num_methods: opt u32 = "numMethods",
         num_instance_fields: opt u32 = "numInstanceFields",
-        // Seed 003: classes of one name from different loaders are told apart by the loader's
+        // Classes of one name from different loaders are told apart by the loader's
         // index (0: the bootstrap loader), reported with the loader's class name.
         class_loader: opt u32 = "classLoader",
         class_loader_name: opt String = "classLoaderName",
@@ -745,7 +745,7 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
-    /// (openprof, named by seed 001) who invoked a method, possibly in another agent: the
+    /// (openprof) who invoked a method, possibly in another agent: the
     /// methodCall or methodEntry identified by agent, thread and ticket.
     InvocationContext = "invocationContext" [NoContent] {
         node_id_ref: opt Uuid = "nodeIdRef",
@@ -757,7 +757,7 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
-    /// (openprof, named by seed 001) a thread starts waiting to enter a monitor another holds.
+    /// (openprof) a thread starts waiting to enter a monitor another holds.
     MonitorContendedEnter = "monitorContendedEnter" [NoContent] {
         transient_thread_id_ref: opt u32 = "transientThreadIdRef",
         thread_id_ref: opt u32 = "threadIdRef",
@@ -791,7 +791,7 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
-    /// (openprof, seed 003) a snapshot marker the collector asked for: the elements after it,
+    /// (openprof) a snapshot marker the collector asked for: the elements after it,
     /// up to the next marker, form the snapshot of that name.
     Snapshot = "snapshot" [NoContent] {
         name: opt String = "name",

@@ -1,4 +1,4 @@
-//! Random trace elements for property tests and fuzzing seeds: every attribute type and content
+//! Random trace elements for property tests and fuzzing corpora: every attribute type and content
 //! model gets values that exercise escaping, multi-part counters and optional attributes.
 
 use uuid::Uuid;
