@@ -52,7 +52,7 @@ fn render_times(
         let entries: u64 = stat
             .traces
             .iter()
-            .map(|(trace, _)| summary.entries.get(trace).copied().unwrap_or(0))
+            .map(|trace| summary.entries.get(&trace.serial).copied().unwrap_or(0))
             .sum();
         let _ = writeln!(
             out,
@@ -68,14 +68,15 @@ fn render_times(
         let _ = writeln!(out, "\nTraces behind the top methods:");
         for stat in shown {
             let _ = writeln!(out, "{}", stat.method);
-            for (serial, cost) in stat.traces.iter().take(traces) {
-                let entries = summary.entries.get(serial).copied().unwrap_or(0);
+            for trace in stat.traces.iter().take(traces) {
+                let entries = summary.entries.get(&trace.serial).copied().unwrap_or(0);
                 let _ = writeln!(
                     out,
-                    "  {:9.1} ms {entries:8} entries  TRACE {serial}",
-                    *cost as f64 / 1000.0
+                    "  {:9.1} ms {entries:8} entries  TRACE {}",
+                    trace.cost as f64 / 1000.0,
+                    trace.serial
                 );
-                write_frames(out, profile, *serial);
+                write_frames(out, profile, trace.serial);
             }
         }
     }
@@ -375,9 +376,9 @@ fn render_samples(out: &mut String, profile: &TextProfile, summary: &CpuSummary,
             .take(top)
         {
             let _ = writeln!(out, "{}", stat.method);
-            for (serial, count) in stat.traces.iter().take(traces) {
-                let _ = writeln!(out, "  {count:7} samples  TRACE {serial}");
-                write_frames(out, profile, *serial);
+            for trace in stat.traces.iter().take(traces) {
+                let _ = writeln!(out, "  {:7} samples  TRACE {}", trace.cost, trace.serial);
+                write_frames(out, profile, trace.serial);
             }
         }
     }
