@@ -480,7 +480,11 @@ fn acknowledge(state: &mut NetState, sequence: u64) {
     }
 }
 
-fn handle(shared: &Shared, commands: &mut CommandGate, frame: wire::Frame) -> Result<(), Problem> {
+fn handle(
+    shared: &Shared,
+    commands: &mut CommandGate,
+    frame: wire::WireFrame,
+) -> Result<(), Problem> {
     let fault = |error: wire::WireError| error.to_string();
     match frame.kind {
         FrameKind::Ack => {

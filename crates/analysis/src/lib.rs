@@ -21,8 +21,15 @@ pub struct MethodStat {
     pub self_samples: u64,
     /// Samples whose trace contains this method anywhere (counted once per sample).
     pub total_samples: u64,
-    /// The traces with this method on top, most sampled first: (trace serial, samples).
-    pub traces: Vec<(u32, u64)>,
+    /// The traces with this method on top, most sampled first.
+    pub traces: Vec<TraceCost>,
+}
+
+/// A trace and what it cost: samples, or with cpu=times microseconds of CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceCost {
+    pub serial: u32,
+    pub cost: u64,
 }
 
 /// The CPU samples of a profile, summed over all its dumps (HPROF starts each dump from zero).
@@ -106,7 +113,10 @@ pub fn summarize(profile: &TextProfile, kind: CpuTableKind) -> CpuSummary {
             traces: Vec::new(),
         });
         stat.self_samples += count;
-        stat.traces.push((serial, count));
+        stat.traces.push(TraceCost {
+            serial,
+            cost: count,
+        });
         let on_stack: BTreeSet<String> =
             trace.frames.iter().map(|f| f.qualified_method()).collect();
         for method in on_stack {
@@ -124,7 +134,7 @@ pub fn summarize(profile: &TextProfile, kind: CpuTableKind) -> CpuSummary {
     summary.methods = stats.into_values().collect();
     for stat in &mut summary.methods {
         stat.traces
-            .sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            .sort_by(|a, b| b.cost.cmp(&a.cost).then(a.serial.cmp(&b.serial)));
     }
     summary.methods.sort_by(|a, b| {
         b.self_samples
@@ -288,7 +298,19 @@ mod tests {
             (hot.method.as_str(), hot.self_samples, hot.total_samples),
             ("A.hot", 12, 12)
         );
-        assert_eq!(hot.traces, vec![(300001, 8), (300002, 4)]);
+        assert_eq!(
+            hot.traces,
+            vec![
+                TraceCost {
+                    serial: 300001,
+                    cost: 8
+                },
+                TraceCost {
+                    serial: 300002,
+                    cost: 4
+                }
+            ]
+        );
         let main = summary
             .methods
             .iter()

@@ -1,4 +1,4 @@
-//! Method parameter tracing's figures from a trace (seed 003): each methodEntry that carries
+//! Method parameter tracing's figures from a trace (docs/mpt.md, "Reports"): each methodEntry that carries
 //! `<value>`s is a traced call, paired with its methodExit (by ticket on its thread, else by
 //! the thread's stack), and its duration, wall clock and CPU, is counted under each value it
 //! recorded, in one table per method and specification.
@@ -9,14 +9,14 @@ use std::fmt;
 use openprof_format::java_names::method_name_from_descriptor;
 use openprof_format::mpt_stats::{MptAggregator, MptTable, ValueKey};
 use openprof_format::trace::attrs::Seconds;
-use openprof_format::trace::reader::ReadError;
+use openprof_format::trace::reader::TraceReadError;
 use openprof_format::trace::{MethodEntry, MethodExit, TraceElement};
 
 /// Why a trace's MPT figures could not be had: the trace is unreadable, or an element that MPT
 /// needs lacks something (which element, counted from 1 in the stream, and what).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MptTraceError {
-    Read(ReadError),
+    Read(TraceReadError),
     Element {
         element: usize,
         tag: &'static str,
@@ -264,7 +264,7 @@ impl MptCollector {
 /// The MPT tables of a trace, as [`openprof_format::trace::reader::read_all`] gives it: a
 /// TRACE document or a stream of fragments. Empty when no entry carries values.
 pub fn mpt_from_trace(
-    elements: impl IntoIterator<Item = Result<TraceElement, ReadError>>,
+    elements: impl IntoIterator<Item = Result<TraceElement, TraceReadError>>,
 ) -> Result<Vec<MptTable>, MptTraceError> {
     let mut collector = MptCollector::new();
     for element in elements {

@@ -50,7 +50,7 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         print!("{}", Options::help_text());
         return Ok(ExitCode::SUCCESS);
     }
-    let agent = super::find_agent(args.agent)?;
+    let agent = crate::agent_library::find_agent(args.agent)?;
     // The JVM resolves the path in its own working directory: give it an absolute one.
     let agent = agent
         .canonicalize()

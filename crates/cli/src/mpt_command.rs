@@ -62,7 +62,7 @@ fn read_tables(file: &Path) -> Result<(Vec<MptTable>, Source)> {
         .find(|byte| !byte.is_ascii_whitespace())
         .is_some_and(|&byte| byte == b'<');
     if !is_xml {
-        let profile = super::read_profile(file)?;
+        let profile = crate::report::read_profile(file)?;
         return Ok((profile.mpt, Source::Profile));
     }
     input.consume(bom);

@@ -458,17 +458,17 @@ async fn read_header<R: AsyncRead + Unpin>(
     wire::parse_header(header).map(Some)
 }
 
-async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Option<wire::Frame>, Fault> {
+async fn read_frame<R: AsyncRead + Unpin>(input: &mut R) -> Result<Option<wire::WireFrame>, Fault> {
     let Some((kind, length)) = read_header(input).await? else {
         return Ok(None);
     };
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload).await?;
-    Ok(Some(wire::Frame { kind, payload }))
+    Ok(Some(wire::WireFrame { kind, payload }))
 }
 
 /// A frame with its share of the queue's byte budget.
-type Budgeted = (wire::Frame, OwnedSemaphorePermit);
+type Budgeted = (wire::WireFrame, OwnedSemaphorePermit);
 
 /// Reads a frame as [`read_frame`] does, but its payload only once the byte budget has room
 /// for it: a writer that falls behind slows the agents down instead of filling memory.
@@ -489,7 +489,7 @@ async fn read_budgeted_frame<R: AsyncRead + Unpin>(
         .map_err(|_| protocol("the collector is stopping"))?;
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload).await?;
-    Ok(Some((wire::Frame { kind, payload }, share)))
+    Ok(Some((wire::WireFrame { kind, payload }, share)))
 }
 
 fn frame(kind: FrameKind, payload: &[u8]) -> Vec<u8> {
@@ -632,7 +632,7 @@ async fn authenticate(
 
 /// Reads a frame of the handshake: its length is checked against [`MAX_HELLO`] before any of
 /// its payload is read.
-async fn read_small_frame(stream: &mut Box<dyn Stream>) -> Result<Option<wire::Frame>, Refuse> {
+async fn read_small_frame(stream: &mut Box<dyn Stream>) -> Result<Option<wire::WireFrame>, Refuse> {
     let Some((kind, length)) = read_header(stream).await? else {
         return Ok(None);
     };
@@ -643,7 +643,7 @@ async fn read_small_frame(stream: &mut Box<dyn Stream>) -> Result<Option<wire::F
     }
     let mut payload = vec![0u8; length as usize];
     stream.read_exact(&mut payload).await?;
-    Ok(Some(wire::Frame { kind, payload }))
+    Ok(Some(wire::WireFrame { kind, payload }))
 }
 
 async fn agent_connection(

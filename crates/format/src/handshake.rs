@@ -25,7 +25,7 @@ use ring::{digest, hmac, rand, signature};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::wire::{self, Frame, FrameKind, Hello, Refusal, Role, Welcome};
+use crate::wire::{self, FrameKind, Hello, Refusal, Role, Welcome, WireFrame};
 
 /// Bytes of each side's nonce.
 pub const NONCE_LEN: usize = 32;
@@ -236,7 +236,7 @@ impl ClientHandshake {
     }
 
     /// Takes the collector's next frame.
-    pub fn on_frame(&mut self, frame: Frame) -> Result<ClientStep, HandshakeError> {
+    pub fn on_frame(&mut self, frame: WireFrame) -> Result<ClientStep, HandshakeError> {
         match (frame.kind, &self.proven) {
             (FrameKind::Refused, _) => {
                 Err(HandshakeError::Refused(Refusal::decode(&frame.payload)))
@@ -381,7 +381,7 @@ mod tests {
         Hello::new(Role::Agent, Some(Uuid::new_v4()))
     }
 
-    fn frame_of(bytes: &[u8]) -> Frame {
+    fn frame_of(bytes: &[u8]) -> WireFrame {
         let mut buffer = wire::FrameBuffer::default();
         buffer.push(bytes);
         buffer.next_frame().unwrap().unwrap()

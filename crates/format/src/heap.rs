@@ -1,5 +1,9 @@
 //! Heap histograms: objects and shallow bytes per class, and GC roots by kind, for any heap dump
 //! (HPROF text or binary) and the shallow-size estimate used where a dump records no sizes.
+//!
+//! In format, not analysis: both heap dump readers sum each object into a histogram as they read
+//! it (keeping the objects would take memory in proportion to the dump), and the binary reader
+//! sizes objects with [`estimate`] as it goes.
 
 use std::collections::{BTreeMap, HashMap};
 

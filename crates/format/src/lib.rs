@@ -3,9 +3,9 @@
 //! - [`options`]: the agent's option string, in HPROF's syntax, names and defaults.
 //! - [`private_file`]: output files created private to their owner, never through a link.
 //! - [`secret`]: the collector's token read from a file, bounded.
-//! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader.
-//! - [`hprof_binary_profile`]: an HPROF binary file read into the text reader's model: heap
-//!   histograms, allocation sites, CPU samples, traces.
+//! - [`hprof_binary`]: HPROF's binary format (`format=b`): records, writer, streaming reader,
+//!   and a whole file read into the text reader's model (heap histograms, allocation sites, CPU
+//!   samples, traces).
 //! - [`hprof_text`]: HPROF's text output (`format=a`): model, writer and reader, heap records
 //!   (SITES, HEAP DUMP) included.
 //! - [`heap`]: heap histograms (objects and bytes per class, roots by kind) and the shallow-size
@@ -23,9 +23,6 @@
 pub mod handshake;
 pub mod heap;
 pub mod hprof_binary;
-pub mod hprof_binary_profile;
-#[cfg(test)]
-mod hprof_binary_tests;
 pub mod hprof_text;
 pub mod java_names;
 pub mod mpt;

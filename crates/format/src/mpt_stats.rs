@@ -1,7 +1,10 @@
-//! Method parameter tracing's figures (seed 003): per traced method and specification, how many
-//! calls each recorded value had and how long they took, wall clock and CPU. The agent fills
-//! them at exit (the `MPT` record of HPROF text), the analysis from a trace; both print them
-//! ranked, slowest value first.
+//! Method parameter tracing's figures: per traced method and specification, how many calls each
+//! recorded value had and how long they took, wall clock and CPU. The agent fills them at exit
+//! (the `MPT` record of HPROF text), the analysis from a trace; both print them ranked, slowest
+//! value first.
+//!
+//! In format, not analysis: the agent aggregates with [`MptAggregator`] at run time and depends
+//! on format alone, and HPROF text's `MPT` record writes and reads [`MptTable`]s.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,5 @@
 //! The wire between agents and collectors (docs/protocol.md): frames of `u1 kind, u4 length,
-//! payload`, the messages they carry, and HPROF's socket commands (seed 002) with our extensions.
+//! payload`, the messages they carry, and HPROF's socket commands with our extensions.
 //! Blocking and async code share it: the agent reads frames from a `std` socket, the collector
 //! parses the 5-byte header itself and hands the payload to the same decoders.
 
@@ -85,7 +85,7 @@ impl FrameKind {
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct WireFrame {
     pub kind: FrameKind,
     pub payload: Vec<u8>,
 }
@@ -135,7 +135,7 @@ pub fn write_frame(out: &mut impl Write, kind: FrameKind, payload: &[u8]) -> io:
 }
 
 /// Reads one frame; `Ok(None)` when the peer closed the connection between frames.
-pub fn read_frame(input: &mut impl Read) -> Result<Option<Frame>, WireError> {
+pub fn read_frame(input: &mut impl Read) -> Result<Option<WireFrame>, WireError> {
     let mut header = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -150,7 +150,7 @@ pub fn read_frame(input: &mut impl Read) -> Result<Option<Frame>, WireError> {
     let (kind, length) = parse_header(header)?;
     let mut payload = vec![0u8; length as usize];
     input.read_exact(&mut payload)?;
-    Ok(Some(Frame { kind, payload }))
+    Ok(Some(WireFrame { kind, payload }))
 }
 
 /// Frames from a byte stream read in pieces (a socket with a read timeout): bytes go in as
@@ -166,7 +166,7 @@ impl FrameBuffer {
     }
 
     /// The next whole frame, if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>, WireError> {
+    pub fn next_frame(&mut self) -> Result<Option<WireFrame>, WireError> {
         if self.bytes.len() < HEADER_LEN {
             return Ok(None);
         }
@@ -178,7 +178,7 @@ impl FrameBuffer {
         }
         let payload = self.bytes[HEADER_LEN..end].to_vec();
         self.bytes.drain(..end);
-        Ok(Some(Frame { kind, payload }))
+        Ok(Some(WireFrame { kind, payload }))
     }
 }
 
@@ -390,7 +390,7 @@ impl Reply {
     }
 }
 
-/// HPROF's socket commands (seed 002: tags 0x01-0x08, CONTROL's sub-options 1-6) and openprof's
+/// HPROF's socket commands (tags 0x01-0x08, CONTROL's sub-options 1-6) and openprof's
 /// extensions (tags 0x80-0x83).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "command", rename_all = "snake_case")]
@@ -723,7 +723,7 @@ mod tests {
     }
 
     #[test]
-    fn hprof_command_layout_is_seed_002s() {
+    fn hprof_command_layout_is_hprofs() {
         // CONTROL (0x08), serial 5, 4 bytes: sub-option 6 (set max stack depth), depth 3.
         assert_eq!(
             Command::SetMaxDepth { depth: 3 }.encode(5),

@@ -9,8 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use openprof_format::heap::HeapHistogram;
+use openprof_format::hprof_binary::read_profile;
 use openprof_format::hprof_binary::{BasicType, HprofReader, Item, Record, SubRecord};
-use openprof_format::hprof_binary_profile::read_profile;
 use openprof_format::hprof_text;
 use openprof_testkit::{java_command, jcmd, wait_until_ready, wait_with_limit};
 

@@ -4,7 +4,7 @@
 use std::io::BufReader;
 use std::time::Duration;
 
-use openprof_format::hprof_binary_profile::read_profile;
+use openprof_format::hprof_binary::read_profile;
 use openprof_format::hprof_text::{SitesTable, TextProfile};
 use openprof_testkit::run_java;
 

@@ -460,7 +460,7 @@ fn the_healthy_agents_trace_is_whole(
 
 /// A client that says a well-formed hello, reads the challenge and answers it with `proof`
 /// (it does not know the credential); returns the collector's answer to the proof.
-fn rogue_client(address: &str, role: Role, proof: &[u8]) -> wire::Frame {
+fn rogue_client(address: &str, role: Role, proof: &[u8]) -> wire::WireFrame {
     let mut socket = TcpStream::connect(address).unwrap();
     socket
         .set_read_timeout(Some(Duration::from_secs(10)))

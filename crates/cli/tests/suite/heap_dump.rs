@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use openprof_analysis::ShallowSizes;
-use openprof_format::hprof_binary_profile::read_profile;
+use openprof_format::hprof_binary::read_profile;
 use openprof_testkit::{jcmd, jdk, wait_until_ready, workload_classes};
 
 use crate::helpers::openprof_in;

@@ -1,4 +1,4 @@
-//! HPROF text's `MPT` record (openprof, seed 003): method parameter tracing's figures, a ranked
+//! HPROF text's `MPT` record (openprof's own): method parameter tracing's figures, a ranked
 //! table of values per traced method and specification, written at exit and read back. The
 //! layout is docs/mpt.md's ("Reports"): numbers in fixed columns, the value last, so that it may
 //! hold spaces, and quoted with escapes when it is a string, so that each row stays one line.
@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use super::{malformed, parse_number, ReadError, TextWriter};
+use super::{malformed, parse_number, TextReadError, TextWriter};
 use crate::mpt_stats::{MptTable, ValueKey, ValueStats, ValueType};
 use crate::trace::attrs::AttrValue;
 
@@ -162,7 +162,7 @@ struct Announced {
     unfinished: u64,
 }
 
-fn parse_counts(text: &str, number: usize, record: &str) -> Result<Announced, ReadError> {
+fn parse_counts(text: &str, number: usize, record: &str) -> Result<Announced, TextReadError> {
     let bad = || {
         malformed(
             number,
@@ -191,7 +191,7 @@ pub(super) struct MptReader {
 }
 
 impl MptReader {
-    pub(super) fn begin(line: &str, number: usize) -> Result<MptReader, ReadError> {
+    pub(super) fn begin(line: &str, number: usize) -> Result<MptReader, TextReadError> {
         let rest = line
             .strip_prefix("MPT BEGIN (tables = ")
             .ok_or_else(|| {
@@ -213,7 +213,7 @@ impl MptReader {
     }
 
     /// Closes the table being read, checking its rows against its METHOD line.
-    fn close_table(&mut self) -> Result<(), ReadError> {
+    fn close_table(&mut self) -> Result<(), TextReadError> {
         let Some((table, announced, number)) = self.current.take() else {
             return Ok(());
         };
@@ -237,7 +237,7 @@ impl MptReader {
         Ok(())
     }
 
-    pub(super) fn line(&mut self, line: &str, number: usize) -> Result<(), ReadError> {
+    pub(super) fn line(&mut self, line: &str, number: usize) -> Result<(), TextReadError> {
         if let Some(rest) = line.strip_prefix("METHOD ") {
             self.close_table()?;
             let (method, counts) = rest
@@ -292,7 +292,7 @@ impl MptReader {
         Ok(())
     }
 
-    pub(super) fn finish(mut self) -> Result<Vec<MptTable>, ReadError> {
+    pub(super) fn finish(mut self) -> Result<Vec<MptTable>, TextReadError> {
         self.close_table()?;
         let found = Announced {
             calls: self.done.iter().map(MptTable::calls).sum(),
@@ -317,7 +317,7 @@ impl MptReader {
 }
 
 /// `rank calls wall-total wall-mean wall-max cpu-total cpu-mean cpu-max type value`.
-fn parse_row(line: &str, number: usize) -> Result<ValueStats, ReadError> {
+fn parse_row(line: &str, number: usize) -> Result<ValueStats, TextReadError> {
     let mut rest = line;
     let mut fields = Vec::with_capacity(9);
     for _ in 0..9 {
@@ -365,7 +365,9 @@ fn parse_row(line: &str, number: usize) -> Result<ValueStats, ReadError> {
     };
     let calls = parse_number(fields[1], number, "MPT calls")?;
     // The means are checked as numbers but not kept: they follow from totals and calls.
-    let times = (2..8).map(ms).collect::<Result<Vec<u64>, ReadError>>()?;
+    let times = (2..8)
+        .map(ms)
+        .collect::<Result<Vec<u64>, TextReadError>>()?;
     let value_type = ValueType::parse_value(fields[8])
         .map_err(|problem| malformed(number, format!("MPT row: type {problem}")))?;
     let value = parse_value(value)

@@ -33,7 +33,7 @@ pub const MAX_ATTRIBUTES: usize = 128;
 /// Malformed input: where (bytes from the start of the stream) and what.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("byte {offset}: {message}")]
-pub struct ReadError {
+pub struct TraceReadError {
     pub offset: u64,
     pub message: String,
 }
@@ -87,7 +87,7 @@ impl FragmentDecoder {
     /// stream is done). After an error the decoder stays failed.
     ///
     /// [`end`]: FragmentDecoder::end
-    pub fn next_element(&mut self) -> Option<Result<TraceElement, ReadError>> {
+    pub fn next_element(&mut self) -> Option<Result<TraceElement, TraceReadError>> {
         if self.failed {
             return None;
         }
@@ -95,7 +95,7 @@ impl FragmentDecoder {
             let offset = self.base + self.start as u64;
             let fail = |decoder: &mut Self, message: &str| {
                 decoder.failed = true;
-                Some(Err(ReadError {
+                Some(Err(TraceReadError {
                     offset,
                     message: message.into(),
                 }))
@@ -123,7 +123,7 @@ impl FragmentDecoder {
                     self.start += used;
                     return Some(TraceElement::from_raw(&raw).map_err(|message| {
                         self.failed = true;
-                        ReadError { offset, message }
+                        TraceReadError { offset, message }
                     }));
                 }
                 Ok(Step::NeedMore) => {
@@ -146,7 +146,7 @@ impl FragmentDecoder {
                 }
                 Err((at, message)) => {
                     self.failed = true;
-                    return Some(Err(ReadError {
+                    return Some(Err(TraceReadError {
                         offset: offset + at,
                         message,
                     }));
@@ -352,7 +352,9 @@ fn parse_one(bytes: &[u8], ended: bool) -> Result<Step, (u64, String)> {
 }
 
 /// Reads every element of a stream (fragments or a document), in 64 KiB reads.
-pub fn read_all(mut input: impl Read) -> impl Iterator<Item = Result<TraceElement, ReadError>> {
+pub fn read_all(
+    mut input: impl Read,
+) -> impl Iterator<Item = Result<TraceElement, TraceReadError>> {
     let mut decoder = FragmentDecoder::new();
     let mut chunk = vec![0u8; 64 * 1024];
     let mut done = false;
@@ -373,7 +375,7 @@ pub fn read_all(mut input: impl Read) -> impl Iterator<Item = Result<TraceElemen
             Err(error) => {
                 done = true;
                 decoder.failed = true;
-                return Some(Err(ReadError {
+                return Some(Err(TraceReadError {
                     offset: decoder.base + decoder.buffer.len() as u64,
                     message: format!("reading the stream: {error}"),
                 }));

@@ -40,7 +40,10 @@ fn write_all(elements: &[TraceElement], document: bool) -> Vec<u8> {
 }
 
 /// Feeds `bytes` to a decoder in pieces cut at `cuts`, collecting what comes out.
-fn decode_in_pieces(bytes: &[u8], cuts: &[usize]) -> Result<Vec<TraceElement>, reader::ReadError> {
+fn decode_in_pieces(
+    bytes: &[u8],
+    cuts: &[usize],
+) -> Result<Vec<TraceElement>, reader::TraceReadError> {
     let mut decoder = FragmentDecoder::new();
     let mut elements = Vec::new();
     let mut from = 0;
@@ -144,7 +147,7 @@ fn xmllint_validates_a_document_of_every_element_against_the_dtd() {
     assert!(!output.status.success());
 }
 
-fn first_error(input: &str) -> reader::ReadError {
+fn first_error(input: &str) -> reader::TraceReadError {
     read_all(input.as_bytes())
         .find_map(Result::err)
         .unwrap_or_else(|| panic!("accepted: {input}"))

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use uuid::Uuid;
 
 use super::attrs::{MultiPart, ObjRef};
-use super::reader::ReadError;
+use super::reader::TraceReadError;
 use super::TraceElement;
 
 /// One problem, with where it is: the element's number in the stream (from 1) and name.
@@ -431,7 +431,7 @@ fn common_references(element: &TraceElement) -> (Option<Uuid>, Option<MultiPart>
 
 /// Validates a stream: a read error ends it and is reported as a problem with its byte offset.
 pub fn validate(
-    elements: impl IntoIterator<Item = Result<TraceElement, ReadError>>,
+    elements: impl IntoIterator<Item = Result<TraceElement, TraceReadError>>,
 ) -> Vec<Problem> {
     let mut validator = Validator::new();
     for element in elements {

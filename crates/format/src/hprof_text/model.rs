@@ -1,0 +1,259 @@
+//! HPROF text's records as Rust types (threads, traces and their frames, CPU tables, the
+//! sampler's report), and [`TextProfile`], everything one file holds.
+
+use std::collections::BTreeMap;
+
+use super::SitesTable;
+use crate::heap::HeapHistogram;
+
+/// Trace serial numbers count from here, as HPROF's do (the first trace is 300001).
+pub const TRACE_SERIAL_START: u32 = 300000;
+/// Thread serial numbers count from here, as HPROF's do (the first thread is 200001).
+pub const THREAD_SERIAL_START: u32 = 200000;
+
+/// Where in its method a frame was.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameLine {
+    /// A source line number.
+    Line(u32),
+    /// No line information (HPROF's `Unknown line`, its -1).
+    Unknown,
+    /// A compiled method without location (HPROF's -2).
+    Compiled,
+    /// A native method (HPROF's -3).
+    Native,
+}
+
+/// One stack frame of a trace.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    /// The class in Java source form: `java.util.HashMap`, `int[]`.
+    pub class_name: String,
+    pub method_name: String,
+    /// The source file, `None` when the class has none (`<Unknown Source>`).
+    pub source_file: Option<String>,
+    pub line: FrameLine,
+}
+
+impl Frame {
+    /// `class.method`, as the CPU SAMPLES table names a trace's top frame.
+    pub fn qualified_method(&self) -> String {
+        format!("{}.{}", self.class_name, self.method_name)
+    }
+}
+
+impl std::fmt::Display for Frame {
+    /// HPROF's frame layout: `class.method(Source.java:line)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let source = self.source_file.as_deref().unwrap_or("<Unknown Source>");
+        write!(f, "{}.{}({source}:", self.class_name, self.method_name)?;
+        match &self.line {
+            FrameLine::Line(line) => write!(f, "{line})"),
+            FrameLine::Unknown => f.write_str("Unknown line)"),
+            FrameLine::Compiled => f.write_str("Compiled method)"),
+            FrameLine::Native => f.write_str("Native method)"),
+        }
+    }
+}
+
+/// A `TRACE n:` record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trace {
+    pub serial: u32,
+    /// The thread's serial number when traces carry threads (`thread=y`).
+    pub thread: Option<u32>,
+    /// Innermost frame first.
+    pub frames: Vec<Frame>,
+}
+
+/// A `THREAD START` record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadStart {
+    pub object_id: u64,
+    pub serial: u32,
+    pub name: String,
+    pub group: String,
+}
+
+/// Which table a [`CpuTable`] is: sampled (`CPU SAMPLES`) or timed (`CPU TIME (ms)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CpuTableKind {
+    Samples,
+    Time,
+}
+
+impl CpuTableKind {
+    pub(super) fn record_name(self) -> &'static str {
+        match self {
+            CpuTableKind::Samples => "CPU SAMPLES",
+            CpuTableKind::Time => "CPU TIME (ms)",
+        }
+    }
+}
+
+/// One row of a CPU SAMPLES or CPU TIME table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuRow {
+    pub rank: u32,
+    pub self_percent: f64,
+    pub accum_percent: f64,
+    pub count: u64,
+    pub trace: u32,
+    /// The trace's top frame as `class.method`, or `None` for an empty trace.
+    pub method: Option<String>,
+}
+
+/// A `CPU SAMPLES BEGIN … END` (or `CPU TIME (ms)`) table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuTable {
+    pub kind: CpuTableKind,
+    pub total: u64,
+    /// The date as HPROF prints it (C's `ctime` layout, without the newline).
+    pub date: String,
+    pub rows: Vec<CpuRow>,
+}
+
+/// One trace's cost for a CPU table: samples (cost = hits) or CPU time with entry counts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuEntry {
+    pub trace: u32,
+    /// What the table ranks by: samples, or nanoseconds of CPU.
+    pub cost: u64,
+    /// What its count column shows: samples, or the true number of entries.
+    pub hits: u64,
+    pub method: Option<String>,
+}
+
+impl CpuTable {
+    /// Ranks traces by count, most first, the way HPROF does: percentages of `total`, rows cut
+    /// where a trace's share falls below `cutoff`. Each entry is (trace serial, count, method).
+    pub fn rank(
+        kind: CpuTableKind,
+        date: String,
+        entries: Vec<(u32, u64, Option<String>)>,
+        cutoff: f64,
+    ) -> CpuTable {
+        let total: u64 = entries.iter().map(|entry| entry.1).sum();
+        let entries = entries
+            .into_iter()
+            .map(|(trace, count, method)| CpuEntry {
+                trace,
+                cost: count,
+                hits: count,
+                method,
+            })
+            .collect();
+        Self::rank_by_cost(kind, date, entries, cutoff, total)
+    }
+
+    /// Ranks traces by cost, most first; `total` is what the header prints (samples, or
+    /// milliseconds for CPU TIME).
+    pub fn rank_by_cost(
+        kind: CpuTableKind,
+        date: String,
+        mut entries: Vec<CpuEntry>,
+        cutoff: f64,
+        total: u64,
+    ) -> CpuTable {
+        let total_cost: u64 = entries.iter().map(|entry| entry.cost).sum();
+        entries.sort_by(|a, b| b.cost.cmp(&a.cost).then(a.trace.cmp(&b.trace)));
+        let mut rows = Vec::new();
+        let mut accum = 0.0;
+        for entry in entries {
+            let ratio = entry.cost as f64 / total_cost as f64;
+            if entry.cost == 0 || ratio < cutoff {
+                break;
+            }
+            accum += ratio;
+            rows.push(CpuRow {
+                rank: rows.len() as u32 + 1,
+                self_percent: ratio * 100.0,
+                accum_percent: accum * 100.0,
+                count: entry.hits,
+                trace: entry.trace,
+                method: entry.method,
+            });
+        }
+        CpuTable {
+            kind,
+            total,
+            date,
+            rows,
+        }
+    }
+}
+
+/// openprof's `CPU SAMPLER` record: how samples were taken and what could not be walked.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SamplerReport {
+    /// `AsyncGetCallTrace` or `GetAllStackTraces`.
+    pub sampler: String,
+    /// Why that sampler, when it is not the one asked for (e.g. AsyncGetCallTrace missing).
+    pub note: Option<String>,
+    /// What timed the samples (e.g. `perf_events task-clock`), when a clock did.
+    pub clock: Option<String>,
+    pub interval_ms: u32,
+    /// Samples taken whose stack walk failed, by reason (AsyncGetCallTrace's names).
+    pub failed: BTreeMap<String, u64>,
+    /// Samples lost because the sample buffer was full.
+    pub dropped: u64,
+    /// What taking the samples cost, in microseconds of CPU, by part (`handler`: inside the
+    /// signal handler; `agent_thread`: the agent's own thread; `dump`: writing this dump).
+    pub cost_us: BTreeMap<String, u64>,
+}
+
+impl SamplerReport {
+    pub fn failed_total(&self) -> u64 {
+        self.failed.values().sum()
+    }
+}
+
+/// Everything read from an HPROF text file (or, by [`crate::hprof_binary::read_profile`], from an
+/// HPROF binary one).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TextProfile {
+    /// The header's first line, e.g. `JAVA PROFILE 1.0.1, created …`.
+    pub header: String,
+    pub threads_started: Vec<ThreadStart>,
+    pub threads_ended: Vec<u32>,
+    pub traces: BTreeMap<u32, Trace>,
+    /// Every sampler record, one per dump.
+    pub samplers: Vec<SamplerReport>,
+    /// Every CPU table, one per dump, in file order.
+    pub cpu_tables: Vec<CpuTable>,
+    /// Every SITES table, one per dump, in file order.
+    pub sites: Vec<SitesTable>,
+    /// Every heap dump, summed by class as it was read, in file order.
+    pub heap_dumps: Vec<HeapHistogram>,
+    /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
+    pub skipped_sections: Vec<String>,
+    /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run
+    /// from the start of the run, so the last record holds all the others do.
+    pub mpt: Vec<crate::mpt_stats::MptTable>,
+}
+
+impl TextProfile {
+    /// The last CPU SAMPLES table: at exit it holds every sample of the run.
+    pub fn last_cpu_samples(&self) -> Option<&CpuTable> {
+        self.cpu_tables
+            .iter()
+            .rev()
+            .find(|table| table.kind == CpuTableKind::Samples)
+    }
+
+    /// The last SITES table: HPROF's site figures are not reset by dumps, so it is the latest.
+    pub fn last_sites(&self) -> Option<&SitesTable> {
+        self.sites.last()
+    }
+
+    /// The last heap dump.
+    pub fn last_heap_dump(&self) -> Option<&HeapHistogram> {
+        self.heap_dumps.last()
+    }
+
+    pub fn thread(&self, serial: u32) -> Option<&ThreadStart> {
+        self.threads_started
+            .iter()
+            .find(|thread| thread.serial == serial)
+    }
+}

@@ -1,0 +1,152 @@
+//! The HPROF text writer: the file header, and the thread, trace, sampler and CPU records (the
+//! heap and MPT records are written by their own modules).
+
+use std::io::{self, Write};
+
+use super::{CpuTable, SamplerReport, ThreadStart, Trace};
+
+/// Writes HPROF text records to any byte sink.
+pub struct TextWriter<W: Write> {
+    /// Written by the heap and MPT records' modules too.
+    pub(super) out: W,
+}
+
+impl<W: Write> TextWriter<W> {
+    pub fn new(out: W) -> Self {
+        TextWriter { out }
+    }
+
+    /// The underlying writer, e.g. to copy a heap dump body written aside.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// The file header: format name and date, the description of the records, the separator.
+    pub fn header(&mut self, date: &str) -> io::Result<()> {
+        writeln!(self.out, "JAVA PROFILE 1.0.1, created {date}\n")?;
+        self.out.write_all(PRELUDE.as_bytes())?;
+        write!(self.out, "\n--------\n\n")
+    }
+
+    pub fn thread_start(&mut self, thread: &ThreadStart) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "THREAD START (obj={:x}, id = {}, name=\"{}\", group=\"{}\")",
+            thread.object_id, thread.serial, thread.name, thread.group
+        )
+    }
+
+    pub fn thread_end(&mut self, serial: u32) -> io::Result<()> {
+        writeln!(self.out, "THREAD END (id = {serial})")
+    }
+
+    pub fn trace(&mut self, trace: &Trace) -> io::Result<()> {
+        write!(self.out, "TRACE {}:", trace.serial)?;
+        if let Some(thread) = trace.thread {
+            write!(self.out, " (thread={thread})")?;
+        }
+        writeln!(self.out)?;
+        if trace.frames.is_empty() {
+            writeln!(self.out, "\t<empty>")?;
+        }
+        for frame in &trace.frames {
+            writeln!(self.out, "\t{frame}")?;
+        }
+        Ok(())
+    }
+
+    pub fn sampler(&mut self, report: &SamplerReport) -> io::Result<()> {
+        writeln!(self.out, "CPU SAMPLER BEGIN")?;
+        writeln!(self.out, "sampler {}", report.sampler)?;
+        if let Some(note) = &report.note {
+            writeln!(self.out, "note {note}")?;
+        }
+        if let Some(clock) = &report.clock {
+            writeln!(self.out, "clock {clock}")?;
+        }
+        writeln!(self.out, "interval {} ms", report.interval_ms)?;
+        writeln!(self.out, "failed {}", report.failed_total())?;
+        for (reason, count) in &report.failed {
+            writeln!(self.out, "failed.{reason} {count}")?;
+        }
+        writeln!(self.out, "dropped {}", report.dropped)?;
+        for (part, micros) in &report.cost_us {
+            writeln!(self.out, "cost.{part}_us {micros}")?;
+        }
+        writeln!(self.out, "CPU SAMPLER END")
+    }
+
+    pub fn cpu_table(&mut self, table: &CpuTable) -> io::Result<()> {
+        let name = table.kind.record_name();
+        writeln!(
+            self.out,
+            "{name} BEGIN (total = {}) {}",
+            table.total, table.date
+        )?;
+        if !table.rows.is_empty() {
+            writeln!(self.out, "rank   self  accum   count trace method")?;
+        }
+        for row in &table.rows {
+            write!(
+                self.out,
+                "{:4} {:5.2}% {:5.2}% {:7} {:5}",
+                row.rank, row.self_percent, row.accum_percent, row.count, row.trace
+            )?;
+            match &row.method {
+                Some(method) => writeln!(self.out, " {method}")?,
+                None => writeln!(self.out, " <empty trace>")?,
+            }
+        }
+        writeln!(self.out, "{name} END")
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// What the header says the records are, in HPROF's manner and our words.
+const PRELUDE: &str = "\
+Header for openprof's HPROF-compatible ASCII output (format=a)
+
+This file contains the following types of records:
+
+THREAD START
+THREAD END      mark the lifetime of Java threads
+
+TRACE           represents a Java stack trace.  Each trace consists
+                of a series of stack frames.  Other records refer to
+                TRACEs to identify where the program was when it was
+                sampled.
+
+CPU SAMPLER     (openprof) says how the CPU samples were taken and
+                counts the samples whose stack could not be walked.
+
+CPU SAMPLES     is a statistical profile of program execution.  Each
+                thread is sampled after every interval of its own CPU
+                time, and the sample is assigned to the TRACE it was
+                running.  Entries in this record are TRACEs ranked by
+                the percentage of samples they received; top-ranked
+                TRACEs are the hot spots of the program.
+
+SITES           lists the allocation sites, a class allocated at a TRACE,
+                by live bytes: the objects still alive, and the objects
+                allocated there since the program started.
+
+HEAP DUMP       is a snapshot of the live objects of the Java heap: the
+                garbage collection roots (ROOT), classes (CLS), instances
+                (OBJ) and arrays (ARR), each followed by the references
+                it holds; object ids are in hex.
+
+MPT             (openprof) method parameter tracing (mpt=): per traced
+                method and specification, the calls of each value the
+                specification recorded, with their wall clock and CPU
+                times in ms, ranked by mean wall time, slowest first.
+
+CPU SAMPLER and CPU SAMPLES records are written at program exit (doe=y)
+and whenever the JVM is sent SIGQUIT (kill -QUIT <pid>).
+";

@@ -1,0 +1,360 @@
+//! The option string read and checked: unknown names, bad values, options given twice,
+//! incompatible pairs and features not built yet are each refused by name.
+
+use super::help::known_names;
+use super::{
+    bad, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options, OutputFormat, Sampler,
+    DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS, NET_BUFFER_RANGE,
+};
+
+fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "y" => Ok(true),
+        "n" => Ok(false),
+        _ => Err(bad(name, format!("'{value}' is not allowed; use y or n"))),
+    }
+}
+
+fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, OptionError> {
+    let allowed = format!("a whole number from {min} to {max}");
+    let number: u64 = value
+        .parse()
+        .map_err(|_| bad(name, format!("'{value}' is not a number; use {allowed}")))?;
+    if number < u64::from(min) || number > u64::from(max) {
+        return Err(bad(name, format!("{value} is out of range; use {allowed}")));
+    }
+    Ok(number as u32)
+}
+
+/// A byte count with an optional binary suffix (`4096`, `512k`, `1m`, `1g`) from min to max.
+fn parse_bytes(name: &str, value: &str, (min, max): (u64, u64)) -> Result<u64, OptionError> {
+    let allowed =
+        format!("a number of bytes from {min} to {max}, optionally with k, m or g (KiB, MiB, GiB)");
+    let (digits, unit) = match value.char_indices().last() {
+        Some((at, 'k' | 'K')) => (&value[..at], 1 << 10),
+        Some((at, 'm' | 'M')) => (&value[..at], 1 << 20),
+        Some((at, 'g' | 'G')) => (&value[..at], 1 << 30),
+        _ => (value, 1),
+    };
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| bad(name, format!("'{value}' is not a number; use {allowed}")))?;
+    match number.checked_mul(unit) {
+        Some(bytes) if (min..=max).contains(&bytes) => Ok(bytes),
+        _ => Err(bad(name, format!("{value} is out of range; use {allowed}"))),
+    }
+}
+
+fn parse_net(value: &str) -> Result<NetAddress, OptionError> {
+    let usage = "use <host>:<port> with a port from 1 to 65535";
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| bad("net", format!("'{value}' has no port; {usage}")))?;
+    if host.is_empty() {
+        return Err(bad("net", format!("'{value}' has no host; {usage}")));
+    }
+    let port: u16 = port
+        .parse()
+        .ok()
+        .filter(|port| *port != 0)
+        .ok_or_else(|| bad("net", format!("'{port}' is not a port; {usage}")))?;
+    Ok(NetAddress {
+        host: host.to_string(),
+        port,
+    })
+}
+
+impl Options {
+    /// Parses an option string such as `cpu=samples,interval=20,depth=3`.
+    ///
+    /// Every problem is an error: an unknown name, a bad or out-of-range value, an option given
+    /// twice (HPROF let the last one win; we refuse the ambiguity), or one of HPROF's
+    /// incompatible pairs. What is not built yet is refused separately by
+    /// [`Options::refuse_unbuilt`], so that `help` and the syntax checks work for every option.
+    pub fn parse(text: &str) -> Result<Options, OptionError> {
+        let mut options = Options::default();
+        let mut seen: Vec<&str> = Vec::new();
+        if text.is_empty() {
+            return Ok(options);
+        }
+        // HPROF ignores one trailing comma.
+        let text = text.strip_suffix(',').unwrap_or(text);
+        for item in text.split(',') {
+            if item == "help" {
+                options.help = true;
+                continue;
+            }
+            let (name, value) = item.split_once('=').ok_or_else(|| {
+                if item.is_empty() {
+                    bad(
+                        "(empty)",
+                        "an empty option between commas; use name=value,...",
+                    )
+                } else {
+                    bad(item, "has no value; use name=value")
+                }
+            })?;
+            if seen.contains(&name) {
+                return Err(bad(name, "is given twice; give it once"));
+            }
+            seen.push(name);
+            let one_of =
+                |allowed: &str| bad(name, format!("'{value}' is not allowed; use {allowed}"));
+            match name {
+                "heap" => {
+                    options.heap = Some(match value {
+                        "dump" => HeapMode::Dump,
+                        "sites" => HeapMode::Sites,
+                        "all" => HeapMode::All,
+                        _ => return Err(one_of("dump, sites or all")),
+                    })
+                }
+                "cpu" => {
+                    options.cpu = Some(match value {
+                        // `y` is HPROF's undocumented alias for samples.
+                        "samples" | "y" => CpuMode::Samples,
+                        "times" => CpuMode::Times,
+                        "old" => CpuMode::Old,
+                        _ => return Err(one_of("samples, times or old")),
+                    })
+                }
+                "format" => {
+                    options.format = match value {
+                        "a" => OutputFormat::Ascii,
+                        "b" => OutputFormat::Binary,
+                        "x" => OutputFormat::Xml,
+                        _ => return Err(one_of("a (text), b (binary) or x (trace XML)")),
+                    }
+                }
+                "sampler" => {
+                    options.sampler = match value {
+                        "asgct" => Sampler::AsyncGetCallTrace,
+                        "jvmti" => Sampler::GetAllStackTraces,
+                        _ => return Err(one_of("asgct or jvmti")),
+                    }
+                }
+                "filter" => {
+                    if let Some(inline) = value.strip_prefix('@').is_none().then_some(value) {
+                        crate::trace::filter::FilterBlock::parse_inline(inline)
+                            .map_err(|problem| bad(name, problem))?;
+                    } else if value.len() == 1 {
+                        return Err(bad(name, "'@' needs a file name: filter=@FILE"));
+                    }
+                    options.filter = Some(value.to_string());
+                }
+                "cputimer" => {
+                    options.cputimer = match value {
+                        "perf" => CpuTimer::Perf,
+                        "posix" => CpuTimer::Posix,
+                        _ => return Err(one_of("perf or posix")),
+                    }
+                }
+                "file" => {
+                    if value.is_empty() {
+                        return Err(bad(name, "is empty; use file=<file>"));
+                    }
+                    options.file = Some(value.to_string());
+                }
+                "net" => options.net = Some(parse_net(value)?),
+                "token" => {
+                    if value.is_empty() || value == "@" {
+                        return Err(bad(name, "is empty; use token=<secret> or token=@<file>"));
+                    }
+                    options.token = Some(value.to_string());
+                }
+                "tlsca" => {
+                    if value.is_empty() {
+                        return Err(bad(
+                            name,
+                            "is empty; use tlsca=<PEM file of the collector's CA>",
+                        ));
+                    }
+                    options.tls_ca = Some(value.to_string());
+                }
+                "alloc_interval" => {
+                    options.alloc_interval = parse_bytes(name, value, (0, MAX_ALLOC_INTERVAL))?
+                }
+                "netbuffer" => options.net_buffer = parse_bytes(name, value, NET_BUFFER_RANGE)?,
+                "commands" => options.commands = parse_command_classes(name, value)?,
+                "mpt" => {
+                    if value.len() < 2 || !value.starts_with('@') {
+                        return Err(bad(
+                            name,
+                            "use mpt=@<file> with one specification a line (docs/mpt.md)",
+                        ));
+                    }
+                    options.mpt = Some(value.to_string());
+                }
+                "depth" => options.depth = parse_whole(name, value, 0, MAX_DEPTH)?,
+                "interval" => options.interval_ms = parse_whole(name, value, 1, MAX_INTERVAL_MS)?,
+                "cutoff" => {
+                    let allowed = "a number from 0.0 to 1.0";
+                    let cutoff: f64 = value.parse().map_err(|_| {
+                        bad(name, format!("'{value}' is not a number; use {allowed}"))
+                    })?;
+                    if !(0.0..=1.0).contains(&cutoff) {
+                        return Err(bad(name, format!("{value} is out of range; use {allowed}")));
+                    }
+                    options.cutoff = cutoff;
+                }
+                "monitor" => options.monitor = parse_yes_no(name, value)?,
+                "lineno" => options.lineno = parse_yes_no(name, value)?,
+                "thread" => options.thread = parse_yes_no(name, value)?,
+                "doe" => options.doe = parse_yes_no(name, value)?,
+                "msa" => options.msa = parse_yes_no(name, value)?,
+                "force" => options.force = parse_yes_no(name, value)?,
+                "verbose" => options.verbose = parse_yes_no(name, value)?,
+                "gc_okay" => {
+                    return Err(bad(
+                        name,
+                        "is obsolete (HPROF no longer supports it); leave it out",
+                    ))
+                }
+                _ => {
+                    return Err(bad(
+                        name,
+                        format!("is not an option; the options are {}", known_names()),
+                    ))
+                }
+            }
+        }
+        options.check_compatible()?;
+        Ok(options)
+    }
+
+    /// HPROF's documented incompatible pairs, and ours.
+    fn check_compatible(&self) -> Result<(), OptionError> {
+        if self.format == OutputFormat::Binary && self.monitor {
+            return Err(bad("format", "format=b cannot be used with monitor=y"));
+        }
+        if self.format == OutputFormat::Binary
+            && matches!(self.cpu, Some(CpuMode::Old | CpuMode::Times))
+        {
+            return Err(bad("format", "format=b cannot be used with cpu=old|times"));
+        }
+        if self.format == OutputFormat::Xml
+            && matches!(self.cpu, Some(CpuMode::Samples | CpuMode::Old))
+        {
+            return Err(bad(
+                "format",
+                "format=x cannot be used with cpu=samples|old: the trace format has no element for samples; use cpu=times, or format=a",
+            ));
+        }
+        if self.net.is_none() {
+            if self.token.is_some() {
+                return Err(bad(
+                    "token",
+                    "token= is for net=; there is no collector to give it to",
+                ));
+            }
+            if self.tls_ca.is_some() {
+                return Err(bad(
+                    "tlsca",
+                    "tlsca= is for net=; there is no collector to talk TLS to",
+                ));
+            }
+            if !self.commands.is_empty() {
+                return Err(bad(
+                    "commands",
+                    "commands= is for net=; there is no collector to send commands",
+                ));
+            }
+            if self.net_buffer != DEFAULT_NET_BUFFER {
+                return Err(bad(
+                    "netbuffer",
+                    "netbuffer= is for net=; there is no collector to buffer for",
+                ));
+            }
+        }
+        if self.file.is_some() && self.net.is_some() {
+            return Err(bad(
+                "net",
+                "net= and file= cannot be used together; choose one",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses, with a clear message, every option whose feature is not built yet, so that no
+    /// option is ever silently ignored.
+    pub fn refuse_unbuilt(&self) -> Result<(), OptionError> {
+        let not_yet = |name: &str, what: &str| {
+            Err(bad(
+                name,
+                format!("{what} is not implemented yet; use cpu=samples"),
+            ))
+        };
+        if self.heap.is_some() && self.format == OutputFormat::Xml {
+            return Err(bad(
+                "heap",
+                "heap= with format=x (objAlloc/objFree elements) is not implemented yet; use format=a or format=b",
+            ));
+        }
+        let text = self.format != OutputFormat::Xml;
+        let in_text = |name: &str, what: &str| {
+            Err(bad(
+                name,
+                format!("{what} in HPROF text output is not implemented yet; use format=x"),
+            ))
+        };
+        if self.cpu == Some(CpuMode::Old) {
+            return not_yet("cpu", "cpu=old");
+        }
+        if self.mpt.is_some() {
+            // Faults in the specifications are named before the JVM starts running.
+            self.mpt_specs()?;
+            if self.format == OutputFormat::Binary {
+                return Err(bad(
+                    "mpt",
+                    "HPROF's binary format has no record for parameter values; use format=a (an MPT section) or format=x",
+                ));
+            }
+        }
+        if self.monitor && text {
+            return in_text("monitor", "monitor=y");
+        }
+        if self.filter.is_some() && text && self.cpu != Some(CpuMode::Times) {
+            return Err(bad(
+                "filter",
+                "filter= limits format=x and cpu=times; with cpu=samples it has no effect, so it is refused",
+            ));
+        }
+        if self.msa {
+            return Err(bad(
+                "msa",
+                "msa=y is Solaris micro state accounting, which Linux does not have; use msa=n",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `commands=`: words joined by `+` (`heap+mpt`), or `all`, or `none`.
+fn parse_command_classes(
+    name: &str,
+    value: &str,
+) -> Result<Vec<crate::wire::CommandClass>, OptionError> {
+    use crate::wire::CommandClass;
+    let optional = [CommandClass::Heap, CommandClass::Exit, CommandClass::Mpt];
+    match value {
+        "all" => return Ok(optional.to_vec()),
+        "none" => return Ok(Vec::new()),
+        _ => {}
+    }
+    let mut classes = Vec::new();
+    for word in value.split('+') {
+        let class = optional
+            .iter()
+            .find(|class| class.option_word() == word)
+            .ok_or_else(|| {
+                bad(
+                    name,
+                    format!("'{word}' is not a command class; use heap, exit, mpt (joined by +), all or none"),
+                )
+            })?;
+        if !classes.contains(class) {
+            classes.push(*class);
+        }
+    }
+    Ok(classes)
+}
