@@ -144,7 +144,10 @@ fn variants_trace_exactly_the_calls_the_variant_rules_say() {
             "VariantArrays2.run(VariantValue) 1 field:call variant=1",
             vec![("2", 2)],
         ),
-        ("VariantArrays2.run(VariantValue) 1 field:call", vec![("2", 2)]),
+        (
+            "VariantArrays2.run(VariantValue) 1 field:call",
+            vec![("2", 2)],
+        ),
         (
             "VariantArrays2.run(VariantValue) 1 field:call variant=3",
             vec![("2", 2), ("3", 3)],
