@@ -4,6 +4,9 @@
 //!
 //! Resources are bounded: connections (all, and those not authenticated yet), the bytes of
 //! frames read and not yet stored, and repeated log lines.
+//!
+//! (About 1,000 lines: the connection's state machine, the frame budget and the writer thread
+//! share their types and invariants, and read best in one file.)
 
 use std::cell::RefCell;
 use std::collections::HashMap;

@@ -1,6 +1,8 @@
 //! `openprof serve` with real JVMs streaming to it over loopback: the hierarchy of three agents,
 //! a collector killed and restarted mid-stream, a shuffled replay with duplicates, malformed
 //! frames, tokens, commands that change a running agent, and a JVM attached to while running.
+//! (Long because each test drives whole processes, a collector and JVMs, over real sockets; the
+//! fixtures at the top serve them all.)
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -14,6 +14,8 @@
 //! number consecutively, so a trace has one range unless something was lost), from which the
 //! duplicates and gaps come; the same state lives in memory, rebuilt at open, so that an append
 //! costs no catalog reads.
+//! (About 1,500 lines with its unit tests: the catalog's schema and migration, the segment
+//! files and the crash recovery between them are one unit of consistency, kept in one file.)
 
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};

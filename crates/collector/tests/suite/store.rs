@@ -1,6 +1,8 @@
 //! The embedded store on real files: recorded traces cut into fragments, appended in order,
 //! shuffled, duplicated, with a fragment missing, across reopening and torn segment tails,
 //! resent, replayed, from two agents of one node, and exported with clocks aligned.
+//! (Long because each test builds a store on real files and checks it whole; the fixtures at
+//! the top serve them all.)
 
 use std::collections::HashSet;
 use std::path::Path;
