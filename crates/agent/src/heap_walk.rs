@@ -370,8 +370,7 @@ fn list_classes(
     // Second pass: super classes and interfaces, now that every class has its tag.
     for entry in listed.iter_mut() {
         let class = entry.class;
-        // SAFETY: `jni` is this thread's JNIEnv and `class` a live local reference.
-        let super_class = unsafe { ((**jni).GetSuperclass)(jni, class) };
+        let super_class = crate::jni::Jni(jni).superclass(class);
         if !super_class.is_null() {
             if let Ok(tag) = env.tag(super_class) {
                 entry.super_index = index_of_id.get(&(tag as u64)).copied();

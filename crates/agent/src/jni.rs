@@ -596,3 +596,24 @@ pub fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
         Some((total.max(0) as u64, (total - free).max(0) as u64))
     }
 }
+
+/// Calls `System.exit(status)` on the calling thread (which the JVM ends there).
+pub fn call_system_exit(jni: *mut JNIEnv, status: i32) {
+    // SAFETY: `jni` belongs to the calling, attached thread; the class and method ids are
+    // checked before the call.
+    unsafe {
+        let functions = &**jni;
+        let system = (functions.FindClass)(jni, c"java/lang/System".as_ptr());
+        if system.is_null() {
+            (functions.ExceptionClear)(jni);
+            return;
+        }
+        let exit = (functions.GetStaticMethodID)(jni, system, c"exit".as_ptr(), c"(I)V".as_ptr());
+        if exit.is_null() {
+            (functions.ExceptionClear)(jni);
+            return;
+        }
+        let arguments = [jvalue { i: status }];
+        (functions.CallStaticVoidMethodA)(jni, system, exit, arguments.as_ptr());
+    }
+}

@@ -238,24 +238,7 @@ fn exit_vm(vm: *mut crate::jvmti::JavaVM) {
             let Some(jni) = crate::jni::attach_current_thread(vm) else {
                 return;
             };
-            // SAFETY: `jni` belongs to this attached thread; the class and method ids are
-            // checked before the call.
-            unsafe {
-                let functions = &**jni;
-                let system = (functions.FindClass)(jni, c"java/lang/System".as_ptr());
-                if system.is_null() {
-                    (functions.ExceptionClear)(jni);
-                    return;
-                }
-                let exit =
-                    (functions.GetStaticMethodID)(jni, system, c"exit".as_ptr(), c"(I)V".as_ptr());
-                if exit.is_null() {
-                    (functions.ExceptionClear)(jni);
-                    return;
-                }
-                let arguments = [crate::jvmti::jvalue { i: 0 }];
-                (functions.CallStaticVoidMethodA)(jni, system, exit, arguments.as_ptr());
-            }
+            crate::jni::call_system_exit(jni, 0);
         });
     if let Err(error) = spawned {
         eprintln!("openprof: can't exit the VM: {error}");

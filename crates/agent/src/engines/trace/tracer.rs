@@ -707,8 +707,7 @@ impl Tracer {
 
     /// The id of an object's class, defining the class on first use.
     fn class_of(&self, state: &mut TraceState, jni: *mut JNIEnv, object: jobject) -> u32 {
-        // SAFETY: `jni` is the calling thread's JNIEnv and `object` a live reference.
-        let class = unsafe { ((**jni).GetObjectClass)(jni, object) };
+        let class = crate::jni::Jni(jni).object_class(object);
         let class_id = self.class_id(state, class);
         crate::jni::delete_local_ref(jni, class);
         class_id
