@@ -64,6 +64,29 @@ static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// Time spent inside the handler taking samples, so the profile can say what it cost.
 static HANDLER_NANOS: AtomicU64 = AtomicU64::new(0);
+/// How a walk that failed as `ticks_unknown_Java` was recovered (see `walk_from_return_address`).
+#[derive(Clone, Copy)]
+enum Recovery {
+    StubReturnAddress,
+    PrologueReturnAddress,
+}
+
+impl Recovery {
+    const ALL: [Recovery; 2] = [Recovery::StubReturnAddress, Recovery::PrologueReturnAddress];
+
+    fn name(self) -> &'static str {
+        match self {
+            Recovery::StubReturnAddress => "stub_return_address",
+            Recovery::PrologueReturnAddress => "prologue_return_address",
+        }
+    }
+}
+
+/// Walks recovered, by `Recovery`.
+static RECOVERED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+/// AsyncGetCallTrace's `ticks_unknown_Java`: the thread runs Java code (or a stub of it) whose
+/// frame the walker does not know.
+const TICKS_UNKNOWN_JAVA: jint = -5;
 
 /// A clock read that is async-signal-safe (POSIX lists clock_gettime as such).
 fn clock_nanos(clock: libc::clockid_t) -> u64 {
@@ -231,8 +254,120 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         // SAFETY: `frames` has room for `depth` frames; `context` is the ucontext the kernel gave
         // this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
+        if trace.num_frames == TICKS_UNKNOWN_JAVA {
+            if let Some(how) = walk_from_return_address(sampler, &mut trace, depth, context) {
+                RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+            }
+        }
         (thread_id, trace.num_frames)
     });
+}
+
+/// The walks recovered since the last call, by how (for the CPU SAMPLER record).
+pub fn take_recovered() -> Vec<(&'static str, u64)> {
+    Recovery::ALL
+        .iter()
+        .map(|how| {
+            (
+                how.name(),
+                RECOVERED[*how as usize].swap(0, Ordering::Relaxed),
+            )
+        })
+        .filter(|(_, count)| *count > 0)
+        .collect()
+}
+
+/// A second walk when the thread was stopped in a stub that has no frame of its own, such as
+/// HotSpot's itable and vtable dispatch stubs (entered by a call, they jump on to the method
+/// without pushing anything): AsyncGetCallTrace does not know their code and gives up with
+/// `ticks_unknown_Java`. In such a stub the top of the stack is the caller's return address, so
+/// the walk is tried again as if the stub had returned: pc = [sp], sp = sp + 8, the frame
+/// pointer as it is. AsyncGetCallTrace checks the corrected pc against the code it knows and
+/// refuses anything else, so a guess that is wrong (the thread was not in such a stub) fails
+/// again rather than walking garbage; only its first frame can be off, and it is the caller's.
+/// The stack pointer is the interrupted thread's own, inside its mapped stack, so reading the
+/// word it points at is safe. x86-64 Linux only; elsewhere nothing is tried.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn walk_from_return_address(
+    sampler: &SignalSampler,
+    trace: &mut CallTrace,
+    depth: usize,
+    context: *mut c_void,
+) -> Option<Recovery> {
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the kernel hands the handler a valid ucontext_t; it is copied, not changed.
+    let original: libc::ucontext_t = unsafe { ptr::read(context.cast::<libc::ucontext_t>()) };
+    let sp = original.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
+    if sp == 0 || sp % 8 != 0 {
+        return None;
+    }
+    // SAFETY: `sp` is the interrupted thread's stack pointer (this handler runs on that thread),
+    // aligned; the words from it are inside the thread's used stack, which is mapped.
+    let word = |at: usize| unsafe { ptr::read((sp + 8 * at) as *const usize) };
+    // (how, the return address, the stack pointer after the return, the frame pointer then)
+    let candidates = [
+        // A stub without a frame, or an epilogue after the frame is popped: [sp] returns.
+        (Recovery::StubReturnAddress, word(0), sp + 8, None),
+        // A prologue that has pushed the frame pointer only: [sp] is the caller's frame
+        // pointer, [sp + 8] returns.
+        (
+            Recovery::PrologueReturnAddress,
+            word(1),
+            sp + 16,
+            Some(word(0)),
+        ),
+        (
+            Recovery::PrologueReturnAddress,
+            word(2),
+            sp + 24,
+            Some(word(1)),
+        ),
+        (
+            Recovery::PrologueReturnAddress,
+            word(3),
+            sp + 32,
+            Some(word(2)),
+        ),
+    ];
+    for (how, return_address, caller_sp, caller_fp) in candidates {
+        if return_address == 0 {
+            continue;
+        }
+        let mut corrected = original;
+        let registers = &mut corrected.uc_mcontext.gregs;
+        registers[libc::REG_RIP as usize] = return_address as i64;
+        registers[libc::REG_RSP as usize] = caller_sp as i64;
+        if let Some(fp) = caller_fp {
+            registers[libc::REG_RBP as usize] = fp as i64;
+        }
+        trace.num_frames = 0;
+        // SAFETY: as for the first walk; the context is a copy with registers changed, which
+        // AsyncGetCallTrace checks against the code it knows before it walks.
+        unsafe {
+            (sampler.walk)(
+                trace,
+                depth as jint,
+                (&mut corrected as *mut libc::ucontext_t).cast(),
+            )
+        };
+        if trace.num_frames > 0 {
+            return Some(how);
+        }
+    }
+    trace.num_frames = TICKS_UNKNOWN_JAVA;
+    None
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn walk_from_return_address(
+    _sampler: &SignalSampler,
+    _trace: &mut CallTrace,
+    _depth: usize,
+    _context: *mut c_void,
+) -> Option<Recovery> {
+    None
 }
 
 /// Which clock drives a thread's samples.

@@ -199,6 +199,10 @@ impl CpuSamples {
             clock,
             interval_ms: context.options.interval_ms,
             failed: dump.failed.clone(),
+            recovered: signals::take_recovered()
+                .into_iter()
+                .map(|(how, count)| (how.to_string(), count))
+                .collect(),
             dropped: dump.dropped,
             cost_us,
         }

@@ -195,6 +195,9 @@ pub struct SamplerReport {
     pub interval_ms: u32,
     /// Samples taken whose stack walk failed, by reason (AsyncGetCallTrace's names).
     pub failed: BTreeMap<String, u64>,
+    /// Samples whose first walk failed and that a second way walked, by that way (e.g.
+    /// `stub_return_address`); they count as samples, not as failures.
+    pub recovered: BTreeMap<String, u64>,
     /// Samples lost because the sample buffer was full.
     pub dropped: u64,
     /// What taking the samples cost, in microseconds of CPU, by part (`handler`: inside the

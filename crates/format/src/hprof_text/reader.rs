@@ -289,12 +289,15 @@ fn parse_sampler_line(
             let ms = value.strip_suffix(" ms").unwrap_or(value);
             report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
         }
-        "failed" => {}
+        "failed" | "recovered" => {}
         "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
         _ => {
             if let Some(reason) = key.strip_prefix("failed.") {
                 let count = parse_number(value, number, "CPU SAMPLER failed")?;
                 report.failed.insert(reason.to_string(), count);
+            } else if let Some(how) = key.strip_prefix("recovered.") {
+                let count = parse_number(value, number, "CPU SAMPLER recovered")?;
+                report.recovered.insert(how.to_string(), count);
             } else if let Some(part) = key
                 .strip_prefix("cost.")
                 .and_then(|part| part.strip_suffix("_us"))
@@ -605,6 +608,7 @@ mod tests {
                 clock: Some("perf_events task-clock".into()),
                 interval_ms: 10,
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
+                recovered: [("stub_return_address".to_string(), 5u64)].into_iter().collect(),
                 dropped: 1,
                 cost_us: [("handler".to_string(), 120u64), ("agent_thread".to_string(), 40)].into_iter().collect(),
             };

@@ -73,6 +73,16 @@ impl<W: Write> TextWriter<W> {
         for (reason, count) in &report.failed {
             writeln!(self.out, "failed.{reason} {count}")?;
         }
+        if !report.recovered.is_empty() {
+            writeln!(
+                self.out,
+                "recovered {}",
+                report.recovered.values().sum::<u64>()
+            )?;
+            for (how, count) in &report.recovered {
+                writeln!(self.out, "recovered.{how} {count}")?;
+            }
+        }
         writeln!(self.out, "dropped {}", report.dropped)?;
         for (part, micros) in &report.cost_us {
             writeln!(self.out, "cost.{part}_us {micros}")?;
