@@ -43,9 +43,31 @@ pub fn agent_library() -> PathBuf {
     path
 }
 
+/// The JDK that compiles the workloads (and runs them, unless `OPENPROF_TEST_JDK` names another).
 pub fn jdk() -> &'static Jdk {
     static JDK: OnceLock<Jdk> = OnceLock::new();
     JDK.get_or_init(|| Jdk::find().expect("a JDK 11 or later is a prerequisite of the tests"))
+}
+
+/// The JDK whose `java` and `jcmd` run the workloads: `OPENPROF_TEST_JDK` (a JDK or runtime
+/// home, which needs no javac: the workloads are compiled by [`jdk`]) when set, else [`jdk`].
+/// scripts/test runs the agent's core tests a second time this way on JDK 25.
+pub fn runtime() -> &'static Jdk {
+    static RUNTIME: OnceLock<Jdk> = OnceLock::new();
+    RUNTIME.get_or_init(|| match std::env::var_os("OPENPROF_TEST_JDK") {
+        Some(home) if !home.is_empty() => {
+            let runtime = Jdk {
+                home: PathBuf::from(home),
+            };
+            assert!(
+                runtime.java().is_ok(),
+                "OPENPROF_TEST_JDK={} has no bin/java",
+                runtime.home.display()
+            );
+            runtime
+        }
+        _ => jdk().clone(),
+    })
 }
 
 /// A new directory under the system's temporary directory, named `PREFIX...`, which is kept
@@ -136,7 +158,7 @@ pub fn java_command(
     args: &[&str],
 ) -> (Command, PathBuf) {
     let dir = kept_temp_dir("openprof-run-");
-    let mut command = Command::new(jdk().java().expect("java"));
+    let mut command = Command::new(runtime().java().expect("java"));
     command.current_dir(&dir);
     if let Some(options) = agent_options {
         let library = agent_library();
@@ -279,7 +301,7 @@ pub fn wait_until_ready_keeping_output(
 
 /// Runs `jcmd PID ARGS...` and returns its standard output; fails the test if jcmd fails.
 pub fn jcmd(pid: u32, args: &[&str]) -> String {
-    let output = Command::new(jdk().tool("jcmd").expect("jcmd"))
+    let output = Command::new(runtime().tool("jcmd").expect("jcmd"))
         .arg(pid.to_string())
         .args(args)
         .output()

@@ -6,14 +6,14 @@ use std::io::{BufReader, Write};
 use std::process::{Command, Stdio};
 
 use openprof_format::hprof_binary::{BasicType, HprofReader, Item, Record, SubRecord};
-use openprof_testkit::{jcmd, jdk, wait_until_ready, workload_classes};
+use openprof_testkit::{jcmd, runtime, wait_until_ready, workload_classes};
 
 const NODES: usize = 5000;
 
 #[test]
 fn the_jdks_heap_dump_reads_back_with_the_workloads_exact_counts() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(jdk().java().unwrap())
+    let mut child = Command::new(runtime().java().unwrap())
         .arg("-cp")
         .arg(workload_classes())
         .args(["Keep", &NODES.to_string()])

@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Stack walking on real code: samples delivered and lost, openprof against async-profiler, in one run.
+
+Two workloads, each run with openprof (cpu=samples,interval=1) and with async-profiler
+(event=cpu, interval=1ms, collapsed output with frame types), alternating, for --rounds rounds:
+- java/workloads/Megamorphic.java: an interface call over four implementations in a hot loop,
+  so most CPU time is in itable dispatch stubs and the short methods' entries. Reported: samples
+  delivered and failed, and each area() implementation's share of all samples.
+- javac compiling --classes generated classes (the JDK's own compiler as the profiled program).
+  Reported: samples delivered and failed, and the ten hottest Java methods (self samples).
+
+openprof's failures are the CPU SAMPLER record's `failed`; async-profiler's are its samples whose
+leaf frame is one of its markers of a failed walk ([unknown...], [not_walkable...], [break_...],
+[deoptimization]).
+
+async-profiler is not part of openprof: build it in a directory of its own, e.g.
+  git clone https://github.com/async-profiler/async-profiler /tmp/async-profiler && make -C /tmp/async-profiler
+and pass its library with --async-profiler /tmp/async-profiler/build/lib/libasyncProfiler.so.
+
+Usage: bench/stack_walk.py --async-profiler LIB [--rounds N] [--seconds S] [--classes N]
+Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
+"""
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchlib import ROOT, jdk_tool
+
+FAILED_MARKERS = ("[unknown", "[not_walkable", "[break_", "[deoptimization")
+# async-profiler's `ann` suffixes of Java frames: compiled, inlined, interpreted, C1.
+JAVA_SUFFIXES = ("_[j]", "_[i]", "_[0]", "_[1]")
+
+
+def openprof_profile(path):
+    """(delivered, failed, {leaf method: samples}, {trace: frames}) from an HPROF text profile."""
+    text = open(path).read()
+    failed = sum(int(n) for n in re.findall(r"^failed (\d+)$", text, re.M))
+    traces, current = {}, None
+    for line in text.splitlines():
+        found = re.match(r"TRACE (\d+):", line)
+        if found:
+            current = int(found.group(1))
+            traces[current] = []
+        elif current is not None and line.startswith("\t"):
+            traces[current].append(line.strip().split("(")[0])
+        else:
+            current = None
+    samples = collections.Counter()
+    for found in re.finditer(r"^\s+\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+(\d+)\s", text, re.M):
+        samples[int(found.group(2))] += int(found.group(1))
+    return sum(samples.values()), failed, samples, traces
+
+
+def async_profile(path):
+    """(delivered, failed, [(frames root first, samples)]) from async-profiler's collapsed output,
+    counting only the samples of Java threads (stacks with a Java frame, or a failed walk), as
+    openprof samples only those: async-profiler also samples the JIT compilers and GC."""
+    stacks, delivered, failed = [], 0, 0
+    for line in open(path):
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        frames, count = stack.split(";"), int(count)
+        if any(frame.startswith(FAILED_MARKERS) for frame in frames):
+            failed += count
+        elif any(frame.endswith(JAVA_SUFFIXES) for frame in frames):
+            delivered += count
+        else:
+            continue
+        stacks.append((frames, count))
+    return delivered, failed, stacks
+
+
+def java_name(frame):
+    """async-profiler's frame name in openprof's spelling (dots, nested classes with $)."""
+    for suffix in JAVA_SUFFIXES:
+        frame = frame.removesuffix(suffix)
+    return frame.replace("/", ".")
+
+
+def area_shares_openprof(samples, traces, total):
+    shares = collections.Counter()
+    for trace, count in samples.items():
+        for frame in traces.get(trace, []):
+            found = re.search(r"Megamorphic\$(\w+)\.area", frame)
+            if found:
+                shares[found.group(1)] += count
+                break
+    return {name: 100 * count / max(total, 1) for name, count in shares.items()}
+
+
+def area_shares_async(stacks, total):
+    shares = collections.Counter()
+    for frames, count in stacks:
+        for frame in reversed(frames):
+            found = re.search(r"Megamorphic\$(\w+)\.area", java_name(frame))
+            if found:
+                shares[found.group(1)] += count
+                break
+    return {name: 100 * count / max(total, 1) for name, count in shares.items()}
+
+
+def top_openprof(samples, traces, n=10):
+    self_samples = collections.Counter()
+    for trace, count in samples.items():
+        frames = traces.get(trace, [])
+        if frames:
+            self_samples[frames[0]] += count
+    return [name for name, _ in self_samples.most_common(n)]
+
+
+def top_async(stacks, n=10):
+    self_samples = collections.Counter()
+    for frames, count in stacks:
+        # The leaf Java frame: async-profiler puts native and stub frames above it.
+        java = [frame for frame in frames if frame.endswith(JAVA_SUFFIXES)]
+        if java:
+            self_samples[java_name(java[-1])] += count
+    return [name for name, _ in self_samples.most_common(n)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--async-profiler", required=True, help="libasyncProfiler.so, built outside openprof")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3)
+    parser.add_argument("--classes", type=int, default=400)
+    options = parser.parse_args()
+    agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
+    if not os.path.isfile(agent):
+        sys.exit("stack_walk: build first: cargo build --release")
+    if not os.path.isfile(options.async_profiler):
+        sys.exit(f"stack_walk: no async-profiler library at {options.async_profiler}")
+    work = tempfile.mkdtemp(prefix="openprof-stack-walk-")
+    subprocess.run([jdk_tool("javac"), "-d", work, os.path.join(ROOT, "java", "workloads", "Megamorphic.java")],
+                   check=True)
+    sources = os.path.join(work, "generated")
+    os.makedirs(sources)
+    for i in range(options.classes):
+        with open(os.path.join(sources, f"Generated{i}.java"), "w") as out:
+            out.write(f"import java.util.*;\npublic class Generated{i} {{\n")
+            for m in range(20):
+                out.write(f"  public List<String> m{m}(Map<String, Integer> in) {{\n"
+                          f"    List<String> out = new ArrayList<>();\n"
+                          f"    for (Map.Entry<String, Integer> e : in.entrySet())\n"
+                          f"      if (e.getValue() > {m}) out.add(e.getKey() + \"{i}\" + e.getValue());\n"
+                          f"    return out;\n  }}\n")
+            out.write("}\n")
+    files = sorted(os.path.join(sources, name) for name in os.listdir(sources))
+    openprof_file = os.path.join(work, "openprof.txt")
+    async_file = os.path.join(work, "async.collapsed")
+    openprof_option = f"{agent}=cpu=samples,interval=1,verbose=n,file={openprof_file}"
+    async_option = f"{options.async_profiler}=start,event=cpu,interval=1ms,ann,collapsed,file={async_file}"
+    jobs = {
+        "megamorphic": lambda agentpath: [jdk_tool("java"), f"-agentpath:{agentpath}", "-cp", work,
+                                          "Megamorphic", str(options.seconds)],
+        "javac": lambda agentpath: [jdk_tool("javac"), f"-J-agentpath:{agentpath}", "-d",
+                                    os.path.join(work, "classes"), *files],
+    }
+    for job, command in jobs.items():
+        print(f"{job}:")
+        for round_number in range(options.rounds):
+            subprocess.run(command(openprof_option), check=True, capture_output=True)
+            delivered, failed, samples, traces = openprof_profile(openprof_file)
+            subprocess.run(command(async_option), check=True, capture_output=True)
+            ap_delivered, ap_failed, stacks = async_profile(async_file)
+            print(f"  round {round_number + 1}: openprof {delivered} delivered, {failed} failed "
+                  f"({100 * failed / max(delivered + failed, 1):.1f} %); async-profiler {ap_delivered} "
+                  f"delivered, {ap_failed} failed ({100 * ap_failed / max(ap_delivered + ap_failed, 1):.1f} %); "
+                  f"delivered ratio {delivered / max(ap_delivered, 1):.3f}")
+            if job == "megamorphic":
+                ours = area_shares_openprof(samples, traces, delivered + failed)
+                theirs = area_shares_async(stacks, ap_delivered + ap_failed)
+                print("    area() share of all samples, openprof / async-profiler: " + ", ".join(
+                    f"{name} {ours.get(name, 0):.1f} / {theirs.get(name, 0):.1f} %"
+                    for name in ("Square", "Circle", "Triangle", "Hexagon")))
+            else:
+                print("    top 10 (self), openprof:       " + ", ".join(top_openprof(samples, traces)))
+                print("    top 10 (self), async-profiler: " + ", ".join(top_async(stacks)))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
