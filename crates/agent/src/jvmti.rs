@@ -125,6 +125,12 @@ impl Jvmti {
         call!(self, SetEventNotificationMode(mode, event, ptr::null_mut()))
     }
 
+    /// Sends the events of code already there (CompiledMethodLoad for every compiled method,
+    /// DynamicCodeGenerated for the stubs) as if it were loaded now: for an agent attached late.
+    pub fn generate_events(self, event: jvmtiEvent) -> JvmtiResult<()> {
+        call!(self, GenerateEvents(event))
+    }
+
     /// Frees memory JVMTI allocated for us.
     fn deallocate<T>(self, memory: *mut T) {
         if !memory.is_null() {

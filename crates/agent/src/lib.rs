@@ -16,6 +16,7 @@
 
 mod agent;
 mod binary_output;
+mod code_map;
 mod context;
 mod engine;
 mod engines;

@@ -67,20 +67,26 @@ static HANDLER_NANOS: AtomicU64 = AtomicU64::new(0);
 /// How a walk that failed as `ticks_unknown_Java` was recovered (see `walk_from_return_address`).
 #[derive(Clone, Copy)]
 enum Recovery {
+    /// In code no method owns (a dispatch stub): the walk starts at the caller.
     StubReturnAddress,
-    PrologueReturnAddress,
+    /// In a compiled method's entry: that method, then the walk from its caller.
+    MethodEntry,
 }
 
 impl Recovery {
-    const ALL: [Recovery; 2] = [Recovery::StubReturnAddress, Recovery::PrologueReturnAddress];
+    const ALL: [Recovery; 2] = [Recovery::StubReturnAddress, Recovery::MethodEntry];
 
     fn name(self) -> &'static str {
         match self {
             Recovery::StubReturnAddress => "stub_return_address",
-            Recovery::PrologueReturnAddress => "prologue_return_address",
+            Recovery::MethodEntry => "method_entry",
         }
     }
 }
+
+/// The `lineno` of a frame whose bytecode index is not known (AsyncGetCallTrace uses -3 for
+/// native frames and the index itself otherwise).
+const UNKNOWN_BCI: jint = -1;
 
 /// Walks recovered, by `Recovery`.
 static RECOVERED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
@@ -294,11 +300,12 @@ fn walk_from_return_address(
     depth: usize,
     context: *mut c_void,
 ) -> Option<Recovery> {
-    if context.is_null() {
+    if context.is_null() || depth < 2 {
         return None;
     }
     // SAFETY: the kernel hands the handler a valid ucontext_t; it is copied, not changed.
     let original: libc::ucontext_t = unsafe { ptr::read(context.cast::<libc::ucontext_t>()) };
+    let pc = original.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
     let sp = original.uc_mcontext.gregs[libc::REG_RSP as usize] as usize;
     if sp == 0 || sp % 8 != 0 {
         return None;
@@ -306,32 +313,29 @@ fn walk_from_return_address(
     // SAFETY: `sp` is the interrupted thread's stack pointer (this handler runs on that thread),
     // aligned; the words from it are inside the thread's used stack, which is mapped.
     let word = |at: usize| unsafe { ptr::read((sp + 8 * at) as *const usize) };
-    // (how, the return address, the stack pointer after the return, the frame pointer then)
-    let candidates = [
-        // A stub without a frame, or an epilogue after the frame is popped: [sp] returns.
-        (Recovery::StubReturnAddress, word(0), sp + 8, None),
-        // A prologue that has pushed the frame pointer only: [sp] is the caller's frame
-        // pointer, [sp + 8] returns.
-        (
-            Recovery::PrologueReturnAddress,
-            word(1),
-            sp + 16,
-            Some(word(0)),
-        ),
-        (
-            Recovery::PrologueReturnAddress,
-            word(2),
-            sp + 24,
-            Some(word(1)),
-        ),
-        (
-            Recovery::PrologueReturnAddress,
-            word(3),
-            sp + 32,
-            Some(word(2)),
-        ),
-    ];
-    for (how, return_address, caller_sp, caller_fp) in candidates {
+    // The method whose entry the thread is in, when the pc is in compiled code of a known method:
+    // its frame is still being built, so its return address is one of the first words of the
+    // stack (before the frame pointer is pushed, after, or after room for spills is made).
+    let callee = crate::code_map::method_at(pc);
+    // (the return address, the stack pointer after the return, the frame pointer then)
+    let candidates: &[(usize, usize, Option<usize>)] = match callee {
+        Some(_) => &[
+            (word(0), sp + 8, None),
+            (word(1), sp + 16, Some(word(0))),
+            (word(2), sp + 24, Some(word(1))),
+            (word(3), sp + 32, Some(word(2))),
+        ],
+        // Elsewhere (a stub without a frame of its own, such as an itable or vtable dispatch
+        // stub): the top of the stack returns to the caller.
+        None => &[(word(0), sp + 8, None)],
+    };
+    // With a known callee, it becomes the first frame and the caller's walk goes after it.
+    let (frames, room) = match callee {
+        // SAFETY: `trace.frames` has room for `depth` (at least 2) frames.
+        Some(_) => (unsafe { trace.frames.add(1) }, depth - 1),
+        None => (trace.frames, depth),
+    };
+    for &(return_address, caller_sp, caller_fp) in candidates {
         if return_address == 0 {
             continue;
         }
@@ -342,19 +346,40 @@ fn walk_from_return_address(
         if let Some(fp) = caller_fp {
             registers[libc::REG_RBP as usize] = fp as i64;
         }
-        trace.num_frames = 0;
+        let mut caller = CallTrace {
+            env: trace.env,
+            num_frames: 0,
+            frames,
+        };
         // SAFETY: as for the first walk; the context is a copy with registers changed, which
         // AsyncGetCallTrace checks against the code it knows before it walks.
         unsafe {
             (sampler.walk)(
-                trace,
-                depth as jint,
+                &mut caller,
+                room as jint,
                 (&mut corrected as *mut libc::ucontext_t).cast(),
             )
         };
-        if trace.num_frames > 0 {
-            return Some(how);
+        if caller.num_frames <= 0 {
+            continue;
         }
+        return Some(match callee {
+            Some(method) => {
+                // SAFETY: frame 0 is inside `trace.frames`' room and not written by the walk.
+                unsafe {
+                    *trace.frames = CallFrame {
+                        lineno: UNKNOWN_BCI,
+                        method_id: method,
+                    }
+                };
+                trace.num_frames = caller.num_frames + 1;
+                Recovery::MethodEntry
+            }
+            None => {
+                trace.num_frames = caller.num_frames;
+                Recovery::StubReturnAddress
+            }
+        });
     }
     trace.num_frames = TICKS_UNKNOWN_JAVA;
     None

@@ -5,8 +5,9 @@ use std::ffi::c_void;
 
 use jvmti_bindings::sys::jvmti::{
     jvmtiEvent, JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
-    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_THREAD_END,
-    JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
+    JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
+    JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_THREAD_START,
+    JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
 };
 
 use super::{begin, collect, dump, register_thread, vm_death};
@@ -18,7 +19,7 @@ use crate::signals;
 use crate::sync::lock;
 
 /// The events of the callbacks below.
-pub const CORE_EVENTS: [jvmtiEvent; 8] = [
+pub const CORE_EVENTS: [jvmtiEvent; 9] = [
     JVMTI_EVENT_VM_INIT,
     JVMTI_EVENT_VM_DEATH,
     JVMTI_EVENT_THREAD_START,
@@ -27,6 +28,7 @@ pub const CORE_EVENTS: [jvmtiEvent; 8] = [
     JVMTI_EVENT_CLASS_PREPARE,
     JVMTI_EVENT_DATA_DUMP_REQUEST,
     JVMTI_EVENT_COMPILED_METHOD_LOAD,
+    JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
 ];
 
 /// Points the table at the callbacks below.
@@ -39,6 +41,7 @@ pub fn core(callbacks: &mut jvmtiEventCallbacks) {
     callbacks.ClassLoad = Some(on_class_load);
     callbacks.DataDumpRequest = Some(on_data_dump_request);
     callbacks.CompiledMethodLoad = Some(on_compiled_method_load);
+    callbacks.CompiledMethodUnload = Some(on_compiled_method_unload);
 }
 
 unsafe extern "system" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
@@ -133,14 +136,28 @@ unsafe extern "system" fn on_class_load(
 ) {
 }
 
-/// Enabled only so that HotSpot keeps debug information at non-safepoints (see `plan.rs`).
+/// Enabled so that HotSpot keeps debug information at non-safepoints (see `plan.rs`), and to
+/// know where compiled methods are (`code_map.rs`).
 unsafe extern "system" fn on_compiled_method_load(
     _jvmti: *mut jvmtiEnv,
-    _method: jmethodID,
-    _code_size: jint,
-    _code_addr: *const c_void,
+    method: jmethodID,
+    code_size: jint,
+    code_addr: *const c_void,
     _map_length: jint,
     _map: *const jvmti_bindings::sys::jvmti::jvmtiAddrLocationMap,
     _compile_info: *const c_void,
 ) {
+    guarded("CompiledMethodLoad", || {
+        crate::code_map::loaded(method, code_addr as usize, code_size.max(0) as usize);
+    });
+}
+
+unsafe extern "system" fn on_compiled_method_unload(
+    _jvmti: *mut jvmtiEnv,
+    method: jmethodID,
+    code_addr: *const c_void,
+) {
+    guarded("CompiledMethodUnload", || {
+        crate::code_map::unloaded(method, code_addr as usize);
+    });
 }

@@ -86,6 +86,7 @@ impl CpuSamples {
             CpuTimer::Perf => CpuClock::PerfTaskClock,
             CpuTimer::Posix => CpuClock::PosixCpuTimer,
         };
+        crate::code_map::init();
         Ok(CpuSamples {
             sampler: choose_sampler(vm, options, phase)?,
             clock: Mutex::new((clock, None)),
@@ -270,6 +271,12 @@ impl Engine for CpuSamples {
     }
 
     fn start(&self, context: &Context, _jni: *mut JNIEnv) -> Option<String> {
+        if context.phase == Phase::Live {
+            // The methods compiled before the attach: where their code is.
+            let _ = context
+                .jvmti
+                .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_COMPILED_METHOD_LOAD);
+        }
         let line = if context.phase == Phase::Live {
             self.time_running_threads(context)
         } else {
