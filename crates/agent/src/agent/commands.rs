@@ -4,7 +4,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
-use openprof_format::options::CpuMode;
 use openprof_format::wire::{Command, CommandClass, Reply};
 
 use super::{collect, Agent};
@@ -78,13 +77,9 @@ fn execute(context: &Context, jni: *mut JNIEnv, command: &Command) -> Result<Str
             .as_ref()
             .ok_or_else(|| format!("{command:?} needs HPROF output (format=a or format=b)"))
     };
-    let sampling = || {
-        if context.options.cpu == Some(CpuMode::Samples) {
-            running::<CpuSamples>().ok_or_else(|| format!("{command:?} needs cpu=samples"))
-        } else {
-            Err(format!("{command:?} needs cpu=samples"))
-        }
-    };
+    // The CPU samples engine runs exactly when the options say cpu=samples.
+    let sampling =
+        || running::<CpuSamples>().ok_or_else(|| format!("{command:?} needs cpu=samples"));
     let tracing =
         || running::<Tracer>().ok_or_else(|| format!("{command:?} needs trace output (format=x)"));
     let collect = |report: &mut Report| collect(context, report);

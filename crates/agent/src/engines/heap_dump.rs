@@ -5,62 +5,58 @@ use openprof_format::options::Options;
 
 use crate::context::Context;
 use crate::engine::{Dump, Engine, Need};
-use crate::jvmti::JNIEnv;
 use crate::sync::lock;
 
 pub struct HeapDump;
 
 impl HeapDump {
-    /// Every live object, after a full GC.
+    /// Every live object, after a full GC (on a thread the VM knows).
     pub fn dump_heap(&self, context: &Context, dump: &Dump<'_>) {
-        if dump.jni.is_null() {
+        let jni = dump.jni;
+        if jni.is_null() {
             return;
         }
-        write_heap_dump(context, dump.jni, dump);
-    }
-}
-
-fn write_heap_dump(context: &Context, jni: *mut JNIEnv, dump: &Dump<'_>) {
-    let verbose = context.options.verbose;
-    if verbose {
-        eprint!("Dumping Java heap ...");
-    }
-    let started = std::time::Instant::now();
-    let mut report = lock(dump.report);
-    (dump.collect)(&mut report);
-    let result = report
-        .output
-        .with_heap_sink(|sink| {
-            crate::heap_walk::dump_heap(context.vm, jni, sink, |thread| {
-                context.thread_serial(thread)
+        let verbose = context.options.verbose;
+        if verbose {
+            eprint!("Dumping Java heap ...");
+        }
+        let started = std::time::Instant::now();
+        let mut report = lock(dump.report);
+        (dump.collect)(&mut report);
+        let result = report
+            .output
+            .with_heap_sink(|sink| {
+                crate::heap_walk::dump_heap(context.vm, jni, sink, |thread| {
+                    context.thread_serial(thread)
+                })
             })
-        })
-        .unwrap_or_else(|error| Err(format!("can't write the heap dump: {error}").into()));
-    match result {
-        Ok(summary) => {
-            if verbose {
-                eprintln!(
-                    " done ({} objects, {} bytes, {} classes in {} ms).",
-                    summary.objects,
-                    summary.bytes,
-                    summary.classes,
-                    started.elapsed().as_millis()
-                );
-            }
-            if summary.layout_mismatches > 0 {
-                eprintln!(
+            .unwrap_or_else(|error| Err(format!("can't write the heap dump: {error}").into()));
+        match result {
+            Ok(summary) => {
+                if verbose {
+                    eprintln!(
+                        " done ({} objects, {} bytes, {} classes in {} ms).",
+                        summary.objects,
+                        summary.bytes,
+                        summary.classes,
+                        started.elapsed().as_millis()
+                    );
+                }
+                if summary.layout_mismatches > 0 {
+                    eprintln!(
                     "openprof: heap dump: {} field values did not fit their class's layout and were left out",
                     summary.layout_mismatches
                 );
-            }
-            if summary.unknown_class_objects > 0 {
-                eprintln!(
+                }
+                if summary.unknown_class_objects > 0 {
+                    eprintln!(
                     "openprof: heap dump: {} objects of classes loaded during the dump were left out",
                     summary.unknown_class_objects
                 );
+                }
             }
+            Err(error) => eprintln!("\nopenprof ERROR: heap dump failed: {error}"),
         }
-        Err(error) => eprintln!("\nopenprof ERROR: heap dump failed: {error}"),
     }
 }
 
