@@ -51,7 +51,7 @@ def openprof_profile(path):
         else:
             current = None
     samples = collections.Counter()
-    for found in re.finditer(r"^\s+\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+(\d+)\s", text, re.M):
+    for found in re.finditer(r"^\s*\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+(\d+)\s", text, re.M):
         samples[int(found.group(2))] += int(found.group(1))
     return sum(samples.values()), failed, samples, traces
 

@@ -27,6 +27,10 @@ struct Entry {
 struct CodeMap {
     entries: Box<[Entry]>,
     count: AtomicUsize,
+    /// The lowest start and highest end of all code mapped: a pc outside is in no method, which
+    /// a lookup tells without a scan (stack scans look up many words that are no code).
+    lowest: AtomicUsize,
+    highest: AtomicUsize,
     append: Mutex<()>,
 }
 
@@ -44,6 +48,8 @@ pub fn init() {
             })
             .collect(),
         count: AtomicUsize::new(0),
+        lowest: AtomicUsize::new(usize::MAX),
+        highest: AtomicUsize::new(0),
         append: Mutex::new(()),
     });
 }
@@ -62,6 +68,9 @@ pub fn loaded(method: jmethodID, start: usize, size: usize) {
         .store(start.saturating_add(size), Ordering::Relaxed);
     entry.method.store(method as usize, Ordering::Relaxed);
     entry.live.store(true, Ordering::Relaxed);
+    map.lowest.fetch_min(start, Ordering::Relaxed);
+    map.highest
+        .fetch_max(start.saturating_add(size), Ordering::Relaxed);
     map.count.store(index + 1, Ordering::Release);
 }
 
@@ -86,6 +95,9 @@ pub fn unloaded(method: jmethodID, start: usize) {
 pub fn method_at(pc: usize) -> Option<jmethodID> {
     let map = MAP.get()?;
     let count = map.count.load(Ordering::Acquire);
+    if pc < map.lowest.load(Ordering::Relaxed) || pc >= map.highest.load(Ordering::Relaxed) {
+        return None;
+    }
     let first = count.saturating_sub(SCAN_LIMIT);
     map.entries[first..count].iter().rev().find_map(|entry| {
         let live = entry.live.load(Ordering::Acquire);

@@ -35,6 +35,7 @@ mod ring;
 mod signals;
 mod sync;
 mod threads;
+mod vm_structs;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;

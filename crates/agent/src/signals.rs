@@ -71,15 +71,32 @@ enum Recovery {
     StubReturnAddress,
     /// In a compiled method's entry: that method, then the walk from its caller.
     MethodEntry,
+    /// Neither: walked from the nearest words on the stack that return into compiled Java code.
+    StackScan,
+    /// In VM code called from Java whose last Java frame was not yet marked walkable: walked
+    /// from that frame.
+    FrameAnchor,
+    /// In VM code called from a runtime stub whose frame AsyncGetCallTrace cannot step over:
+    /// walked from the compiled Java frame that called the stub.
+    RuntimeStub,
 }
 
 impl Recovery {
-    const ALL: [Recovery; 2] = [Recovery::StubReturnAddress, Recovery::MethodEntry];
+    const ALL: [Recovery; 5] = [
+        Recovery::StubReturnAddress,
+        Recovery::MethodEntry,
+        Recovery::StackScan,
+        Recovery::FrameAnchor,
+        Recovery::RuntimeStub,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Recovery::StubReturnAddress => "stub_return_address",
             Recovery::MethodEntry => "method_entry",
+            Recovery::StackScan => "stack_scan",
+            Recovery::FrameAnchor => "frame_anchor",
+            Recovery::RuntimeStub => "runtime_stub",
         }
     }
 }
@@ -89,10 +106,17 @@ impl Recovery {
 const UNKNOWN_BCI: jint = -1;
 
 /// Walks recovered, by `Recovery`.
-static RECOVERED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+static RECOVERED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 /// AsyncGetCallTrace's `ticks_unknown_Java`: the thread runs Java code (or a stub of it) whose
 /// frame the walker does not know.
 const TICKS_UNKNOWN_JAVA: jint = -5;
+/// AsyncGetCallTrace's `ticks_not_walkable_Java`: it found the top frame but could not walk on.
+const TICKS_NOT_WALKABLE_JAVA: jint = -6;
+/// AsyncGetCallTrace's `ticks_unknown_not_Java`: outside Java code with no walkable Java frame.
+const TICKS_UNKNOWN_NOT_JAVA: jint = -3;
+/// AsyncGetCallTrace's `ticks_not_walkable_not_Java`: outside Java code, and the walk from the
+/// last Java frame failed.
+const TICKS_NOT_WALKABLE_NOT_JAVA: jint = -4;
 
 /// A clock read that is async-signal-safe (POSIX lists clock_gettime as such).
 fn clock_nanos(clock: libc::clockid_t) -> u64 {
@@ -260,9 +284,21 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         // SAFETY: `frames` has room for `depth` frames; `context` is the ucontext the kernel gave
         // this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
-        if trace.num_frames == TICKS_UNKNOWN_JAVA {
+        if trace.num_frames == TICKS_UNKNOWN_JAVA || trace.num_frames == TICKS_NOT_WALKABLE_JAVA {
+            let failure = trace.num_frames;
             if let Some(how) = walk_from_return_address(sampler, &mut trace, depth, context) {
                 RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+            } else {
+                trace.num_frames = failure;
+            }
+        } else if trace.num_frames == TICKS_UNKNOWN_NOT_JAVA
+            || trace.num_frames == TICKS_NOT_WALKABLE_NOT_JAVA
+        {
+            let failure = trace.num_frames;
+            if let Some(how) = walk_from_frame_anchor(sampler, &mut trace, depth, context) {
+                RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+            } else {
+                trace.num_frames = failure;
             }
         }
         (thread_id, trace.num_frames)
@@ -335,7 +371,23 @@ fn walk_from_return_address(
         Some(_) => (unsafe { trace.frames.add(1) }, depth - 1),
         None => (trace.frames, depth),
     };
-    for &(return_address, caller_sp, caller_fp) in candidates {
+    // Then, when the frame's shape was none of those (a stub that saved registers, a frame
+    // being torn down), the nearest words that are return addresses into compiled Java code.
+    // Only below the top of the thread's stack, which only the VM's layout tells.
+    let scan_end = crate::vm_structs::thread_layout().map_or(0, |layout| {
+        layout.thread_of(trace.env).map_or(0, |thread| {
+            // SAFETY: the JavaThread of this thread's own JNIEnv is live.
+            let top = unsafe { layout.stack_top(thread) };
+            (top.saturating_sub(sp) / 8).min(STACK_SCAN_WORDS)
+        })
+    });
+    let scanned = (candidates.len()..scan_end)
+        .map(|at| (word(at), sp + 8 * (at + 1), None))
+        .filter(|(address, _, _)| crate::code_map::method_at(*address).is_some())
+        .take(2);
+    for (index, (return_address, caller_sp, caller_fp)) in
+        candidates.iter().copied().chain(scanned).enumerate()
+    {
         if return_address == 0 {
             continue;
         }
@@ -363,6 +415,7 @@ fn walk_from_return_address(
         if caller.num_frames <= 0 {
             continue;
         }
+        let by_scan = index >= candidates.len();
         return Some(match callee {
             Some(method) => {
                 // SAFETY: frame 0 is inside `trace.frames`' room and not written by the walk.
@@ -373,15 +426,132 @@ fn walk_from_return_address(
                     }
                 };
                 trace.num_frames = caller.num_frames + 1;
-                Recovery::MethodEntry
+                if by_scan {
+                    Recovery::StackScan
+                } else {
+                    Recovery::MethodEntry
+                }
             }
             None => {
                 trace.num_frames = caller.num_frames;
-                Recovery::StubReturnAddress
+                if by_scan {
+                    Recovery::StackScan
+                } else {
+                    Recovery::StubReturnAddress
+                }
             }
         });
     }
     trace.num_frames = TICKS_UNKNOWN_JAVA;
+    None
+}
+
+/// A second walk for a thread stopped in VM code called from Java (class loading, linking, the
+/// interpreter's calls into the runtime) before the VM marked its last Java frame walkable:
+/// HotSpot records that frame's stack pointer when Java calls the VM but its pc only when the VM
+/// itself walks the stack, and AsyncGetCallTrace will not walk without it. The pc is the return
+/// address just below that stack pointer, which is how HotSpot fills it in itself; it is put in
+/// the thread's frame anchor for the walk and taken out again. Only while the thread is in the
+/// VM state: no other thread reads its anchor then (it holds safepoints off), and this handler
+/// runs on the thread itself, so the interrupted code finds the anchor as it left it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn walk_from_frame_anchor(
+    sampler: &SignalSampler,
+    trace: &mut CallTrace,
+    depth: usize,
+    context: *mut c_void,
+) -> Option<Recovery> {
+    let layout = crate::vm_structs::thread_layout()?;
+    if context.is_null() {
+        return None;
+    }
+    let thread = layout.thread_of(trace.env)?;
+    // SAFETY: `trace.env` is this thread's JNIEnv, embedded in its JavaThread at the offset
+    // checked at start-up; the fields are inside that live JavaThread.
+    let (state, sp_field, pc_field) = unsafe {
+        (
+            ((thread + layout.state) as *const i32).read_volatile(),
+            (thread + layout.last_java_sp) as *mut usize,
+            (thread + layout.last_java_pc) as *mut usize,
+        )
+    };
+    if state != layout.in_vm {
+        return None;
+    }
+    // SAFETY: `thread` is this thread's live JavaThread.
+    let stack_top = unsafe { layout.stack_top(thread) };
+    // SAFETY: as above.
+    let (last_sp, last_pc) = unsafe { (sp_field.read_volatile(), pc_field.read_volatile()) };
+    // SAFETY: the kernel hands the handler a valid ucontext_t; only read.
+    let interrupted_sp =
+        unsafe { (*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RSP as usize] }
+            as usize;
+    // The Java frame is above the VM code running for it, on this thread's stack.
+    if last_sp == 0 || last_sp % 8 != 0 || last_sp <= interrupted_sp || last_sp >= stack_top {
+        return None;
+    }
+    if last_pc == 0 {
+        // SAFETY: `last_sp` is on this thread's stack, above the interrupted stack pointer, so
+        // the word below it is mapped: the return address of the call into the VM.
+        let return_address = unsafe { ((last_sp - 8) as *const usize).read() };
+        // SAFETY: the anchor is this thread's and nobody else reads it in the VM state (see
+        // above).
+        unsafe { pc_field.write_volatile(return_address) };
+        trace.num_frames = 0;
+        // SAFETY: as for the first walk.
+        unsafe { (sampler.walk)(trace, depth as jint, context) };
+        // SAFETY: as above: the anchor goes back to what the interrupted code left.
+        unsafe { pc_field.write_volatile(0) };
+        if trace.num_frames > 0 {
+            return Some(Recovery::FrameAnchor);
+        }
+    }
+    // The last Java frame is a runtime stub's (an allocation or a runtime call from compiled
+    // code) that AsyncGetCallTrace cannot step over: walk from the compiled frame that called
+    // it, whose return address is one of the stub frame's words.
+    let words_above = (stack_top.saturating_sub(last_sp) / 8).min(STUB_FRAME_WORDS);
+    let callers = (0..words_above)
+        .map(|at| {
+            // SAFETY: above the anchor's stack pointer, inside the thread's used stack (the Java
+            // frames that called the VM are there).
+            (at, unsafe { ((last_sp + 8 * at) as *const usize).read() })
+        })
+        .filter(|(_, word)| crate::code_map::method_at(*word).is_some())
+        .take(2);
+    for (at, return_address) in callers {
+        // SAFETY: as above.
+        unsafe {
+            sp_field.write_volatile(last_sp + 8 * (at + 1));
+            pc_field.write_volatile(return_address);
+        }
+        trace.num_frames = 0;
+        // SAFETY: as for the first walk.
+        unsafe { (sampler.walk)(trace, depth as jint, context) };
+        // SAFETY: as above.
+        unsafe {
+            sp_field.write_volatile(last_sp);
+            pc_field.write_volatile(last_pc);
+        }
+        if trace.num_frames > 0 {
+            return Some(Recovery::RuntimeStub);
+        }
+    }
+    None
+}
+
+/// How many words above the last Java frame's stack pointer a stub's frame may hold: the
+/// runtime stubs that save every register (C1's allocation stubs) take about 150.
+const STUB_FRAME_WORDS: usize = 256;
+/// How many words from the top of the stack are searched for a return address into Java code.
+const STACK_SCAN_WORDS: usize = 32;
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn walk_from_frame_anchor(
+    _sampler: &SignalSampler,
+    _trace: &mut CallTrace,
+    _depth: usize,
+    _context: *mut c_void,
+) -> Option<Recovery> {
     None
 }
 

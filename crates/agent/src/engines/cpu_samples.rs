@@ -270,7 +270,15 @@ impl Engine for CpuSamples {
         Vec::new()
     }
 
-    fn start(&self, context: &Context, _jni: *mut JNIEnv) -> Option<String> {
+    fn start(&self, context: &Context, jni: *mut JNIEnv) -> Option<String> {
+        if self.with_signals(context) && !jni.is_null() {
+            // For the walks in VM code AsyncGetCallTrace gives up on; without it they stay
+            // failures.
+            let learnt = crate::vm_structs::learn(context.jvmti, jni);
+            if let (Err(why), true) = (learnt, context.options.verbose) {
+                eprintln!("openprof: samples in VM code are not walked: {why}");
+            }
+        }
         if context.phase == Phase::Live {
             // The methods compiled before the attach: where their code is.
             let _ = context
