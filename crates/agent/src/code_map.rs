@@ -3,9 +3,11 @@
 //! method a pc is in when AsyncGetCallTrace cannot walk from it (a method's entry before its
 //! frame is complete). Entries are appended under a lock by the JVM's threads and read without
 //! one: a reader sees an entry only once its count is published, and an unloaded entry is
-//! marked dead, never removed, so nothing a reader holds is ever freed or reused.
+//! marked dead, never removed, so nothing a reader holds is ever freed or reused. A lookup
+//! binary-searches an index of the entries sorted by address, rebuilt every few hundred new
+//! entries, and scans only the entries appended since.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::jvmti::jmethodID;
@@ -16,6 +18,8 @@ use crate::sync::lock;
 const CAPACITY: usize = 1 << 18;
 /// How many of the newest entries a lookup scans: the bound on the handler's time.
 const SCAN_LIMIT: usize = 1 << 16;
+/// New entries after which the sorted index is rebuilt: a lookup scans at most these.
+const REBUILD_EVERY: usize = 256;
 
 struct Entry {
     start: AtomicUsize,
@@ -31,7 +35,85 @@ struct CodeMap {
     /// a lookup tells without a scan (stack scans look up many words that are no code).
     lowest: AtomicUsize,
     highest: AtomicUsize,
+    index: SortedIndex,
     append: Mutex<()>,
+}
+
+/// The live entries' numbers sorted by start address, in two buffers: readers use the active
+/// one while the writer rebuilds the other. A reader announces itself in `readers` before it
+/// uses a buffer and checks the buffer is still active after; the writer rebuilds a buffer only
+/// once no reader is announced on it. Readers are signal handlers, done in microseconds.
+struct SortedIndex {
+    buffers: [Box<[AtomicU32]>; 2],
+    lengths: [AtomicUsize; 2],
+    /// Entries below this number are in the buffer (when live at its build).
+    covers: [AtomicUsize; 2],
+    readers: [AtomicUsize; 2],
+    active: AtomicUsize,
+}
+
+impl SortedIndex {
+    fn new() -> SortedIndex {
+        let buffer = || (0..CAPACITY).map(|_| AtomicU32::new(0)).collect();
+        SortedIndex {
+            buffers: [buffer(), buffer()],
+            lengths: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            covers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            readers: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            active: AtomicUsize::new(0),
+        }
+    }
+
+    /// Runs `read` on the active buffer (its sorted entry numbers, and how many entries it
+    /// covers). Async-signal-safe.
+    fn read<R>(&self, read: impl FnOnce(&[AtomicU32], usize) -> R) -> R {
+        loop {
+            let buffer = self.active.load(Ordering::SeqCst) & 1;
+            self.readers[buffer].fetch_add(1, Ordering::SeqCst);
+            if self.active.load(Ordering::SeqCst) & 1 == buffer {
+                let length = self.lengths[buffer].load(Ordering::Acquire);
+                let covers = self.covers[buffer].load(Ordering::Acquire);
+                let sorted = self.buffers[buffer].get(..length).unwrap_or(&[]);
+                let result = read(sorted, covers);
+                self.readers[buffer].fetch_sub(1, Ordering::SeqCst);
+                return result;
+            }
+            // The writer switched buffers meanwhile: the announcement was on the wrong one.
+            self.readers[buffer].fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Rebuilds the inactive buffer from the first `count` entries and makes it the active one.
+    /// Called with the map's append lock held.
+    fn rebuild(&self, entries: &[Entry], count: usize) {
+        let buffer = 1 - (self.active.load(Ordering::SeqCst) & 1);
+        while self.readers[buffer].load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let mut live: Vec<(usize, u32)> = entries[..count]
+            .iter()
+            .enumerate()
+            .filter(|(_, entry)| entry.live.load(Ordering::Relaxed))
+            .map(|(number, entry)| (entry.start.load(Ordering::Relaxed), number as u32))
+            .collect();
+        live.sort_unstable();
+        for (slot, (_, number)) in self.buffers[buffer].iter().zip(&live) {
+            slot.store(*number, Ordering::Relaxed);
+        }
+        self.lengths[buffer].store(live.len(), Ordering::Release);
+        self.covers[buffer].store(count, Ordering::Release);
+        self.active.store(buffer, Ordering::SeqCst);
+    }
+}
+
+impl Entry {
+    /// The entry's method, if it is live and its code holds `pc`.
+    fn method_holding(&self, pc: usize) -> Option<jmethodID> {
+        let live = self.live.load(Ordering::Acquire);
+        let start = self.start.load(Ordering::Relaxed);
+        let end = self.end.load(Ordering::Relaxed);
+        (live && start <= pc && pc < end).then(|| self.method.load(Ordering::Relaxed) as jmethodID)
+    }
 }
 
 static MAP: OnceLock<CodeMap> = OnceLock::new();
@@ -50,6 +132,7 @@ pub fn init() {
         count: AtomicUsize::new(0),
         lowest: AtomicUsize::new(usize::MAX),
         highest: AtomicUsize::new(0),
+        index: SortedIndex::new(),
         append: Mutex::new(()),
     });
 }
@@ -72,6 +155,10 @@ pub fn loaded(method: jmethodID, start: usize, size: usize) {
     map.highest
         .fetch_max(start.saturating_add(size), Ordering::Relaxed);
     map.count.store(index + 1, Ordering::Release);
+    let indexed = map.index.read(|_, covers| covers);
+    if index + 1 >= indexed + REBUILD_EVERY {
+        map.index.rebuild(&map.entries, index + 1);
+    }
 }
 
 /// The compiled code of `method` at `start` was freed.
@@ -91,19 +178,33 @@ pub fn unloaded(method: jmethodID, start: usize) {
 }
 
 /// The compiled method whose code holds `pc`, newest first. Async-signal-safe: atomic loads
-/// only, a bounded scan.
+/// only, a binary search and a bounded scan.
 pub fn method_at(pc: usize) -> Option<jmethodID> {
     let map = MAP.get()?;
     let count = map.count.load(Ordering::Acquire);
     if pc < map.lowest.load(Ordering::Relaxed) || pc >= map.highest.load(Ordering::Relaxed) {
         return None;
     }
-    let first = count.saturating_sub(SCAN_LIMIT);
-    map.entries[first..count].iter().rev().find_map(|entry| {
-        let live = entry.live.load(Ordering::Acquire);
-        let start = entry.start.load(Ordering::Relaxed);
-        let end = entry.end.load(Ordering::Relaxed);
-        (live && start <= pc && pc < end).then(|| entry.method.load(Ordering::Relaxed) as jmethodID)
+    map.index.read(|sorted, covers| {
+        // The entries appended since the index was built, newest first: code that replaced
+        // code at the same address is newer.
+        let newest = covers.max(count.saturating_sub(SCAN_LIMIT));
+        let appended = map.entries.get(newest..count).unwrap_or(&[]);
+        if let Some(method) = appended
+            .iter()
+            .rev()
+            .find_map(|entry| entry.method_holding(pc))
+        {
+            return Some(method);
+        }
+        // The indexed entry starting last at or before `pc`: live code does not overlap, so
+        // only it can hold `pc`.
+        let entry_at = |slot: &AtomicU32| map.entries.get(slot.load(Ordering::Relaxed) as usize);
+        let after = sorted.partition_point(|slot| {
+            entry_at(slot).is_some_and(|entry| entry.start.load(Ordering::Relaxed) <= pc)
+        });
+        let candidate = sorted.get(after.checked_sub(1)?)?;
+        entry_at(candidate)?.method_holding(pc)
     })
 }
 
@@ -124,5 +225,34 @@ mod tests {
         assert_eq!(method_at(0x7000_0080), None);
         loaded(second, 0x7000_0000, 0x80);
         assert_eq!(method_at(0x7000_0010), Some(second));
+    }
+
+    #[test]
+    fn lookups_through_the_sorted_index_agree_with_a_scan() {
+        init();
+        // Thousands of methods, compiled in an order unlike their addresses, some freed and
+        // their memory reused: several index rebuilds and a tail.
+        let base = 0x9000_0000usize;
+        let slot = |n: usize| base + ((n * 7919) % 5000) * 0x100;
+        let mut expected = std::collections::HashMap::new();
+        for n in 0..5000 {
+            loaded((n + 1) as jmethodID, slot(n), 0x80);
+            expected.insert(slot(n), n + 1);
+            if n % 10 == 3 {
+                unloaded((n + 1) as jmethodID, slot(n));
+                expected.remove(&slot(n));
+            }
+        }
+        for n in (0..5000).step_by(20) {
+            unloaded((n + 1) as jmethodID, slot(n));
+            loaded((n + 100_000) as jmethodID, slot(n), 0x40);
+            expected.insert(slot(n), n + 100_000);
+        }
+        for n in 0..5000 {
+            let start = slot(n);
+            let want = expected.get(&start).map(|method| *method as jmethodID);
+            assert_eq!(method_at(start + 0x10), want, "method {n} at {start:#x}");
+            assert_eq!(method_at(start + 0xc0), None, "past method {n}'s code");
+        }
     }
 }
