@@ -15,9 +15,10 @@ records (time in the signal handler, on its own thread, dumping) over the JVM's 
 
 With `--baseline-agent LIB`, another build of the agent (an earlier commit's
 target/release/libopenprof_agent.so) runs in the same rounds, so that a change to the agent is
-measured against the code before it side by side.
+measured against the code before it side by side. With `--cstack-no`, openprof also runs with
+`cstack=no` (Java frames only), so the cost of walking native frames shows as the difference.
 
-Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T] [--baseline-agent LIB]
+Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T] [--baseline-agent LIB] [--cstack-no]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -41,6 +42,7 @@ def main():
     parser.add_argument("--warmup", type=float, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--baseline-agent", help="another build of the agent library to compare with")
+    parser.add_argument("--cstack-no", action="store_true", help="also run openprof with cstack=no")
     args = parser.parse_args()
 
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -59,11 +61,14 @@ def main():
         if not os.path.isfile(args.baseline_agent):
             sys.exit(f"cpu_overhead: no agent library at {args.baseline_agent}")
         agents.append(("baseline", os.path.abspath(args.baseline_agent)))
+    variants = [("", "")] + ([(" cstack=no", ",cstack=no")] if args.cstack_no else [])
     for label, library in agents:
         for interval in (10, 1):
-            profile = f"{work}/{label}{interval}.txt"
-            configs[f"{label} interval={interval}"] = (
-                [f"-agentpath:{library}=cpu=samples,interval={interval},verbose=n,file={profile}"], profile)
+            for suffix, extra in variants if label == "openprof" else [("", "")]:
+                profile = f"{work}/{label}{interval}{extra.replace(',', '_').replace('=', '_')}.txt"
+                configs[f"{label} interval={interval}{suffix}"] = (
+                    [f"-agentpath:{library}=cpu=samples,interval={interval}{extra},verbose=n,file={profile}"],
+                    profile)
     results = {name: [] for name in configs}
     efficiency = {name: [] for name in configs}
     samples = {name: [] for name in configs}

@@ -178,8 +178,17 @@ def main():
                     f"{name} {ours.get(name, 0):.1f} / {theirs.get(name, 0):.1f} %"
                     for name in ("Square", "Circle", "Triangle", "Hexagon")))
             else:
-                print("    top 10 (self), openprof:       " + ", ".join(top_openprof(samples, traces)))
-                print("    top 10 (self), async-profiler: " + ", ".join(top_async(stacks)))
+                ours, theirs = top_openprof(samples, traces, 40), top_async(stacks, 40)
+                print("    top 10 (self), openprof:       " + ", ".join(ours[:10]))
+                print("    top 10 (self), async-profiler: " + ", ".join(theirs[:10]))
+                rank = lambda ranked, name: ranked.index(name) + 1 if name in ranked else None
+                shared = [name for name in ours[:10] if name in theirs[:10]]
+                moves = [abs(rank(ours, name) - rank(theirs, name)) for name in shared]
+                print(f"    top 10 agreement: {len(shared)} of 10 shared, largest rank difference "
+                      f"{max(moves, default=0)}; "
+                      + ", ".join(f"{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} is "
+                                  f"{rank(ours, name)} / {rank(theirs, name)}"
+                                  for name in sorted(set(ours[:10]) ^ set(theirs[:10]))))
     shutil.rmtree(work, ignore_errors=True)
 
 
