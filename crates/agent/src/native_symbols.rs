@@ -108,9 +108,13 @@ impl Library {
     }
 }
 
-/// C++ (Itanium ABI) names demangled without their parameter lists, which HPROF's frame layout
-/// would confuse with its own parentheses; other names as they are.
+/// Rust names demangled without their hash; C++ (Itanium ABI) names without their parameter
+/// lists, which HPROF's frame layout would confuse with its own parentheses; other names as
+/// they are.
 fn demangle(raw: &str) -> String {
+    if let Ok(rust) = rustc_demangle::try_demangle(raw) {
+        return format!("{rust:#}");
+    }
     if raw.starts_with("_Z") {
         let options = cpp_demangle::DemangleOptions::new().no_params();
         if let Some(demangled) = cpp_demangle::Symbol::new(raw)
@@ -232,5 +236,9 @@ mod tests {
             "JavaThread::thread_main_inner"
         );
         assert_eq!(demangle("deflate_slow"), "deflate_slow");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h2f6ad95b5a3e1b1bE"),
+            "core::fmt::write"
+        );
     }
 }

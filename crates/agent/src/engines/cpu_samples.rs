@@ -82,8 +82,10 @@ pub struct CpuSamples {
     code_ranges_read: Mutex<Option<Instant>>,
 }
 
-/// How often the agent's thread looks for libraries loaded since it last looked.
+/// How often the agent's thread looks for libraries loaded since it last looked; and how soon
+/// when samples suggest one was.
 const CODE_RANGES_REFRESH: Duration = Duration::from_secs(1);
+const CODE_RANGES_REFRESH_SOON: Duration = Duration::from_millis(50);
 
 impl CpuSamples {
     /// Chooses the sampler (installing the signal handler when it is the one).
@@ -367,8 +369,21 @@ impl Engine for CpuSamples {
             });
         });
         if let Some(last) = lock(&self.code_ranges_read).as_mut() {
-            // Libraries loaded since (System.loadLibrary), for the native walk to go through.
-            if last.elapsed() >= CODE_RANGES_REFRESH {
+            // Libraries loaded since (System.loadLibrary, or the JDK's own on first use), for
+            // the native walk to go through. A sample stopped in a native method with no native
+            // frame above it was likely in such a library: then look again soon.
+            let in_unseen_library = raw.iter().any(|sample| {
+                matches!(
+                    sample.frames.first(),
+                    Some(SampledFrame::Java(_, Location::Native))
+                )
+            });
+            let wait = if in_unseen_library {
+                CODE_RANGES_REFRESH_SOON
+            } else {
+                CODE_RANGES_REFRESH
+            };
+            if last.elapsed() >= wait {
                 crate::native_stack::refresh_code_ranges();
                 *last = Instant::now();
             }
