@@ -1,6 +1,7 @@
 //! Native frames and failed walks' marks in cpu=samples, against workloads built for them:
-//! NativeDeflate spends nearly all its CPU in zlib under Deflater.deflateBytesBytes; Megamorphic
-//! has walks AsyncGetCallTrace cannot finish.
+//! NativeSpin spends nearly all its CPU in a C function of ours two native frames under its JNI
+//! method; NativeDeflate in zlib under Deflater.deflateBytesBytes; Megamorphic has walks
+//! AsyncGetCallTrace cannot finish.
 
 use std::collections::HashMap;
 use std::io::BufReader;
@@ -53,6 +54,81 @@ fn is_zlib(library: &str) -> bool {
     library.starts_with("libz.so") || library.starts_with("libzip.so")
 }
 
+/// NativeSpin's C side, built with frame pointers: the JNI method calls spin_inner, which
+/// does the work (no JNI header needed: a jlong is a C long on x86-64 Linux).
+const NATIVE_SPIN_C: &str = r#"
+__attribute__((noinline)) long spin_inner(long rounds) {
+    volatile long x = 1;
+    for (long i = 0; i < rounds; i++) {
+        x = x * 6364136223846793005L + 1442695040888963407L;
+    }
+    return x;
+}
+
+long Java_NativeSpin_spin(void *env, void *class, long rounds) {
+    return spin_inner(rounds) + 1;
+}
+"#;
+
+#[test]
+fn a_jni_librarys_frames_are_walked_in_full_under_their_java_caller() {
+    let dir = openprof_testkit::kept_temp_dir("openprof-native-spin-");
+    let source = dir.join("native_spin.c");
+    std::fs::write(&source, NATIVE_SPIN_C).unwrap();
+    let library = dir.join("libnativespin.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-o"])
+        .arg(&library)
+        .arg(&source)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let run = run_java(
+        Some("cpu=samples,depth=6,interval=2,cutoff=0,file=spin.txt"),
+        "NativeSpin",
+        &[library.to_str().unwrap(), "2"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("spin.txt");
+    let samples = sampled_traces(&profile);
+    let total: u64 = samples.iter().map(|(_, count)| count).sum();
+    let expected = [
+        ("libnativespin.so", "spin_inner"),
+        ("libnativespin.so", "Java_NativeSpin_spin"),
+        ("", "NativeSpin.spin"),
+        ("", "NativeSpin.main"),
+    ];
+    let exact: u64 = samples
+        .iter()
+        .filter(|(trace, _)| {
+            trace.frames.len() == expected.len()
+                && trace
+                    .frames
+                    .iter()
+                    .zip(&expected)
+                    .all(|(frame, (library, name))| {
+                        if library.is_empty() {
+                            frame.is_java() && frame.qualified_method() == *name
+                        } else {
+                            frame.line == FrameLine::NativeCode
+                                && frame.class_name == *library
+                                && frame.method_name == *name
+                        }
+                    })
+        })
+        .map(|(_, count)| count)
+        .sum();
+    // The workload is built to spend nearly all its CPU in spin_inner; the library is loaded
+    // after the VM started, so its first samples may come before the agent has seen it.
+    assert!(total >= 300, "{total} samples");
+    assert!(
+        exact * 10 >= total * 8,
+        "{exact} of {total} samples are spin_inner < Java_NativeSpin_spin < NativeSpin.spin < main: {:?}",
+        profile.cpu_tables.last()
+    );
+}
+
 #[test]
 fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
     let profile = profile_of(
@@ -73,7 +149,9 @@ fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
         under_jni += count;
         // Every frame above the JNI method is native code, innermost first, the leaf zlib's.
         assert!(
-            native.iter().all(|frame| frame.line == FrameLine::NativeCode),
+            native
+                .iter()
+                .all(|frame| frame.line == FrameLine::NativeCode),
             "{trace:?}"
         );
         if native.first().is_some_and(|leaf| is_zlib(&leaf.class_name)) {
@@ -119,7 +197,12 @@ fn cstack_no_records_java_frames_only() {
     let on_top: u64 = samples
         .iter()
         .filter(|(trace, _)| {
-            trace.frames.first().map(|f| f.qualified_method()).as_deref() == Some(DEFLATE_JNI)
+            trace
+                .frames
+                .first()
+                .map(|f| f.qualified_method())
+                .as_deref()
+                == Some(DEFLATE_JNI)
         })
         .map(|(_, count)| count)
         .sum();
@@ -150,7 +233,9 @@ fn failed_walks_are_kept_as_marked_samples_and_still_counted() {
             assert_eq!(marks.len(), 1, "{trace:?}");
             assert_eq!(trace.frames.last(), Some(*mark), "{trace:?}");
             assert!(trace.frames.iter().all(|f| !f.is_java()), "{trace:?}");
-            *marked_by_reason.entry(mark.method_name.clone()).or_default() += count;
+            *marked_by_reason
+                .entry(mark.method_name.clone())
+                .or_default() += count;
         }
     }
     let marked: u64 = marked_by_reason.values().sum();
@@ -211,7 +296,10 @@ fn binary_output_carries_native_frames_for_any_hprof_reader() {
         })
         .map(|(_, count)| count)
         .sum();
-    assert!(under_jni >= 100, "{under_jni} samples of zlib under the JNI method");
+    assert!(
+        under_jni >= 100,
+        "{under_jni} samples of zlib under the JNI method"
+    );
     // A reader we did not write sees valid STACK FRAMEs: native methods of a class named after
     // the library.
     let hprof = jvm_hprof::parse_hprof(&bytes).expect("jvm-hprof reads the header");
@@ -246,5 +334,9 @@ fn binary_output_carries_native_frames_for_any_hprof_reader() {
                 && utf8.contains_key(&frame.method_name_id().id())
         })
         .count();
-    assert!(zlib_frames > 0, "no zlib frame among {} frames", frames.len());
+    assert!(
+        zlib_frames > 0,
+        "no zlib frame among {} frames",
+        frames.len()
+    );
 }
