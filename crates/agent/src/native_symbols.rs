@@ -61,8 +61,8 @@ struct Library {
 impl Library {
     fn read(path: &str) -> Option<Library> {
         let name = path.rsplit('/').next().unwrap_or(path).to_string();
-        let data = std::fs::read(path).ok()?;
-        let file = object::File::parse(&*data).ok()?;
+        let mapped = MappedFile::open(path)?;
+        let file = object::File::parse(mapped.bytes()).ok()?;
         let segments = file
             .segments()
             .map(|segment| {
@@ -70,18 +70,9 @@ impl Library {
                 (offset, size, segment.address())
             })
             .collect();
-        let functions_of = |symbols: &mut dyn Iterator<Item = object::Symbol<'_, '_>>| {
-            symbols
-                .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.is_definition())
-                .filter_map(|symbol| {
-                    let raw = symbol.name().ok()?;
-                    Some((symbol.address(), symbol.size(), Arc::<str>::from(raw)))
-                })
-                .collect::<Vec<_>>()
-        };
-        let mut functions = functions_of(&mut file.symbols());
+        let mut functions = functions_of(file.symbols());
         if functions.is_empty() {
-            functions = functions_of(&mut file.dynamic_symbols());
+            functions = functions_of(file.dynamic_symbols());
         }
         functions.sort_by_key(|function| function.0);
         Some(Library {
@@ -106,6 +97,63 @@ impl Library {
         let (start, size, name) = self.functions.get(after.checked_sub(1)?)?;
         (*size == 0 || address < start + size).then_some(name)
     }
+}
+
+/// A library's file mapped read-only: parsing it touches only the pages of its headers and
+/// symbol tables (a few of libjvm.so's 24 MB), where reading it whole would copy all of it.
+struct MappedFile {
+    start: *mut libc::c_void,
+    len: usize,
+}
+
+impl MappedFile {
+    fn open(path: &str) -> Option<MappedFile> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path).ok()?;
+        let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
+        if len == 0 {
+            return None;
+        }
+        // SAFETY: a fresh private read-only mapping of a file we opened; the descriptor may
+        // close once mapped. Loaded libraries are not rewritten in place (the process itself
+        // runs their code), so the bytes stay valid while mapped.
+        let start = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (start != libc::MAP_FAILED).then_some(MappedFile { start, len })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes are mapped at `start` until drop.
+        unsafe { std::slice::from_raw_parts(self.start.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping made in `open`, once.
+        unsafe { libc::munmap(self.start, self.len) };
+    }
+}
+
+/// The defined functions among `symbols`: (address, size, name as the table gives it).
+fn functions_of<'data: 'file, 'file, R: object::ReadRef<'data> + 'file>(
+    symbols: impl Iterator<Item = object::Symbol<'data, 'file, R>>,
+) -> Vec<(u64, u64, Arc<str>)> {
+    symbols
+        .filter(|symbol| symbol.kind() == SymbolKind::Text && symbol.is_definition())
+        .filter_map(|symbol| {
+            let raw = symbol.name().ok()?;
+            Some((symbol.address(), symbol.size(), Arc::<str>::from(raw)))
+        })
+        .collect()
 }
 
 /// Rust names demangled without their hash; C++ (Itanium ABI) names without their parameter
