@@ -180,11 +180,16 @@ pub fn walk(context: *mut libc::c_void, thread_id: i32, out: *mut CallFrame, roo
     let mut pc = registers[libc::REG_RIP as usize] as usize;
     let mut fp = registers[libc::REG_RBP as usize] as usize;
     let mut sp = registers[libc::REG_RSP as usize] as usize;
-    // Without the thread's stack bounds no word of its stack is read: the innermost frame only.
-    let stack = slot_of(thread_id).and_then(|slot| {
-        let high = slot.high.load(Ordering::Acquire);
-        (high != 0).then(|| (slot.low.load(Ordering::Acquire), high))
-    });
+    // Without the thread's stack bounds no word of its stack is read: the innermost frame
+    // only. So too when the interrupted code was not on that stack (a signal handler of some
+    // library on an alternate stack): then the words above its stack pointer are not known to
+    // be mapped.
+    let stack = slot_of(thread_id)
+        .and_then(|slot| {
+            let high = slot.high.load(Ordering::Acquire);
+            (high != 0).then(|| (slot.low.load(Ordering::Acquire), high))
+        })
+        .filter(|&(low, high)| low <= sp && sp < high);
     let mut count = 0;
     while count < room.min(MAX_NATIVE_FRAMES) && ranges.contains(pc) {
         // A return address is the instruction after the call: one back is inside the call.
