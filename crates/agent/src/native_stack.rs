@@ -7,7 +7,7 @@
 //! thread's stack bounds (recorded by the thread itself when its timer starts). x86-64 Linux
 //! only; elsewhere no native frame is recorded.
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::ring::CallFrame;
 
@@ -55,21 +55,57 @@ fn read_code_ranges() -> std::io::Result<Vec<(usize, usize)>> {
     Ok(ranges)
 }
 
-/// Takes a new snapshot of the loaded objects' code for the handler, when it changed. Called
-/// before sampling starts and then from the agent's thread, never from the handler.
-pub fn refresh_code_ranges() {
+/// Takes a new snapshot of the loaded objects' code for the handler, when it changed; false
+/// when the maps could not be read. Never called from the handler.
+fn refresh_code_ranges() -> bool {
     let Ok(ranges) = read_code_ranges() else {
-        return;
+        return false;
     };
     let current = CODE_RANGES.load(Ordering::Acquire);
     // SAFETY: a published snapshot is never freed.
     if !current.is_null() && unsafe { &*current }.ranges[..] == ranges[..] {
-        return;
+        return true;
     }
     let snapshot = Box::into_raw(Box::new(CodeRanges {
         ranges: ranges.into_boxed_slice(),
     }));
     CODE_RANGES.store(snapshot, Ordering::Release);
+    true
+}
+
+/// The dynamic loader's count of objects loaded and unloaded when the code ranges were last
+/// read (agent's thread only).
+static LOADER_GENERATION: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The dynamic loader's count of objects loaded plus unloaded so far: it changes exactly when
+/// a library comes or goes. Cheap (no file read), so it can be asked often.
+fn loader_generation() -> u64 {
+    unsafe extern "C" fn first(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        generation: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: the loader passes a valid entry; `generation` is the u64 given below.
+        unsafe {
+            *generation.cast::<u64>() = ((*info).dlpi_adds).wrapping_add((*info).dlpi_subs);
+        }
+        1
+    }
+    let mut generation = 0u64;
+    // SAFETY: the callback only reads the entry it is given and writes `generation`, which
+    // outlives the call; returning non-zero stops the iteration at the first object.
+    unsafe { libc::dl_iterate_phdr(Some(first), (&mut generation as *mut u64).cast()) };
+    generation
+}
+
+/// Reads the loaded objects' code for the handler: first, and again whenever a library was
+/// loaded or unloaded since (System.loadLibrary, or the JDK's own libraries on first use).
+/// Called before sampling starts, then by the agent's thread; never from the handler.
+pub fn refresh_code_ranges_if_changed() {
+    let generation = loader_generation();
+    if LOADER_GENERATION.load(Ordering::Relaxed) != generation && refresh_code_ranges() {
+        LOADER_GENERATION.store(generation, Ordering::Relaxed);
+    }
 }
 
 /// One thread's stack, by kernel id. `high` is published last and cleared first, so a reader
@@ -162,10 +198,18 @@ fn current_thread_stack() -> Option<(usize, usize)> {
 }
 
 /// Writes the native frames of the interrupted code, innermost first, into `out` (room for
-/// `room` frames) and returns how many. Called from the SIGPROF handler only, on the thread
-/// `thread_id` the signal interrupted, with the ucontext the kernel gave it.
+/// `room` frames) and returns how many.
+///
+/// # Safety
+/// Called from the SIGPROF handler only, on the thread `thread_id` the signal interrupted, with
+/// the ucontext the kernel gave it (or null); `out` must have room for `room` frames.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-pub fn walk(context: *mut libc::c_void, thread_id: i32, out: *mut CallFrame, room: usize) -> usize {
+pub unsafe fn walk(
+    context: *mut libc::c_void,
+    thread_id: i32,
+    out: *mut CallFrame,
+    room: usize,
+) -> usize {
     if !ENABLED.load(Ordering::Acquire) || context.is_null() {
         return 0;
     }
@@ -220,8 +264,10 @@ pub fn walk(context: *mut libc::c_void, thread_id: i32, out: *mut CallFrame, roo
     count
 }
 
+/// # Safety
+/// Nothing is read or written: no native frame is walked on this platform.
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-pub fn walk(
+pub unsafe fn walk(
     _context: *mut libc::c_void,
     _thread_id: i32,
     _out: *mut CallFrame,
@@ -236,7 +282,7 @@ mod tests {
 
     #[test]
     fn code_ranges_hold_this_test_binary_and_not_the_heap() {
-        refresh_code_ranges();
+        assert!(refresh_code_ranges());
         // SAFETY: published snapshots are never freed.
         let ranges = unsafe { &*CODE_RANGES.load(Ordering::Acquire) };
         let function = code_ranges_hold_this_test_binary_and_not_the_heap as *const () as usize;
@@ -244,11 +290,24 @@ mod tests {
         let heap = Box::new(0u64);
         assert!(!ranges.contains(&*heap as *const u64 as usize));
         // The same maps again: the snapshot is kept, not replaced.
-        refresh_code_ranges();
+        assert!(refresh_code_ranges());
         assert_eq!(
             CODE_RANGES.load(Ordering::Acquire) as usize,
             ranges as *const _ as usize
         );
+    }
+
+    #[test]
+    fn loading_a_library_changes_the_loaders_generation() {
+        let before = loader_generation();
+        assert_eq!(loader_generation(), before);
+        // SAFETY: dlopen of a library every Linux has, with a NUL-terminated name; it is
+        // closed at once.
+        let handle = unsafe { libc::dlopen(c"libutil.so.1".as_ptr(), libc::RTLD_NOW) };
+        assert!(!handle.is_null());
+        // SAFETY: the handle dlopen just gave.
+        unsafe { libc::dlclose(handle) };
+        assert_ne!(loader_generation(), before);
     }
 
     #[test]

@@ -254,7 +254,9 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         }
         // The native frames first (innermost), leaving room for the Java frames' first or the
         // mark of a failed walk.
-        let native = crate::native_stack::walk(context, thread_id, frames, depth - 1);
+        // SAFETY: this is the handler, on the interrupted thread, with the kernel's ucontext;
+        // `frames` has room for `depth` frames.
+        let native = unsafe { crate::native_stack::walk(context, thread_id, frames, depth - 1) };
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
         let depth = depth - native;

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use jvmti_bindings::sys::jvmti::{
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
@@ -77,15 +77,9 @@ pub struct CpuSamples {
     /// The agent thread's CPU time already reported in a dump.
     agent_thread_reported: AtomicU64,
     pub control: SamplingControl,
-    /// With native frames (`cstack=fp` and the signal sampler): when the loaded libraries'
-    /// code was last read for the native walk.
-    code_ranges_read: Mutex<Option<Instant>>,
+    /// Native frames are walked (`cstack=fp` with the signal sampler).
+    native_frames: bool,
 }
-
-/// How often the agent's thread looks for libraries loaded since it last looked; and how soon
-/// when samples suggest one was.
-const CODE_RANGES_REFRESH: Duration = Duration::from_secs(1);
-const CODE_RANGES_REFRESH_SOON: Duration = Duration::from_millis(50);
 
 impl CpuSamples {
     /// Chooses the sampler (installing the signal handler when it is the one).
@@ -100,7 +94,7 @@ impl CpuSamples {
             && options.cstack == CStack::FramePointers
             && cfg!(all(target_arch = "x86_64", target_os = "linux"));
         if native_frames {
-            crate::native_stack::refresh_code_ranges();
+            crate::native_stack::refresh_code_ranges_if_changed();
             crate::native_stack::set_enabled(true);
         }
         Ok(CpuSamples {
@@ -108,7 +102,7 @@ impl CpuSamples {
             clock: Mutex::new((clock, None)),
             agent_thread_reported: AtomicU64::new(0),
             control: SamplingControl::new(options.depth),
-            code_ranges_read: Mutex::new(native_frames.then(Instant::now)),
+            native_frames,
         })
     }
 
@@ -299,9 +293,9 @@ impl Engine for CpuSamples {
         } else {
             None
         };
-        if lock(&self.code_ranges_read).is_some() {
+        if self.native_frames {
             // The libraries the VM loaded while it started (libjava, libzip, ...).
-            crate::native_stack::refresh_code_ranges();
+            crate::native_stack::refresh_code_ranges_if_changed();
         }
         if self.with_signals(context) {
             signals::set_enabled(true);
@@ -310,7 +304,7 @@ impl Engine for CpuSamples {
     }
 
     fn thread_started(&self, context: &Context, _serial: u32, _name: &str, _group: &str) {
-        if lock(&self.code_ranges_read).is_some() {
+        if self.native_frames {
             // Before its timer starts: the native walk reads only inside the thread's stack.
             crate::native_stack::remember_current_thread_stack();
         }
@@ -318,7 +312,7 @@ impl Engine for CpuSamples {
     }
 
     fn thread_ended(&self, _context: &Context, _serial: u32) {
-        if lock(&self.code_ranges_read).is_some() {
+        if self.native_frames {
             crate::native_stack::forget_current_thread_stack();
         }
     }
@@ -368,25 +362,8 @@ impl Engine for CpuSamples {
                 frames,
             });
         });
-        if let Some(last) = lock(&self.code_ranges_read).as_mut() {
-            // Libraries loaded since (System.loadLibrary, or the JDK's own on first use), for
-            // the native walk to go through. A sample stopped in a native method with no native
-            // frame above it was likely in such a library: then look again soon.
-            let in_unseen_library = raw.iter().any(|sample| {
-                matches!(
-                    sample.frames.first(),
-                    Some(SampledFrame::Java(_, Location::Native))
-                )
-            });
-            let wait = if in_unseen_library {
-                CODE_RANGES_REFRESH_SOON
-            } else {
-                CODE_RANGES_REFRESH
-            };
-            if last.elapsed() >= wait {
-                crate::native_stack::refresh_code_ranges();
-                *last = Instant::now();
-            }
+        if self.native_frames {
+            crate::native_stack::refresh_code_ranges_if_changed();
         }
         report.profile.add_dropped(ring.take_dropped());
         let serials: Vec<Option<u32>> = {
