@@ -565,6 +565,22 @@ mod tests {
     }
 
     #[test]
+    fn cpu_rows_name_native_symbols_with_spaces_and_empty_traces() {
+        let text = "JAVA PROFILE 1.0.1\n--------\nTRACE 300001:\n\t<empty>\nTRACE 300002:\n\toperator new(libstdc++.so.6:native)\n\t[GC active](failed walk)\nCPU SAMPLES BEGIN (total = 3) d\nrank   self  accum   count trace method\n   1 66.67% 66.67%       2 300002 operator new\n   2 33.33% 100.00%       1 300001 <empty trace>\nCPU SAMPLES END\n";
+        let profile = read(text.as_bytes()).unwrap();
+        let rows = &profile.last_cpu_samples().unwrap().rows;
+        assert_eq!(rows[0].method.as_deref(), Some("operator new"));
+        assert_eq!(rows[1].method, None);
+        assert_eq!(
+            profile.traces[&300002].frames,
+            vec![
+                Frame::native_code("libstdc++.so.6", "operator new"),
+                Frame::failed_walk("[GC active]")
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_sections_are_skipped_by_name() {
         let text = "JAVA PROFILE 1.0.1\n--------\nMONITOR DUMP BEGIN\n    THREAD 200001, trace 300001, status: R\nMONITOR DUMP END\n";
         let profile = read(text.as_bytes()).unwrap();
