@@ -10,7 +10,9 @@ use crate::net::{Sink, SINK_BUFFER};
 use openprof_format::hprof_binary::{
     AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value,
 };
-use openprof_format::hprof_text::{CpuTable, FrameLine, SiteRow, SitesTable, Trace};
+use openprof_format::hprof_text::{
+    CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, NATIVE_CODE_SOURCE,
+};
 
 use crate::heap_walk::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::threads::ThreadEvent;
@@ -160,16 +162,24 @@ impl BinaryOutput {
                 let frame_id = self.frames.len() as u64 + 1;
                 let method_name_id = self.string(&frame.method_name)?;
                 let signature_id = self.string("")?;
-                let source_id = match &frame.source_file {
-                    Some(source) => self.string(source)?,
-                    None => self.string("<Unknown Source>")?,
+                // Native code is written as a native method of a class named after its
+                // library, a failed walk's mark as a method of a class of its own: any HPROF
+                // reader shows them, and the source file tells ours what they are.
+                let (class_name, source) = match frame.line {
+                    FrameLine::NativeCode => (frame.class_name.as_str(), NATIVE_CODE_SOURCE),
+                    FrameLine::FailedWalk => (FAILED_WALK_SOURCE, FAILED_WALK_SOURCE),
+                    _ => (
+                        frame.class_name.as_str(),
+                        frame.source_file.as_deref().unwrap_or("<Unknown Source>"),
+                    ),
                 };
-                let class_serial = self.class_serial(&frame.class_name)?;
+                let source_id = self.string(source)?;
+                let class_serial = self.class_serial(class_name)?;
                 let line = match frame.line {
                     FrameLine::Line(line) => line as i32,
-                    FrameLine::Unknown => -1,
+                    FrameLine::Unknown | FrameLine::FailedWalk => -1,
                     FrameLine::Compiled => -2,
-                    FrameLine::Native => -3,
+                    FrameLine::Native | FrameLine::NativeCode => -3,
                 };
                 self.writer.record(&Record::StackFrame {
                     frame_id,

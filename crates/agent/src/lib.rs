@@ -27,6 +27,8 @@ mod jni;
 mod jvmti;
 mod loaders;
 mod methods;
+mod native_stack;
+mod native_symbols;
 mod net;
 mod output;
 mod plan;

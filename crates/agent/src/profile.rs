@@ -4,17 +4,55 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use openprof_format::hprof_text::{
-    CpuEntry, CpuTable, CpuTableKind, FrameLine, Trace, TRACE_SERIAL_START,
+    CpuEntry, CpuTable, CpuTableKind, Frame, FrameLine, Trace, TRACE_SERIAL_START,
 };
 
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::methods::{Location, Methods};
+use crate::native_symbols::NativeSymbols;
 use crate::signals::failure_name;
+
+/// One frame of a sample as it was taken.
+#[derive(Clone, Copy, Debug)]
+pub enum SampledFrame {
+    Java(jmethodID, Location),
+    /// Native code at this pc.
+    NativeCode(usize),
+    /// The Java stack could not be walked: AsyncGetCallTrace's failure code.
+    FailedWalk(i32),
+}
+
+/// The mark a failed walk's sample shows, by AsyncGetCallTrace's failure code (one per code;
+/// docs/hprof-text.md lists them).
+pub fn failed_walk_mark(code: i32) -> &'static str {
+    match code {
+        0 => "[no Java frame]",
+        -1 => "[no class load]",
+        -2 => "[GC active]",
+        -3 => "[unknown native]",
+        -4 => "[not walkable native]",
+        -5 => "[unknown Java]",
+        -6 => "[not walkable Java]",
+        -7 => "[unknown state]",
+        -8 => "[thread exit]",
+        -9 => "[deopt]",
+        -10 => "[safepoint]",
+        _ => "[unknown failure]",
+    }
+}
+
+/// A trace's frame as traces are told apart: a Java method by its jmethodID and line, other
+/// frames by what they show (pcs of one function make one frame).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum KeyFrame {
+    Java(usize, FrameLine),
+    Shown(Frame),
+}
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct TraceKey {
     thread: Option<u32>,
-    frames: Vec<(usize, FrameLine)>,
+    frames: Vec<KeyFrame>,
 }
 
 /// What one dump writes: the TRACEs not printed before, the ranked table, the walk failures.
@@ -29,6 +67,7 @@ pub struct CpuProfile {
     /// Line numbers in traces (`lineno=y`); without them frames are told apart by method only.
     lineno: bool,
     methods: Methods,
+    natives: NativeSymbols,
     serial_by_key: HashMap<TraceKey, u32>,
     traces: HashMap<u32, Trace>,
     /// (hits, cost) per trace since the last dump: samples, or entries and CPU nanoseconds.
@@ -44,6 +83,7 @@ impl CpuProfile {
         CpuProfile {
             lineno,
             methods: Methods::default(),
+            natives: NativeSymbols::default(),
             serial_by_key: HashMap::new(),
             traces: HashMap::new(),
             counts: HashMap::new(),
@@ -89,43 +129,79 @@ impl CpuProfile {
         thread: Option<u32>,
         frames: impl Iterator<Item = (jmethodID, Location)>,
     ) -> u32 {
+        self.intern_sampled(
+            jvmti,
+            thread,
+            frames.map(|(method, location)| SampledFrame::Java(method, location)),
+        )
+    }
+
+    /// Counts one sample of `frames` (innermost first), Java or not.
+    pub fn add_sampled(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = SampledFrame>,
+    ) {
+        let serial = self.intern_sampled(jvmti, thread, frames);
+        let counted = self.counts.entry(serial).or_default();
+        counted.0 += 1;
+        counted.1 += 1;
+    }
+
+    fn intern_sampled(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = SampledFrame>,
+    ) -> u32 {
         let mut key = TraceKey {
             thread,
             frames: Vec::new(),
         };
         let mut resolved = Vec::new();
-        for (method, location) in frames {
-            let info = self.methods.get(jvmti, method);
-            let line = if self.lineno {
-                info.line_of(location)
-            } else {
-                FrameLine::Unknown
-            };
-            key.frames.push((method as usize, line.clone()));
-            resolved.push((info, line));
+        for frame in frames {
+            match frame {
+                SampledFrame::Java(method, location) => {
+                    let info = self.methods.get(jvmti, method);
+                    let line = if self.lineno {
+                        info.line_of(location)
+                    } else {
+                        FrameLine::Unknown
+                    };
+                    key.frames
+                        .push(KeyFrame::Java(method as usize, line.clone()));
+                    resolved.push(info.frame(line));
+                }
+                SampledFrame::NativeCode(pc) => {
+                    let shown = self.natives.frame(pc);
+                    key.frames.push(KeyFrame::Shown(shown.clone()));
+                    resolved.push(shown);
+                }
+                SampledFrame::FailedWalk(code) => {
+                    let mark = Frame::failed_walk(failed_walk_mark(code));
+                    key.frames.push(KeyFrame::Shown(mark.clone()));
+                    resolved.push(mark);
+                }
+            }
         }
-        let serial = match self.serial_by_key.get(&key) {
+        match self.serial_by_key.get(&key) {
             Some(serial) => *serial,
             None => {
                 self.last_serial += 1;
                 let serial = self.last_serial;
-                let frames = resolved
-                    .into_iter()
-                    .map(|(info, line)| info.frame(line))
-                    .collect();
                 self.traces.insert(
                     serial,
                     Trace {
                         serial,
                         thread,
-                        frames,
+                        frames: resolved,
                     },
                 );
                 self.serial_by_key.insert(key, serial);
                 serial
             }
-        };
-        serial
+        }
     }
 
     /// The TRACEs among `serials` that no earlier output printed, marked printed now.

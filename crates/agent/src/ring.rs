@@ -8,12 +8,39 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use crate::jvmti::jmethodID;
 
 /// One frame as AsyncGetCallTrace writes it (HotSpot's `ASGCT_CallFrame`): for a Java frame
-/// `lineno` is the bytecode index, for a native frame it is -3.
+/// `lineno` is the bytecode index, for a native method it is -3. Two `lineno` values it never
+/// writes mark the handler's own frames: [`NATIVE_PC_LINENO`] and [`FAILED_WALK_LINENO`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallFrame {
     pub lineno: i32,
     pub method_id: jmethodID,
+}
+
+/// A frame of native code: `method_id` holds its pc.
+pub const NATIVE_PC_LINENO: i32 = i32::MIN;
+/// The mark of a failed walk: `method_id` holds AsyncGetCallTrace's failure code.
+pub const FAILED_WALK_LINENO: i32 = i32::MIN + 1;
+
+impl CallFrame {
+    pub fn native_pc(pc: usize) -> CallFrame {
+        CallFrame {
+            lineno: NATIVE_PC_LINENO,
+            method_id: pc as jmethodID,
+        }
+    }
+
+    pub fn failed_walk(code: i32) -> CallFrame {
+        CallFrame {
+            lineno: FAILED_WALK_LINENO,
+            method_id: code as isize as jmethodID,
+        }
+    }
+
+    /// The failure code of a failed walk's mark.
+    pub fn failure_code(&self) -> Option<i32> {
+        (self.lineno == FAILED_WALK_LINENO).then_some(self.method_id as isize as i32)
+    }
 }
 
 struct Slot {

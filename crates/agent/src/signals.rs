@@ -276,13 +276,21 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         if status != 0 || env.is_null() {
             return (thread_id, NOT_A_VM_THREAD);
         }
+        // The native frames first (innermost), leaving room for the Java frames' first or the
+        // mark of a failed walk.
+        // SAFETY: this is the handler, on the interrupted thread, with the kernel's ucontext;
+        // `frames` has room for `depth` frames.
+        let native = unsafe { crate::native_stack::walk(context, thread_id, frames, depth - 1) };
+        // SAFETY: `native` < `depth`, the frames the ring gave us.
+        let java_frames = unsafe { frames.add(native) };
+        let depth = depth - native;
         let mut trace = CallTrace {
             env: env.cast(),
             num_frames: 0,
-            frames,
+            frames: java_frames,
         };
-        // SAFETY: `frames` has room for `depth` frames; `context` is the ucontext the kernel gave
-        // this handler; AsyncGetCallTrace is designed to run in a signal handler.
+        // SAFETY: `java_frames` has room for `depth` frames; `context` is the ucontext the kernel
+        // gave this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
         if trace.num_frames == TICKS_UNKNOWN_JAVA || trace.num_frames == TICKS_NOT_WALKABLE_JAVA {
             let failure = trace.num_frames;
@@ -301,7 +309,13 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
                 trace.num_frames = failure;
             }
         }
-        (thread_id, trace.num_frames)
+        if trace.num_frames <= 0 {
+            // The sample is kept, marked with why its Java stack is missing.
+            // SAFETY: `depth` >= 1, so `java_frames` has room for one frame.
+            unsafe { *java_frames = CallFrame::failed_walk(trace.num_frames) };
+            return (thread_id, native as i32 + 1);
+        }
+        (thread_id, native as i32 + trace.num_frames)
     });
 }
 

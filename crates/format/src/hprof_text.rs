@@ -5,7 +5,8 @@
 //! docs/hprof-text.md, how the samples were taken and how many walks failed; and `MPT BEGIN …
 //! END`, method parameter tracing's figures, documented in docs/mpt.md and written and read in
 //! [`mpt`]. The heap records are in `sites` (`SITES`) and `heap_dump` (`HEAP DUMP`), re-exported
-//! here.
+//! here. A TRACE of CPU samples may also hold frames of native code, `symbol(library:native)`,
+//! and end in a failed walk's mark, `[reason](failed walk)` (docs/hprof-text.md).
 //!
 //! - [`model`]: the records as Rust types, and the profile a file reads into.
 //! - [`writer`]: [`TextWriter`], the header and the thread, trace and CPU records.

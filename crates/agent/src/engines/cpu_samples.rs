@@ -13,7 +13,7 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
 use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
-use openprof_format::options::{CpuTimer, Options, Sampler, MAX_DEPTH};
+use openprof_format::options::{CStack, CpuTimer, Options, Sampler, MAX_DEPTH};
 
 use crate::context::{Context, Phase, Report};
 use crate::engine::{Dump, Engine, Need};
@@ -21,8 +21,8 @@ use crate::error::{AgentError, AgentResult};
 use crate::jvmti::{jmethodID, JNIEnv, JavaVM};
 use crate::methods::Location;
 use crate::output::hprof_date;
-use crate::profile::CpuDump;
-use crate::ring::SampleRing;
+use crate::profile::{CpuDump, SampledFrame};
+use crate::ring::{SampleRing, FAILED_WALK_LINENO, NATIVE_PC_LINENO};
 use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::sync::lock;
 
@@ -39,9 +39,9 @@ pub enum SamplerKind {
 /// A sample as it left the ring.
 struct RawSample {
     kernel_id: i32,
-    /// The frame count, or AsyncGetCallTrace's error code when not positive.
-    num_frames: i32,
-    frames: Vec<(jmethodID, Location)>,
+    /// AsyncGetCallTrace's failure code when the Java stack could not be walked.
+    failure: Option<i32>,
+    frames: Vec<SampledFrame>,
 }
 
 /// What the collector's commands changed in CPU sampling.
@@ -77,6 +77,8 @@ pub struct CpuSamples {
     /// The agent thread's CPU time already reported in a dump.
     agent_thread_reported: AtomicU64,
     pub control: SamplingControl,
+    /// Native frames are walked (`cstack=fp` with the signal sampler).
+    native_frames: bool,
 }
 
 impl CpuSamples {
@@ -87,11 +89,20 @@ impl CpuSamples {
             CpuTimer::Posix => CpuClock::PosixCpuTimer,
         };
         crate::code_map::init();
+        let sampler = choose_sampler(vm, options, phase)?;
+        let native_frames = sampler == SamplerKind::Signals
+            && options.cstack == CStack::FramePointers
+            && cfg!(all(target_arch = "x86_64", target_os = "linux"));
+        if native_frames {
+            crate::native_stack::refresh_code_ranges_if_changed();
+            crate::native_stack::set_enabled(true);
+        }
         Ok(CpuSamples {
-            sampler: choose_sampler(vm, options, phase)?,
+            sampler,
             clock: Mutex::new((clock, None)),
             agent_thread_reported: AtomicU64::new(0),
             control: SamplingControl::new(options.depth),
+            native_frames,
         })
     }
 
@@ -290,6 +301,10 @@ impl Engine for CpuSamples {
         } else {
             None
         };
+        if self.native_frames {
+            // The libraries the VM loaded while it started (libjava, libzip, ...).
+            crate::native_stack::refresh_code_ranges_if_changed();
+        }
         if self.with_signals(context) {
             signals::set_enabled(true);
         }
@@ -297,7 +312,17 @@ impl Engine for CpuSamples {
     }
 
     fn thread_started(&self, context: &Context, _serial: u32, _name: &str, _group: &str) {
+        if self.native_frames {
+            // Before its timer starts: the native walk reads only inside the thread's stack.
+            crate::native_stack::remember_current_thread_stack();
+        }
         self.time_thread(context, signals::current_thread_id());
+    }
+
+    fn thread_ended(&self, _context: &Context, _serial: u32) {
+        if self.native_frames {
+            crate::native_stack::forget_current_thread_stack();
+        }
     }
 
     fn period(&self, context: &Context) -> Option<Duration> {
@@ -322,23 +347,32 @@ impl Engine for CpuSamples {
         };
         let mut raw: Vec<RawSample> = Vec::new();
         ring.drain(|kernel_id, num_frames, frames| {
+            let mut failure = (num_frames <= 0).then_some(num_frames);
             let frames = frames
                 .iter()
-                .map(|frame| {
-                    let location = match frame.lineno {
-                        bci if bci >= 0 => Location::Bytecode(bci.into()),
-                        -3 => Location::Native,
-                        _ => Location::Unknown,
-                    };
-                    (frame.method_id, location)
+                .map(|frame| match frame.lineno {
+                    NATIVE_PC_LINENO => SampledFrame::NativeCode(frame.method_id as usize),
+                    FAILED_WALK_LINENO => {
+                        let code = frame.failure_code().unwrap_or(num_frames);
+                        failure = Some(code);
+                        SampledFrame::FailedWalk(code)
+                    }
+                    bci if bci >= 0 => {
+                        SampledFrame::Java(frame.method_id, Location::Bytecode(bci.into()))
+                    }
+                    -3 => SampledFrame::Java(frame.method_id, Location::Native),
+                    _ => SampledFrame::Java(frame.method_id, Location::Unknown),
                 })
                 .collect();
             raw.push(RawSample {
                 kernel_id,
-                num_frames,
+                failure,
                 frames,
             });
         });
+        if self.native_frames {
+            crate::native_stack::refresh_code_ranges_if_changed();
+        }
         report.profile.add_dropped(ring.take_dropped());
         let serials: Vec<Option<u32>> = {
             let mut threads = lock(&context.threads);
@@ -349,7 +383,7 @@ impl Engine for CpuSamples {
             // Threads timed at attach that are not the VM's (GC workers, native threads) have
             // shown it with their first sample: their timers go.
             for (sample, serial) in raw.iter().zip(&serials) {
-                if serial.is_none() && sample.num_frames == signals::NOT_A_VM_THREAD {
+                if serial.is_none() && sample.failure == Some(signals::NOT_A_VM_THREAD) {
                     threads.stop_stranger_timer(sample.kernel_id);
                 }
             }
@@ -364,20 +398,31 @@ impl Engine for CpuSamples {
             if !self.control.samples(serial) {
                 continue;
             }
-            if sample.num_frames <= 0 {
+            let thread = serial.filter(|_| context.options.thread);
+            match sample.failure {
                 // A failed walk on a thread that is no Java thread the agent knows comes from a
                 // thread timed at attach that is the VM's own (a compiler thread, say): no Java
                 // code was interrupted, so it is neither a sample nor a failure to report.
-                if serial.is_some() {
-                    report.profile.add_failure(sample.num_frames);
+                Some(_) if serial.is_none() => {}
+                Some(code) => {
+                    report.profile.add_failure(code);
+                    // Its native frames, cut so that the mark always stays.
+                    let native = sample
+                        .frames
+                        .into_iter()
+                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)))
+                        .take(depth.saturating_sub(1));
+                    report.profile.add_sampled(
+                        context.jvmti,
+                        thread,
+                        native.chain([SampledFrame::FailedWalk(code)]),
+                    );
                 }
-            } else {
-                let thread = serial.filter(|_| context.options.thread);
-                report.profile.add_sample(
+                None => report.profile.add_sampled(
                     context.jvmti,
                     thread,
                     sample.frames.into_iter().take(depth),
-                );
+                ),
             }
         }
     }

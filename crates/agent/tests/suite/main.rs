@@ -8,6 +8,7 @@ mod heap_sites;
 mod helpers;
 mod hprof_reader;
 mod mpt;
+mod native_frames;
 mod options;
 mod private_files;
 mod stress;

@@ -310,6 +310,21 @@ impl State {
                 line: FrameLine::Unknown,
             };
         };
+        let source_file = self.string(*source_id);
+        match source_file {
+            Some(crate::hprof_text::NATIVE_CODE_SOURCE) => {
+                return Frame::native_code(
+                    &self
+                        .class_name_by_serial(*class_serial)
+                        .unwrap_or_else(|| "<unknown library>".into()),
+                    self.string(*method_name_id).unwrap_or("<unknown symbol>"),
+                )
+            }
+            Some(crate::hprof_text::FAILED_WALK_SOURCE) => {
+                return Frame::failed_walk(self.string(*method_name_id).unwrap_or("[failed walk]"))
+            }
+            _ => {}
+        }
         Frame {
             class_name: self
                 .class_name_by_serial(*class_serial)
@@ -318,7 +333,7 @@ impl State {
                 .string(*method_name_id)
                 .unwrap_or("<unknown method>")
                 .to_string(),
-            source_file: self.string(*source_id).map(str::to_string),
+            source_file: source_file.map(str::to_string),
             line: match *line {
                 -2 => FrameLine::Compiled,
                 -3 => FrameLine::Native,

@@ -22,7 +22,18 @@ pub enum FrameLine {
     Compiled,
     /// A native method (HPROF's -3).
     Native,
+    /// Not a Java method's frame but one of native code (C, C++) the sampled thread was running:
+    /// the frame's `method_name` is the function's symbol and its `class_name` the library.
+    NativeCode,
+    /// Not a frame at all but a mark that the sample's Java stack could not be walked: the
+    /// frame's `method_name` says why (e.g. `[GC active]`), its `class_name` is empty.
+    FailedWalk,
 }
+
+/// The source file HPROF binary gives a native code frame, to tell it from a Java method's.
+pub const NATIVE_CODE_SOURCE: &str = "<native code>";
+/// The class and source file HPROF binary gives a failed walk's mark.
+pub const FAILED_WALK_SOURCE: &str = "<failed walk>";
 
 /// One stack frame of a trace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -36,23 +47,68 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// `class.method`, as the CPU SAMPLES table names a trace's top frame.
+    /// A frame of native code: `symbol` (or `library+0xoffset` when it has none) in `library`.
+    pub fn native_code(library: &str, symbol: &str) -> Frame {
+        Frame {
+            class_name: library.to_string(),
+            method_name: symbol.to_string(),
+            source_file: None,
+            line: FrameLine::NativeCode,
+        }
+    }
+
+    /// The mark of a sample whose Java stack could not be walked, e.g. `[GC active]`.
+    pub fn failed_walk(mark: &str) -> Frame {
+        Frame {
+            class_name: String::new(),
+            method_name: mark.to_string(),
+            source_file: None,
+            line: FrameLine::FailedWalk,
+        }
+    }
+
+    /// Whether this is a Java method's frame (not native code, not a failed walk's mark).
+    pub fn is_java(&self) -> bool {
+        !matches!(self.line, FrameLine::NativeCode | FrameLine::FailedWalk)
+    }
+
+    /// `class.method`, as the CPU SAMPLES table names a trace's top frame; a native code
+    /// frame's symbol, or a failed walk's mark, stands alone.
     pub fn qualified_method(&self) -> String {
-        format!("{}.{}", self.class_name, self.method_name)
+        if self.is_java() {
+            format!("{}.{}", self.class_name, self.method_name)
+        } else {
+            self.method_name.clone()
+        }
     }
 }
 
 impl std::fmt::Display for Frame {
-    /// HPROF's frame layout: `class.method(Source.java:line)`.
+    /// HPROF's frame layout: `class.method(Source.java:line)`; native code is
+    /// `symbol(library:native)`, a failed walk's mark `[reason](failed walk)`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let source = self.source_file.as_deref().unwrap_or("<Unknown Source>");
-        write!(f, "{}.{}({source}:", self.class_name, self.method_name)?;
-        match &self.line {
-            FrameLine::Line(line) => write!(f, "{line})"),
-            FrameLine::Unknown => f.write_str("Unknown line)"),
-            FrameLine::Compiled => f.write_str("Compiled method)"),
-            FrameLine::Native => f.write_str("Native method)"),
-        }
+        let line = match &self.line {
+            FrameLine::Line(line) => {
+                return write!(
+                    f,
+                    "{}.{}({source}:{line})",
+                    self.class_name, self.method_name
+                )
+            }
+            FrameLine::Unknown => "Unknown line",
+            FrameLine::Compiled => "Compiled method",
+            FrameLine::Native => "Native method",
+            FrameLine::NativeCode => {
+                return write!(f, "{}({}:native)", self.method_name, self.class_name)
+            }
+            FrameLine::FailedWalk => return write!(f, "{}(failed walk)", self.method_name),
+        };
+        write!(
+            f,
+            "{}.{}({source}:{line})",
+            self.class_name, self.method_name
+        )
     }
 }
 

@@ -182,6 +182,12 @@ fn parse_frame(text: &str, number: usize) -> Result<Frame, TextReadError> {
         .rfind('(')
         .ok_or_else(|| malformed(number, format!("frame '{text}' has no '('")))?;
     let (qualified, location) = (&body[..open], &body[open + 1..]);
+    if location == "failed walk" {
+        return Ok(Frame::failed_walk(qualified));
+    }
+    if let Some(library) = location.strip_suffix(":native") {
+        return Ok(Frame::native_code(library, qualified));
+    }
     let (class_name, method_name) = qualified
         .rsplit_once('.')
         .ok_or_else(|| malformed(number, format!("frame '{text}' has no class.method")))?;
@@ -244,6 +250,16 @@ fn parse_cpu_header(
     ))
 }
 
+/// What follows the first `count` whitespace-separated fields of `text`, trimmed.
+fn after_fields(text: &str, count: usize) -> &str {
+    let mut rest = text.trim_start();
+    for _ in 0..count {
+        let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        rest = rest[end..].trim_start();
+    }
+    rest.trim_end()
+}
+
 fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, TextReadError> {
     let mut fields = text.split_whitespace();
     let mut next = |what: &str| {
@@ -262,14 +278,16 @@ fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, TextReadError> {
     let accum_percent = percent(next("accum")?, "accum")?;
     let count = parse_number(next("count")?, number, "CPU count")?;
     let trace = parse_number(next("trace")?, number, "CPU trace")?;
-    let method = next("method")?.to_string();
+    next("method")?;
+    // The method is the rest of the line: a native symbol may hold spaces (`operator new`).
+    let method = after_fields(text, 5).to_string();
     Ok(CpuRow {
         rank,
         self_percent,
         accum_percent,
         count,
         trace,
-        method: (method != "<empty").then_some(method),
+        method: (method != "<empty trace>").then_some(method),
     })
 }
 
@@ -547,6 +565,22 @@ mod tests {
     }
 
     #[test]
+    fn cpu_rows_name_native_symbols_with_spaces_and_empty_traces() {
+        let text = "JAVA PROFILE 1.0.1\n--------\nTRACE 300001:\n\t<empty>\nTRACE 300002:\n\toperator new(libstdc++.so.6:native)\n\t[GC active](failed walk)\nCPU SAMPLES BEGIN (total = 3) d\nrank   self  accum   count trace method\n   1 66.67% 66.67%       2 300002 operator new\n   2 33.33% 100.00%       1 300001 <empty trace>\nCPU SAMPLES END\n";
+        let profile = read(text.as_bytes()).unwrap();
+        let rows = &profile.last_cpu_samples().unwrap().rows;
+        assert_eq!(rows[0].method.as_deref(), Some("operator new"));
+        assert_eq!(rows[1].method, None);
+        assert_eq!(
+            profile.traces[&300002].frames,
+            vec![
+                Frame::native_code("libstdc++.so.6", "operator new"),
+                Frame::failed_walk("[GC active]")
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_sections_are_skipped_by_name() {
         let text = "JAVA PROFILE 1.0.1\n--------\nMONITOR DUMP BEGIN\n    THREAD 200001, trace 300001, status: R\nMONITOR DUMP END\n";
         let profile = read(text.as_bytes()).unwrap();
@@ -560,7 +594,7 @@ mod tests {
             Just(FrameLine::Compiled),
             Just(FrameLine::Native),
         ];
-        (
+        let java = (
             "[a-z]{1,8}(\\.[A-Z][a-zA-Z0-9$]{0,10}){1,3}(\\[\\])?",
             "(<init>|<clinit>|[a-z][a-zA-Z0-9$]{0,12})",
             proptest::option::of("[A-Z][a-zA-Z0-9]{0,10}\\.java"),
@@ -571,7 +605,14 @@ mod tests {
                 method_name,
                 source_file,
                 line,
-            })
+            });
+        let native = (
+            "lib[a-z0-9_]{1,8}\\.so(\\.[0-9]){0,2}",
+            "([a-z_][a-zA-Z0-9_:<>]{0,20}( [a-z]{1,4})?|lib[a-z]\\.so\\+0x[0-9a-f]{1,6})",
+        )
+            .prop_map(|(library, symbol)| Frame::native_code(&library, &symbol));
+        let mark = "\\[[a-zA-Z ]{1,16}\\]".prop_map(|mark| Frame::failed_walk(&mark));
+        prop_oneof![6 => java, 2 => native, 1 => mark]
     }
 
     proptest! {

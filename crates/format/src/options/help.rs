@@ -141,6 +141,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "perf",
     },
     OptionRow {
+        name: "cstack",
+        values: "fp|no",
+        meaning: "native frames in cpu=samples",
+        default: "fp",
+    },
+    OptionRow {
         name: "mpt",
         values: "@<file>",
         meaning: "method parameter tracing specs",
@@ -204,6 +210,10 @@ impl Options {
             "  - cputimer= is an openprof extension: perf times samples with perf_events\n",
             "    task-clock counters (any interval; falls back to posix when the kernel refuses\n",
             "    them); posix uses POSIX thread CPU timers, checked at each scheduler tick.\n",
+            "  - cstack= is an openprof extension: fp records the native (C, C++) frames above\n",
+            "    the Java ones in cpu=samples, walked by frame pointers (x86-64 Linux only;\n",
+            "    code built without them shows its innermost frame only); no records Java\n",
+            "    frames only. Samples whose Java stack cannot be walked show a [reason] frame.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",
             "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",

@@ -54,6 +54,16 @@ pub enum CpuTimer {
     Posix,
 }
 
+/// Whether `cpu=samples` records the native (C, C++) frames above the Java ones (an openprof
+/// extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CStack {
+    /// Walked by frame pointers from the signal's registers (x86-64 Linux; elsewhere none).
+    FramePointers,
+    /// Java frames only.
+    No,
+}
+
 /// A `net=host:port` destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetAddress {
@@ -84,6 +94,7 @@ pub struct Options {
     pub verbose: bool,
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
+    pub cstack: CStack,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
@@ -124,6 +135,7 @@ impl Default for Options {
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
+            cstack: CStack::FramePointers,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
@@ -355,6 +367,11 @@ impl fmt::Display for Options {
             CpuTimer::Posix => "posix",
         };
         parts.push(format!("cputimer={cputimer}"));
+        let cstack = match self.cstack {
+            CStack::FramePointers => "fp",
+            CStack::No => "no",
+        };
+        parts.push(format!("cstack={cstack}"));
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
         }
@@ -415,7 +432,7 @@ mod tests {
     #[test]
     fn parses_every_option() {
         let options = Options::parse(
-            "cpu=samples,interval=20,depth=3,cutoff=0.5,lineno=n,thread=y,doe=n,force=n,verbose=n,file=x.txt,sampler=jvmti,cputimer=posix",
+            "cpu=samples,interval=20,depth=3,cutoff=0.5,lineno=n,thread=y,doe=n,force=n,verbose=n,file=x.txt,sampler=jvmti,cputimer=posix,cstack=no",
         )
         .unwrap();
         assert_eq!(options.interval_ms, 20);
@@ -426,7 +443,11 @@ mod tests {
         assert_eq!(options.output_file(), "x.txt");
         assert_eq!(options.sampler, Sampler::GetAllStackTraces);
         assert_eq!(options.cputimer, CpuTimer::Posix);
+        assert_eq!(options.cstack, CStack::No);
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        let defaults = Options::parse("cpu=samples").unwrap();
+        assert_eq!(defaults.cstack, CStack::FramePointers);
+        assert_eq!(Options::parse(&defaults.to_string()).unwrap(), defaults);
     }
 
     #[test]
@@ -446,6 +467,11 @@ mod tests {
             ("cutoff=x", "cutoff", "not a number"),
             ("lineno=yes", "lineno", "use y or n"),
             ("cputimer=hpet", "cputimer", "use perf or posix"),
+            (
+                "cstack=dwarf",
+                "cstack",
+                "'dwarf' is not allowed; use fp or no",
+            ),
             ("net=host", "net", "has no port"),
             ("net=host:0", "net", "is not a port"),
             ("depth", "depth", "has no value"),

@@ -3,8 +3,8 @@
 
 use super::help::known_names;
 use super::{
-    bad, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options, OutputFormat, Sampler,
-    DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS, NET_BUFFER_RANGE,
+    bad, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options, OutputFormat,
+    Sampler, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS, NET_BUFFER_RANGE,
 };
 
 fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
@@ -147,6 +147,13 @@ impl Options {
                         "perf" => CpuTimer::Perf,
                         "posix" => CpuTimer::Posix,
                         _ => return Err(one_of("perf or posix")),
+                    }
+                }
+                "cstack" => {
+                    options.cstack = match value {
+                        "fp" => CStack::FramePointers,
+                        "no" => CStack::No,
+                        _ => return Err(one_of("fp or no")),
                     }
                 }
                 "file" => {
