@@ -47,13 +47,19 @@ def openprof_profile(path):
             current = int(found.group(1))
             traces[current] = []
         elif current is not None and line.startswith("\t"):
-            traces[current].append(line.strip().split("(")[0])
+            frame = line.strip()
+            # Native frames (`symbol(library:native)`) and marks of failed walks are no Java method.
+            if frame.endswith((":native)", "(failed walk)")):
+                traces[current].append(None)
+            else:
+                traces[current].append(frame.split("(")[0])
         else:
             current = None
     samples = collections.Counter()
     for found in re.finditer(r"^\s*\d+\s+[\d.]+%\s+[\d.]+%\s+(\d+)\s+(\d+)\s", text, re.M):
         samples[int(found.group(2))] += int(found.group(1))
-    return sum(samples.values()), failed, samples, traces
+    # Failed walks are kept as samples with a marked frame; `failed` counts them.
+    return sum(samples.values()) - failed, failed, samples, traces
 
 
 def async_profile(path):
@@ -84,7 +90,7 @@ def java_name(frame):
 def area_shares_openprof(samples, traces, total):
     shares = collections.Counter()
     for trace, count in samples.items():
-        for frame in traces.get(trace, []):
+        for frame in filter(None, traces.get(trace, [])):
             found = re.search(r"Megamorphic\$(\w+)\.area", frame)
             if found:
                 shares[found.group(1)] += count
@@ -106,9 +112,9 @@ def area_shares_async(stacks, total):
 def top_openprof(samples, traces, n=10):
     self_samples = collections.Counter()
     for trace, count in samples.items():
-        frames = traces.get(trace, [])
-        if frames:
-            self_samples[frames[0]] += count
+        java = [frame for frame in traces.get(trace, []) if frame]
+        if java:
+            self_samples[java[0]] += count
     return [name for name, _ in self_samples.most_common(n)]
 
 

@@ -12,6 +12,7 @@ use openprof_format::hprof_binary::{
 };
 use openprof_format::hprof_text::{
     CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, NATIVE_CODE_SOURCE,
+    VM_THREAD_SOURCE,
 };
 
 use crate::heap_walk::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
@@ -168,6 +169,7 @@ impl BinaryOutput {
                 let (class_name, source) = match frame.line {
                     FrameLine::NativeCode => (frame.class_name.as_str(), NATIVE_CODE_SOURCE),
                     FrameLine::FailedWalk => (FAILED_WALK_SOURCE, FAILED_WALK_SOURCE),
+                    FrameLine::VmThread => (VM_THREAD_SOURCE, VM_THREAD_SOURCE),
                     _ => (
                         frame.class_name.as_str(),
                         frame.source_file.as_deref().unwrap_or("<Unknown Source>"),
@@ -177,7 +179,7 @@ impl BinaryOutput {
                 let class_serial = self.class_serial(class_name)?;
                 let line = match frame.line {
                     FrameLine::Line(line) => line as i32,
-                    FrameLine::Unknown | FrameLine::FailedWalk => -1,
+                    FrameLine::Unknown | FrameLine::FailedWalk | FrameLine::VmThread => -1,
                     FrameLine::Compiled => -2,
                     FrameLine::Native | FrameLine::NativeCode => -3,
                 };

@@ -224,10 +224,12 @@ pub unsafe fn walk(
     let mut pc = registers[libc::REG_RIP as usize] as usize;
     let mut fp = registers[libc::REG_RBP as usize] as usize;
     let mut sp = registers[libc::REG_RSP as usize] as usize;
-    // Without the thread's stack bounds no word of its stack is read: the innermost frame
-    // only. So too when the interrupted code was not on that stack (a signal handler of some
-    // library on an alternate stack): then the words above its stack pointer are not known to
-    // be mapped.
+    let interrupted_sp = sp;
+    // Without the thread's stack bounds (threads timed by another thread: at attach, or the
+    // JVM's own with vmthreads=y) the words are read through the kernel, which reports an
+    // unmapped address instead of faulting, within a bounded distance above the stack pointer.
+    // So too when the interrupted code was not on the recorded stack (a signal handler of some
+    // library on an alternate stack).
     let stack = slot_of(thread_id)
         .and_then(|slot| {
             let high = slot.high.load(Ordering::Acquire);
@@ -241,27 +243,61 @@ pub unsafe fn walk(
         // SAFETY: `count` < `room`, the frames `out` has room for.
         unsafe { *out.add(count) = CallFrame::native_pc(at) };
         count += 1;
-        let Some((low, high)) = stack else { break };
         // The next frame record must be on this thread's stack, above everything already
         // walked (the chain only goes up), aligned; else the code does not keep frame pointers
         // and the walk ends here.
+        let (low, high) = stack.unwrap_or((
+            interrupted_sp,
+            interrupted_sp.saturating_add(UNKNOWN_STACK_REACH),
+        ));
         if fp % 8 != 0 || fp < sp || fp < low || fp > high.saturating_sub(16) {
             break;
         }
-        // SAFETY: [fp, fp + 16) lies between the interrupted stack pointer and the top of the
-        // thread's own stack, which is mapped and readable while the thread runs (HotSpot's
-        // guard zones are below the stack pointer).
-        let (caller_fp, return_address) = unsafe {
-            (
-                std::ptr::read(fp as *const usize),
-                std::ptr::read((fp + 8) as *const usize),
-            )
+        let (caller_fp, return_address) = if stack.is_some() {
+            // SAFETY: [fp, fp + 16) lies between the interrupted stack pointer and the top of
+            // the thread's own stack, which is mapped and readable while the thread runs
+            // (HotSpot's guard zones are below the stack pointer).
+            unsafe {
+                (
+                    std::ptr::read(fp as *const usize),
+                    std::ptr::read((fp + 8) as *const usize),
+                )
+            }
+        } else {
+            match read_frame_record(fp) {
+                Some(record) => record,
+                None => break,
+            }
         };
         sp = fp + 16;
         fp = caller_fp;
         pc = return_address;
     }
     count
+}
+
+/// How far above the interrupted stack pointer frame records are looked for on a stack whose
+/// bounds are not known (thread stacks are at most a few MiB).
+const UNKNOWN_STACK_REACH: usize = 16 << 20;
+
+/// A frame record (the caller's frame pointer, the return address) at `fp`, read through the
+/// kernel: an address that is not mapped gives `None` rather than a fault. Async-signal-safe
+/// (two raw system calls); a process may always read its own memory this way.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn read_frame_record(fp: usize) -> Option<(usize, usize)> {
+    let mut record = [0usize; 2];
+    let local = libc::iovec {
+        iov_base: record.as_mut_ptr().cast(),
+        iov_len: std::mem::size_of_val(&record),
+    };
+    let remote = libc::iovec {
+        iov_base: fp as *mut libc::c_void,
+        iov_len: std::mem::size_of_val(&record),
+    };
+    // SAFETY: the kernel copies at most 16 bytes into `record`, which we own, and checks the
+    // remote range itself.
+    let copied = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    (copied == std::mem::size_of_val(&record) as isize).then_some((record[0], record[1]))
 }
 
 /// # Safety

@@ -13,13 +13,15 @@ use crate::native_symbols::NativeSymbols;
 use crate::signals::failure_name;
 
 /// One frame of a sample as it was taken.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum SampledFrame {
     Java(jmethodID, Location),
     /// Native code at this pc.
     NativeCode(usize),
     /// The Java stack could not be walked: AsyncGetCallTrace's failure code.
     FailedWalk(i32),
+    /// The sample was taken on this thread of the JVM's own (vmthreads=y): its trace's root.
+    VmThread(std::sync::Arc<str>),
 }
 
 /// The mark a failed walk's sample shows, by AsyncGetCallTrace's failure code (one per code;
@@ -182,6 +184,11 @@ impl CpuProfile {
                     let mark = Frame::failed_walk(failed_walk_mark(code));
                     key.frames.push(KeyFrame::Shown(mark.clone()));
                     resolved.push(mark);
+                }
+                SampledFrame::VmThread(name) => {
+                    let root = Frame::vm_thread(&name);
+                    key.frames.push(KeyFrame::Shown(root.clone()));
+                    resolved.push(root);
                 }
             }
         }

@@ -62,6 +62,9 @@ struct SignalSampler {
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Whether samples of threads the VM does not know (GC workers and other threads of the JVM's
+/// own) are walked and kept (`vmthreads=y`) rather than only counted.
+static VM_THREADS: AtomicBool = AtomicBool::new(false);
 /// Time spent inside the handler taking samples, so the profile can say what it cost.
 static HANDLER_NANOS: AtomicU64 = AtomicU64::new(0);
 /// How a walk that failed as `ticks_unknown_Java` was recovered (see `walk_from_return_address`).
@@ -202,6 +205,11 @@ pub fn sigprof_taken() -> bool {
     }
 }
 
+/// Keeps the native frames of samples taken on threads the VM does not know (`vmthreads=y`).
+pub fn set_vm_threads(enabled: bool) {
+    VM_THREADS.store(enabled, Ordering::Release);
+}
+
 /// Turns sample taking on or off; while off the handler returns at once.
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(enabled, Ordering::Release);
@@ -274,7 +282,17 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
     let thread_id = current_thread_id();
     sampler.ring.record(|frames, depth| {
         if status != 0 || env.is_null() {
-            return (thread_id, NOT_A_VM_THREAD);
+            if !VM_THREADS.load(Ordering::Acquire) {
+                return (thread_id, NOT_A_VM_THREAD);
+            }
+            // A thread of the JVM's own that has no Java stack at all: its native frames, then
+            // the mark saying so.
+            // SAFETY: as below.
+            let native =
+                unsafe { crate::native_stack::walk(context, thread_id, frames, depth - 1) };
+            // SAFETY: `native` < `depth`, the frames the ring gave us.
+            unsafe { *frames.add(native) = CallFrame::failed_walk(NOT_A_VM_THREAD) };
+            return (thread_id, native as i32 + 1);
         }
         // The native frames first (innermost), leaving room for the Java frames' first or the
         // mark of a failed walk.

@@ -4,9 +4,9 @@
 //! the sampler choice, the per-thread CPU timers, the CPU SAMPLES dump and what the collector's
 //! commands change in sampling.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jvmti_bindings::sys::jvmti::{
@@ -79,7 +79,17 @@ pub struct CpuSamples {
     pub control: SamplingControl,
     /// Native frames are walked (`cstack=fp` with the signal sampler).
     native_frames: bool,
+    /// The JVM's own threads are sampled too (`vmthreads=y` with the signal sampler).
+    vm_threads: bool,
+    /// Drains since the last look for new threads of the JVM's own.
+    drains_since_thread_scan: AtomicU32,
+    /// The names of the threads sampled that are not Java threads, by kernel id.
+    vm_thread_names: Mutex<HashMap<i32, Arc<str>>>,
 }
+
+/// Drains (20 ms apart) between two looks for new threads of the JVM's own: compiler threads
+/// come and go with the load.
+const DRAINS_PER_THREAD_SCAN: u32 = 10;
 
 impl CpuSamples {
     /// Chooses the sampler (installing the signal handler when it is the one).
@@ -97,13 +107,46 @@ impl CpuSamples {
             crate::native_stack::refresh_code_ranges_if_changed();
             crate::native_stack::set_enabled(true);
         }
+        let vm_threads = sampler == SamplerKind::Signals && options.vmthreads;
+        signals::set_vm_threads(vm_threads);
         Ok(CpuSamples {
             sampler,
             clock: Mutex::new((clock, None)),
             agent_thread_reported: AtomicU64::new(0),
             control: SamplingControl::new(options.depth),
             native_frames,
+            vm_threads,
+            drains_since_thread_scan: AtomicU32::new(DRAINS_PER_THREAD_SCAN),
+            vm_thread_names: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Gives the threads of the JVM's own that have no timer yet one (vmthreads=y), and
+    /// learns their names; the agent's own thread is left alone.
+    fn time_vm_threads(&self, context: &Context) {
+        let Ok(kernel_ids) = signals::process_threads() else {
+            return;
+        };
+        let mut names = lock(&self.vm_thread_names);
+        names.retain(|kernel_id, _| kernel_ids.binary_search(kernel_id).is_ok());
+        for kernel_id in kernel_ids {
+            let name = std::fs::read_to_string(format!("/proc/self/task/{kernel_id}/comm"))
+                .map(|name| name.trim_end().to_string())
+                .unwrap_or_default();
+            if name == crate::agent::AGENT_THREAD_NAME {
+                continue;
+            }
+            names.insert(kernel_id, Arc::from(name.as_str()));
+            self.time_thread(context, kernel_id);
+        }
+    }
+
+    /// The name of a thread of the JVM's own, as the kernel has it.
+    fn vm_thread_name(&self, kernel_id: i32) -> Arc<str> {
+        lock(&self.vm_thread_names)
+            .get(&kernel_id)
+            .cloned()
+            .unwrap_or_else(|| Arc::from(format!("thread {kernel_id}").as_str()))
     }
 
     fn with_signals(&self, context: &Context) -> bool {
@@ -373,6 +416,16 @@ impl Engine for CpuSamples {
         if self.native_frames {
             crate::native_stack::refresh_code_ranges_if_changed();
         }
+        if self.vm_threads
+            && self
+                .drains_since_thread_scan
+                .fetch_add(1, Ordering::Relaxed)
+                + 1
+                >= DRAINS_PER_THREAD_SCAN
+        {
+            self.drains_since_thread_scan.store(0, Ordering::Relaxed);
+            self.time_vm_threads(context);
+        }
         report.profile.add_dropped(ring.take_dropped());
         let serials: Vec<Option<u32>> = {
             let mut threads = lock(&context.threads);
@@ -383,7 +436,10 @@ impl Engine for CpuSamples {
             // Threads timed at attach that are not the VM's (GC workers, native threads) have
             // shown it with their first sample: their timers go.
             for (sample, serial) in raw.iter().zip(&serials) {
-                if serial.is_none() && sample.failure == Some(signals::NOT_A_VM_THREAD) {
+                if !self.vm_threads
+                    && serial.is_none()
+                    && sample.failure == Some(signals::NOT_A_VM_THREAD)
+                {
                     threads.stop_stranger_timer(sample.kernel_id);
                 }
             }
@@ -400,6 +456,19 @@ impl Engine for CpuSamples {
             }
             let thread = serial.filter(|_| context.options.thread);
             match sample.failure {
+                // A thread of the JVM's own (vmthreads=y): no Java stack, by nature; its native
+                // frames under its name.
+                Some(_) if serial.is_none() && self.vm_threads => {
+                    let native = sample
+                        .frames
+                        .into_iter()
+                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)))
+                        .take(depth.saturating_sub(1));
+                    let root = SampledFrame::VmThread(self.vm_thread_name(sample.kernel_id));
+                    report
+                        .profile
+                        .add_sampled(context.jvmti, None, native.chain([root]));
+                }
                 // A failed walk on a thread that is no Java thread the agent knows comes from a
                 // thread timed at attach that is the VM's own (a compiler thread, say): no Java
                 // code was interrupted, so it is neither a sample nor a failure to report.

@@ -14,3 +14,4 @@ mod private_files;
 mod stress;
 mod threads;
 mod trace;
+mod vm_threads;

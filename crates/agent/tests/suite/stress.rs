@@ -7,7 +7,7 @@ use openprof_testkit::{java_command, send_signal, wait_with_limit};
 #[test]
 fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
     let (mut command, dir) = java_command(
-        Some("cpu=samples,interval=1,depth=2048,thread=y,cutoff=0,file=stress.txt"),
+        Some("cpu=samples,interval=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt"),
         "Stress",
         &["8"],
     );

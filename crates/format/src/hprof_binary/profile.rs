@@ -323,6 +323,9 @@ impl State {
             Some(crate::hprof_text::FAILED_WALK_SOURCE) => {
                 return Frame::failed_walk(self.string(*method_name_id).unwrap_or("[failed walk]"))
             }
+            Some(crate::hprof_text::VM_THREAD_SOURCE) => {
+                return Frame::vm_thread(self.string(*method_name_id).unwrap_or("[vm thread]"))
+            }
             _ => {}
         }
         Frame {

@@ -28,12 +28,18 @@ pub enum FrameLine {
     /// Not a frame at all but a mark that the sample's Java stack could not be walked: the
     /// frame's `method_name` says why (e.g. `[GC active]`), its `class_name` is empty.
     FailedWalk,
+    /// Not a frame but the JVM's own thread (a JIT compiler, a GC worker) the sample was taken
+    /// on, outermost in its trace: the frame's `method_name` is `[thread name]`, its
+    /// `class_name` is empty.
+    VmThread,
 }
 
 /// The source file HPROF binary gives a native code frame, to tell it from a Java method's.
 pub const NATIVE_CODE_SOURCE: &str = "<native code>";
 /// The class and source file HPROF binary gives a failed walk's mark.
 pub const FAILED_WALK_SOURCE: &str = "<failed walk>";
+/// The class and source file HPROF binary gives a JVM thread's root frame.
+pub const VM_THREAD_SOURCE: &str = "<vm thread>";
 
 /// One stack frame of a trace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -67,9 +73,28 @@ impl Frame {
         }
     }
 
-    /// Whether this is a Java method's frame (not native code, not a failed walk's mark).
+    /// The root of a sample taken on the JVM's own thread `name` (a JIT compiler, a GC
+    /// worker): `[name]`.
+    pub fn vm_thread(name: &str) -> Frame {
+        Frame {
+            class_name: String::new(),
+            method_name: if name.starts_with('[') {
+                name.to_string()
+            } else {
+                format!("[{name}]")
+            },
+            source_file: None,
+            line: FrameLine::VmThread,
+        }
+    }
+
+    /// Whether this is a Java method's frame (not native code, a failed walk's mark or a JVM
+    /// thread's root).
     pub fn is_java(&self) -> bool {
-        !matches!(self.line, FrameLine::NativeCode | FrameLine::FailedWalk)
+        !matches!(
+            self.line,
+            FrameLine::NativeCode | FrameLine::FailedWalk | FrameLine::VmThread
+        )
     }
 
     /// `class.method`, as the CPU SAMPLES table names a trace's top frame; a native code
@@ -103,6 +128,7 @@ impl std::fmt::Display for Frame {
                 return write!(f, "{}({}:native)", self.method_name, self.class_name)
             }
             FrameLine::FailedWalk => return write!(f, "{}(failed walk)", self.method_name),
+            FrameLine::VmThread => return write!(f, "{}(vm thread)", self.method_name),
         };
         write!(
             f,

@@ -185,6 +185,9 @@ fn parse_frame(text: &str, number: usize) -> Result<Frame, TextReadError> {
     if location == "failed walk" {
         return Ok(Frame::failed_walk(qualified));
     }
+    if location == "vm thread" {
+        return Ok(Frame::vm_thread(qualified));
+    }
     if let Some(library) = location.strip_suffix(":native") {
         return Ok(Frame::native_code(library, qualified));
     }

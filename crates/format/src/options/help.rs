@@ -147,6 +147,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "fp",
     },
     OptionRow {
+        name: "vmthreads",
+        values: "y|n",
+        meaning: "sample JIT and GC threads too",
+        default: "n",
+    },
+    OptionRow {
         name: "mpt",
         values: "@<file>",
         meaning: "method parameter tracing specs",
@@ -214,6 +220,9 @@ impl Options {
             "    the Java ones in cpu=samples, walked by frame pointers (x86-64 Linux only;\n",
             "    code built without them shows its innermost frame only); no records Java\n",
             "    frames only. Samples whose Java stack cannot be walked show a [reason] frame.\n",
+            "  - vmthreads= is an openprof extension: y samples the JVM's own threads too (JIT\n",
+            "    compilers, GC workers, the VM thread) with cpu=samples, each sample their\n",
+            "    native frames under a [thread name] root frame.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",
             "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",

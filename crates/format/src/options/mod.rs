@@ -95,6 +95,8 @@ pub struct Options {
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
     pub cstack: CStack,
+    /// `vmthreads=y`: the JVM's own threads (JIT compilers, GC workers) are sampled too.
+    pub vmthreads: bool,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
@@ -136,6 +138,7 @@ impl Default for Options {
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
             cstack: CStack::FramePointers,
+            vmthreads: false,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
@@ -372,6 +375,7 @@ impl fmt::Display for Options {
             CStack::No => "no",
         };
         parts.push(format!("cstack={cstack}"));
+        parts.push(format!("vmthreads={}", yes_no(self.vmthreads)));
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
         }
@@ -444,9 +448,13 @@ mod tests {
         assert_eq!(options.sampler, Sampler::GetAllStackTraces);
         assert_eq!(options.cputimer, CpuTimer::Posix);
         assert_eq!(options.cstack, CStack::No);
+        let vmthreads = Options::parse("cpu=samples,vmthreads=y").unwrap();
+        assert!(vmthreads.vmthreads);
+        assert_eq!(Options::parse(&vmthreads.to_string()).unwrap(), vmthreads);
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
         let defaults = Options::parse("cpu=samples").unwrap();
         assert_eq!(defaults.cstack, CStack::FramePointers);
+        assert!(!defaults.vmthreads);
         assert_eq!(Options::parse(&defaults.to_string()).unwrap(), defaults);
     }
 
@@ -494,6 +502,12 @@ mod tests {
                 "format",
                 "format=b cannot be used with cpu=old|times",
             ),
+            (
+                "cpu=samples,vmthreads=y,sampler=jvmti",
+                "vmthreads",
+                "needs sampler=asgct",
+            ),
+            ("vmthreads=all", "vmthreads", "y or n"),
         ];
         for (text, option, problem) in cases {
             let error = error_of(text);

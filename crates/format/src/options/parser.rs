@@ -211,6 +211,7 @@ impl Options {
                 "msa" => options.msa = parse_yes_no(name, value)?,
                 "force" => options.force = parse_yes_no(name, value)?,
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
+                "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
                 "gc_okay" => {
                     return Err(bad(
                         name,
@@ -245,6 +246,12 @@ impl Options {
             return Err(bad(
                 "format",
                 "format=x cannot be used with cpu=samples|old: the trace format has no element for samples; use cpu=times, or format=a",
+            ));
+        }
+        if self.vmthreads && self.sampler == Sampler::GetAllStackTraces {
+            return Err(bad(
+                "vmthreads",
+                "vmthreads=y needs sampler=asgct: GetAllStackTraces sees Java threads only",
             ));
         }
         if self.net.is_none() {

@@ -1,0 +1,126 @@
+//! vmthreads=y: the JVM's own threads sampled beside the Java ones. VmCalls allocates large
+//! arrays without pause, so the GC's threads collect all the time, and its first second
+//! compiles the loop: both kinds of the JVM's threads must show, each with its whole native
+//! stack down to the thread's start, under a root naming the thread.
+
+use std::time::Duration;
+
+use openprof_format::hprof_text::{FrameLine, TextProfile, Trace};
+use openprof_testkit::run_java;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn profile_of(options: &str) -> TextProfile {
+    let run = run_java(
+        Some(&format!(
+            "cpu=samples,interval=1,depth=64,cutoff=0,{options},file=vm.txt"
+        )),
+        "VmCalls",
+        &["2"],
+        LIMIT,
+    );
+    assert!(run.success(), "{options}: {}", run.stderr());
+    run.profile("vm.txt")
+}
+
+/// (trace, samples) for every row of every CPU SAMPLES table.
+fn sampled_traces(profile: &TextProfile) -> Vec<(&Trace, u64)> {
+    profile
+        .cpu_tables
+        .iter()
+        .flat_map(|table| table.rows.iter())
+        .map(|row| (&profile.traces[&row.trace], row.count))
+        .collect()
+}
+
+/// The `[thread name]` a trace is rooted at, if it was taken on a thread of the JVM's own.
+fn vm_thread_of(trace: &Trace) -> Option<&str> {
+    trace
+        .frames
+        .last()
+        .filter(|frame| frame.line == FrameLine::VmThread)
+        .map(|frame| frame.method_name.as_str())
+}
+
+#[test]
+fn the_jvms_own_threads_are_sampled_with_their_native_stacks() {
+    let profile = profile_of("vmthreads=y");
+    let traces = sampled_traces(&profile);
+    let vm: Vec<(&Trace, u64)> = traces
+        .iter()
+        .copied()
+        .filter(|(trace, _)| vm_thread_of(trace).is_some())
+        .collect();
+    let vm_total: u64 = vm.iter().map(|(_, count)| count).sum();
+    assert!(vm_total > 0, "no sample of the JVM's own threads");
+    let on = |prefixes: &[&str]| -> Vec<(&Trace, u64)> {
+        vm.iter()
+            .copied()
+            .filter(|(trace, _)| {
+                let name = vm_thread_of(trace).unwrap_or_default();
+                prefixes.iter().any(|prefix| name.starts_with(prefix))
+            })
+            .collect()
+    };
+    let names_in = |sampled: &[(&Trace, u64)], part: &str| {
+        sampled
+            .iter()
+            .filter(|(trace, _)| {
+                trace.frames.iter().any(|frame| {
+                    frame.line == FrameLine::NativeCode && frame.method_name.contains(part)
+                })
+            })
+            .map(|(_, count)| count)
+            .sum::<u64>()
+    };
+    // The collector's threads, in the collector's code.
+    let gc = on(&["[GC Thread", "[VM Thread", "[G1 "]);
+    assert!(
+        names_in(&gc, "G1") > 0 || names_in(&gc, "Collect") > 0,
+        "no GC work on the GC's threads: {:?}",
+        gc.iter()
+            .map(|(trace, _)| &trace.frames)
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    // The JIT compilers' threads, compiling.
+    let jit = on(&["[C1 CompilerThre", "[C2 CompilerThre"]);
+    assert!(
+        names_in(&jit, "Compil") > 0,
+        "no compiling on the compilers' threads: {:?}",
+        jit.iter()
+            .map(|(trace, _)| &trace.frames)
+            .take(3)
+            .collect::<Vec<_>>()
+    );
+    // Their native stacks are whole: down to the function that starts the JVM's threads.
+    let whole = names_in(&vm, "thread_native_entry");
+    assert!(
+        whole * 10 >= vm_total * 8,
+        "{whole} of {vm_total} samples of the JVM's threads reach thread_native_entry"
+    );
+    // No Java thread's sample is rooted at a thread mark, and the program's own work is there.
+    let in_main: u64 = traces
+        .iter()
+        .filter(|(trace, _)| {
+            trace
+                .frames
+                .iter()
+                .any(|frame| frame.is_java() && frame.qualified_method() == "VmCalls.main")
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert!(in_main >= 500, "{in_main} samples in VmCalls.main");
+}
+
+#[test]
+fn without_vmthreads_only_java_threads_are_sampled() {
+    let profile = profile_of("vmthreads=n");
+    let traces = sampled_traces(&profile);
+    let vm: Vec<&str> = traces
+        .iter()
+        .filter_map(|(trace, _)| vm_thread_of(trace))
+        .collect();
+    assert!(vm.is_empty(), "samples of the JVM's threads: {vm:?}");
+    assert!(traces.iter().map(|(_, count)| count).sum::<u64>() >= 500);
+}
