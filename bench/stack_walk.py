@@ -17,7 +17,12 @@ async-profiler is not part of openprof: build it in a directory of its own, e.g.
   git clone https://github.com/async-profiler/async-profiler /tmp/async-profiler && make -C /tmp/async-profiler
 and pass its library with --async-profiler /tmp/async-profiler/build/lib/libasyncProfiler.so.
 
-Usage: bench/stack_walk.py --async-profiler LIB [--rounds N] [--seconds S] [--classes N]
+With --vmthreads, javac also runs with openprof's vmthreads=y (the JVM's own threads sampled
+too) against async-profiler's samples of every thread: the shares of Java threads, of the JIT
+compilers (stacks through CompileBroker::compiler_thread_loop) and of the JVM's other threads
+(GC, VM thread), with what the sampling cost openprof.
+
+Usage: bench/stack_walk.py --async-profiler LIB [--rounds N] [--seconds S] [--classes N] [--vmthreads]
 Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -47,12 +52,7 @@ def openprof_profile(path):
             current = int(found.group(1))
             traces[current] = []
         elif current is not None and line.startswith("\t"):
-            frame = line.strip()
-            # Native frames (`symbol(library:native)`) and marks of failed walks are no Java method.
-            if frame.endswith((":native)", "(failed walk)")):
-                traces[current].append(None)
-            else:
-                traces[current].append(frame.split("(")[0])
+            traces[current].append(line.strip())
         else:
             current = None
     samples = collections.Counter()
@@ -60,6 +60,51 @@ def openprof_profile(path):
         samples[int(found.group(2))] += int(found.group(1))
     # Failed walks are kept as samples with a marked frame; `failed` counts them.
     return sum(samples.values()) - failed, failed, samples, traces
+
+
+def java_method(frame):
+    """The Java method of an HPROF text frame line, or None for native code, a failed walk's mark
+    or a JVM thread's root."""
+    if frame.endswith((":native)", "(failed walk)", "(vm thread)")):
+        return None
+    return frame.split("(")[0]
+
+
+def costs(path):
+    """The CPU SAMPLER record's cost lines, in ms."""
+    text = open(path).read()
+    return {name: int(us) / 1000 for name, us in re.findall(r"^cost\.(\w+)_us (\d+)$", text, re.M)}
+
+
+JIT_LOOP = "CompileBroker::compiler_thread_loop"
+
+
+def thread_kinds_openprof(samples, traces):
+    """Samples of Java threads, of the JIT compilers and of the JVM's other threads."""
+    kinds = collections.Counter()
+    for trace, count in samples.items():
+        frames = traces.get(trace, [])
+        if any(java_method(frame) for frame in frames):
+            kinds["Java"] += count
+        elif any(JIT_LOOP in frame for frame in frames):
+            kinds["JIT"] += count
+        else:
+            kinds["other JVM"] += count
+    return kinds
+
+
+def thread_kinds_async(path):
+    kinds = collections.Counter()
+    for line in open(path):
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        frames, count = stack.split(";"), int(count)
+        if any(frame.endswith(JAVA_SUFFIXES) for frame in frames):
+            kinds["Java"] += count
+        elif any(JIT_LOOP in frame for frame in frames):
+            kinds["JIT"] += count
+        else:
+            kinds["other JVM"] += count
+    return kinds
 
 
 def async_profile(path):
@@ -90,7 +135,7 @@ def java_name(frame):
 def area_shares_openprof(samples, traces, total):
     shares = collections.Counter()
     for trace, count in samples.items():
-        for frame in filter(None, traces.get(trace, [])):
+        for frame in filter(None, map(java_method, traces.get(trace, []))):
             found = re.search(r"Megamorphic\$(\w+)\.area", frame)
             if found:
                 shares[found.group(1)] += count
@@ -112,7 +157,7 @@ def area_shares_async(stacks, total):
 def top_openprof(samples, traces, n=10):
     self_samples = collections.Counter()
     for trace, count in samples.items():
-        java = [frame for frame in traces.get(trace, []) if frame]
+        java = [method for method in map(java_method, traces.get(trace, [])) if method]
         if java:
             self_samples[java[0]] += count
     return [name for name, _ in self_samples.most_common(n)]
@@ -134,6 +179,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3)
     parser.add_argument("--classes", type=int, default=400)
+    parser.add_argument("--vmthreads", action="store_true",
+                        help="also profile javac's every thread (openprof vmthreads=y)")
     options = parser.parse_args()
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
     if not os.path.isfile(agent):
@@ -169,14 +216,32 @@ def main():
     for job, command in jobs.items():
         print(f"{job}:")
         for round_number in range(options.rounds):
+            if job == "javac" and options.vmthreads:
+                # All the JVM's threads: openprof with vmthreads=y against async-profiler, which
+                # samples every thread.
+                all_threads = f"{agent}=cpu=samples,interval=1,vmthreads=y,depth=128,cutoff=0,verbose=n,file={openprof_file}"
+                subprocess.run(command(all_threads), check=True, capture_output=True)
+                _, _, samples, traces = openprof_profile(openprof_file)
+                ours, cost = thread_kinds_openprof(samples, traces), costs(openprof_file)
+                subprocess.run(command(async_option), check=True, capture_output=True)
+                theirs = thread_kinds_async(async_file)
+                share = lambda kinds, kind: 100 * kinds[kind] / max(sum(kinds.values()), 1)
+                print(f"  round {round_number + 1}, all threads (vmthreads=y): openprof "
+                      f"{sum(ours.values())} samples, async-profiler {sum(theirs.values())}; "
+                      + ", ".join(f"{kind} {share(ours, kind):.1f} / {share(theirs, kind):.1f} %"
+                                  for kind in ("Java", "JIT", "other JVM"))
+                      + f"; openprof's handler {cost.get('handler', 0):.0f} ms, agent thread "
+                      f"{cost.get('agent_thread', 0):.0f} ms")
             subprocess.run(command(openprof_option), check=True, capture_output=True)
             delivered, failed, samples, traces = openprof_profile(openprof_file)
+            cost = costs(openprof_file)
             subprocess.run(command(async_option), check=True, capture_output=True)
             ap_delivered, ap_failed, stacks = async_profile(async_file)
             print(f"  round {round_number + 1}: openprof {delivered} delivered, {failed} failed "
                   f"({100 * failed / max(delivered + failed, 1):.1f} %); async-profiler {ap_delivered} "
                   f"delivered, {ap_failed} failed ({100 * ap_failed / max(ap_delivered + ap_failed, 1):.1f} %); "
-                  f"delivered ratio {delivered / max(ap_delivered, 1):.3f}")
+                  f"delivered ratio {delivered / max(ap_delivered, 1):.3f}; openprof's handler "
+                  f"{cost.get('handler', 0):.0f} ms, agent thread {cost.get('agent_thread', 0):.0f} ms")
             if job == "megamorphic":
                 ours = area_shares_openprof(samples, traces, delivered + failed)
                 theirs = area_shares_async(stacks, ap_delivered + ap_failed)

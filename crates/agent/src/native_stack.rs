@@ -198,15 +198,18 @@ fn current_thread_stack() -> Option<(usize, usize)> {
 }
 
 /// Writes the native frames of the interrupted code, innermost first, into `out` (room for
-/// `room` frames) and returns how many.
+/// `room` frames) and returns how many. `known_stack` is the thread's stack as the JVM knows it,
+/// for a thread that did not record its own.
 ///
 /// # Safety
 /// Called from the SIGPROF handler only, on the thread `thread_id` the signal interrupted, with
-/// the ucontext the kernel gave it (or null); `out` must have room for `room` frames.
+/// the ucontext the kernel gave it (or null); `out` must have room for `room` frames;
+/// `known_stack`, when given, must be that thread's mapped stack.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 pub unsafe fn walk(
     context: *mut libc::c_void,
     thread_id: i32,
+    known_stack: Option<(usize, usize)>,
     out: *mut CallFrame,
     room: usize,
 ) -> usize {
@@ -235,6 +238,7 @@ pub unsafe fn walk(
             let high = slot.high.load(Ordering::Acquire);
             (high != 0).then(|| (slot.low.load(Ordering::Acquire), high))
         })
+        .or(known_stack)
         .filter(|&(low, high)| low <= sp && sp < high);
     let mut count = 0;
     while count < room.min(MAX_NATIVE_FRAMES) && ranges.contains(pc) {
@@ -306,6 +310,7 @@ fn read_frame_record(fp: usize) -> Option<(usize, usize)> {
 pub unsafe fn walk(
     _context: *mut libc::c_void,
     _thread_id: i32,
+    _known_stack: Option<(usize, usize)>,
     _out: *mut CallFrame,
     _room: usize,
 ) -> usize {

@@ -177,7 +177,11 @@ fn demangle(raw: &str) -> String {
 
 #[derive(Default)]
 pub struct NativeSymbols {
-    by_pc: HashMap<usize, Frame>,
+    /// Each pc's frame, as a number into `frames`: the pcs of one function share one, so a
+    /// sample's native frames are told apart and compared as numbers.
+    by_pc: HashMap<usize, u32>,
+    frames: Vec<Frame>,
+    numbers: HashMap<Frame, u32>,
     mappings: Vec<Mapping>,
     /// By path; `None` when the file could not be read as ELF.
     libraries: HashMap<String, Option<Library>>,
@@ -186,13 +190,34 @@ pub struct NativeSymbols {
 impl NativeSymbols {
     /// The frame of a native pc: `function` in `library`, `library+0xoffset` when the library
     /// has no symbol there, [`UNKNOWN_NATIVE`] outside every library.
+    #[cfg(test)]
     pub fn frame(&mut self, pc: usize) -> Frame {
-        if let Some(frame) = self.by_pc.get(&pc) {
-            return frame.clone();
+        let number = self.frame_number(pc);
+        self.numbered(number).clone()
+    }
+
+    /// The number of a native pc's frame: equal numbers, equal frames.
+    pub fn frame_number(&mut self, pc: usize) -> u32 {
+        if let Some(number) = self.by_pc.get(&pc) {
+            return *number;
         }
         let frame = self.resolve(pc);
-        self.by_pc.insert(pc, frame.clone());
-        frame
+        let number = match self.numbers.get(&frame) {
+            Some(number) => *number,
+            None => {
+                let number = self.frames.len() as u32;
+                self.numbers.insert(frame.clone(), number);
+                self.frames.push(frame);
+                number
+            }
+        };
+        self.by_pc.insert(pc, number);
+        number
+    }
+
+    /// The frame numbered `number` by [`NativeSymbols::frame_number`].
+    pub fn numbered(&self, number: u32) -> &Frame {
+        &self.frames[number as usize]
     }
 
     fn mapping_index(&self, pc: usize) -> Option<usize> {

@@ -48,6 +48,8 @@ pub fn failed_walk_mark(code: i32) -> &'static str {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum KeyFrame {
     Java(usize, FrameLine),
+    /// A native frame, by its number in the profile's native symbols.
+    Native(u32),
     Shown(Frame),
 }
 
@@ -161,54 +163,51 @@ impl CpuProfile {
             thread,
             frames: Vec::new(),
         };
-        let mut resolved = Vec::new();
         for frame in frames {
-            match frame {
+            key.frames.push(match frame {
                 SampledFrame::Java(method, location) => {
-                    let info = self.methods.get(jvmti, method);
                     let line = if self.lineno {
-                        info.line_of(location)
+                        self.methods.get(jvmti, method).line_of(location)
                     } else {
                         FrameLine::Unknown
                     };
-                    key.frames
-                        .push(KeyFrame::Java(method as usize, line.clone()));
-                    resolved.push(info.frame(line));
+                    KeyFrame::Java(method as usize, line)
                 }
-                SampledFrame::NativeCode(pc) => {
-                    let shown = self.natives.frame(pc);
-                    key.frames.push(KeyFrame::Shown(shown.clone()));
-                    resolved.push(shown);
-                }
+                SampledFrame::NativeCode(pc) => KeyFrame::Native(self.natives.frame_number(pc)),
                 SampledFrame::FailedWalk(code) => {
-                    let mark = Frame::failed_walk(failed_walk_mark(code));
-                    key.frames.push(KeyFrame::Shown(mark.clone()));
-                    resolved.push(mark);
+                    KeyFrame::Shown(Frame::failed_walk(failed_walk_mark(code)))
                 }
-                SampledFrame::VmThread(name) => {
-                    let root = Frame::vm_thread(&name);
-                    key.frames.push(KeyFrame::Shown(root.clone()));
-                    resolved.push(root);
-                }
-            }
+                SampledFrame::VmThread(name) => KeyFrame::Shown(Frame::vm_thread(&name)),
+            });
         }
-        match self.serial_by_key.get(&key) {
-            Some(serial) => *serial,
-            None => {
-                self.last_serial += 1;
-                let serial = self.last_serial;
-                self.traces.insert(
-                    serial,
-                    Trace {
-                        serial,
-                        thread,
-                        frames: resolved,
-                    },
-                );
-                self.serial_by_key.insert(key, serial);
-                serial
-            }
+        if let Some(serial) = self.serial_by_key.get(&key) {
+            return *serial;
         }
+        // A trace not seen before: its frames as they are shown.
+        let frames = key
+            .frames
+            .iter()
+            .map(|frame| match frame {
+                KeyFrame::Java(method, line) => self
+                    .methods
+                    .get(jvmti, *method as jmethodID)
+                    .frame(line.clone()),
+                KeyFrame::Native(number) => self.natives.numbered(*number).clone(),
+                KeyFrame::Shown(frame) => frame.clone(),
+            })
+            .collect();
+        self.last_serial += 1;
+        let serial = self.last_serial;
+        self.traces.insert(
+            serial,
+            Trace {
+                serial,
+                thread,
+                frames,
+            },
+        );
+        self.serial_by_key.insert(key, serial);
+        serial
     }
 
     /// The TRACEs among `serials` that no earlier output printed, marked printed now.

@@ -289,7 +289,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
             // the mark saying so.
             // SAFETY: as below.
             let native =
-                unsafe { crate::native_stack::walk(context, thread_id, frames, depth - 1) };
+                unsafe { crate::native_stack::walk(context, thread_id, None, frames, depth - 1) };
             // SAFETY: `native` < `depth`, the frames the ring gave us.
             unsafe { *frames.add(native) = CallFrame::failed_walk(NOT_A_VM_THREAD) };
             return (thread_id, native as i32 + 1);
@@ -298,7 +298,17 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         // mark of a failed walk.
         // SAFETY: this is the handler, on the interrupted thread, with the kernel's ucontext;
         // `frames` has room for `depth` frames.
-        let native = unsafe { crate::native_stack::walk(context, thread_id, frames, depth - 1) };
+        // The stack of a thread that did not record it itself (one of the JVM's compiler
+        // threads, one timed at attach), as its JavaThread has it.
+        let known_stack = crate::vm_structs::thread_layout().and_then(|layout| {
+            let thread = layout.thread_of(env.cast())?;
+            // SAFETY: the JavaThread of this thread's own JNIEnv is live.
+            unsafe { layout.stack_of(thread) }
+        });
+        // SAFETY: as above; `known_stack` is this thread's stack as its JavaThread has it.
+        let native = unsafe {
+            crate::native_stack::walk(context, thread_id, known_stack, frames, depth - 1)
+        };
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
         let depth = depth - native;

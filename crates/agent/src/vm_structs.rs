@@ -24,6 +24,8 @@ pub struct ThreadLayout {
     /// `JavaThread::_stack_base`: the highest address of the thread's stack, which bounds what
     /// the handler may read above a stack pointer.
     pub stack_base: usize,
+    /// `JavaThread::_stack_size`: the size of the thread's stack below its base.
+    pub stack_size: usize,
     /// The value of `_thread_in_vm`: the thread runs the VM's own code for Java.
     pub in_vm: i32,
 }
@@ -32,6 +34,21 @@ impl ThreadLayout {
     /// The JavaThread of a JNIEnv.
     pub fn thread_of(&self, env: *mut JNIEnv) -> Option<usize> {
         (env as usize).checked_sub(self.env_offset)
+    }
+
+    /// A JavaThread's stack as (lowest, highest) address, if its fields hold one.
+    ///
+    /// # Safety
+    /// `thread` must be a live JavaThread (e.g. the calling thread's, from its JNIEnv).
+    pub unsafe fn stack_of(&self, thread: usize) -> Option<(usize, usize)> {
+        // SAFETY: the caller's promise; the offsets were checked at start-up.
+        let (top, size) = unsafe {
+            (
+                self.stack_top(thread),
+                ((thread + self.stack_size) as *const usize).read_volatile(),
+            )
+        };
+        (top != 0 && size != 0 && size <= MAX_STACK).then(|| (top.saturating_sub(size), top))
     }
 
     /// The top of a JavaThread's stack.
@@ -76,14 +93,16 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
     let last_java_sp = anchor + field("JavaFrameAnchor", "_last_Java_sp")?;
     let last_java_pc = anchor + field("JavaFrameAnchor", "_last_Java_pc")?;
     let stack_base = field("JavaThread", "_stack_base")?;
+    let stack_size = field("JavaThread", "_stack_size")?;
     let in_vm = constant("_thread_in_vm")?;
     let in_native = constant("_thread_in_native")?;
-    if [state, last_java_sp, last_java_pc, stack_base]
+    if [state, last_java_sp, last_java_pc, stack_base, stack_size]
         .iter()
         .any(|offset| *offset > MAX_FIELD_OFFSET || offset % 4 != 0)
         || last_java_sp % 8 != 0
         || last_java_pc % 8 != 0
         || stack_base % 8 != 0
+        || stack_size % 8 != 0
     {
         return Err("VMStructs offsets out of the expected range".into());
     }
@@ -102,10 +121,13 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
     }
     // SAFETY: as above.
     let top = unsafe { ((thread + stack_base) as *const usize).read_volatile() };
+    // SAFETY: as above.
+    let size = unsafe { ((thread + stack_size) as *const usize).read_volatile() };
     let here = &top as *const usize as usize;
-    if !(here < top && top - here < MAX_STACK) {
+    if !(here < top && top - here < MAX_STACK && size <= MAX_STACK && top - size < here) {
         return Err(format!(
-            "VMStructs' stack base {top:#x} does not hold this thread's stack ({here:#x})"
+            "VMStructs' stack ({:#x}, {top:#x}) does not hold this thread's stack ({here:#x})",
+            top.wrapping_sub(size)
         ));
     }
     Ok(ThreadLayout {
@@ -114,6 +136,7 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
         last_java_sp,
         last_java_pc,
         stack_base,
+        stack_size,
         in_vm,
     })
 }
