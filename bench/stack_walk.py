@@ -79,17 +79,19 @@ def costs(path):
 JIT_LOOP = "CompileBroker::compiler_thread_loop"
 
 
+def thread_kind(has_java_frame, frames):
+    """Java, JIT (a stack through the compile broker's loop) or other JVM (GC, VM thread)."""
+    if has_java_frame:
+        return "Java"
+    return "JIT" if any(JIT_LOOP in frame for frame in frames) else "other JVM"
+
+
 def thread_kinds_openprof(samples, traces):
     """Samples of Java threads, of the JIT compilers and of the JVM's other threads."""
     kinds = collections.Counter()
     for trace, count in samples.items():
         frames = traces.get(trace, [])
-        if any(java_method(frame) for frame in frames):
-            kinds["Java"] += count
-        elif any(JIT_LOOP in frame for frame in frames):
-            kinds["JIT"] += count
-        else:
-            kinds["other JVM"] += count
+        kinds[thread_kind(any(java_method(frame) for frame in frames), frames)] += count
     return kinds
 
 
@@ -97,13 +99,8 @@ def thread_kinds_async(path):
     kinds = collections.Counter()
     for line in open(path):
         stack, _, count = line.rstrip("\n").rpartition(" ")
-        frames, count = stack.split(";"), int(count)
-        if any(frame.endswith(JAVA_SUFFIXES) for frame in frames):
-            kinds["Java"] += count
-        elif any(JIT_LOOP in frame for frame in frames):
-            kinds["JIT"] += count
-        else:
-            kinds["other JVM"] += count
+        frames = stack.split(";")
+        kinds[thread_kind(any(frame.endswith(JAVA_SUFFIXES) for frame in frames), frames)] += int(count)
     return kinds
 
 

@@ -230,6 +230,33 @@ fn jvmti_sampler_is_the_named_fallback() {
     assert!(work > 50, "{by_method:?}");
 }
 
+/// Runs `workload` for 3 s of CPU with `options` (which name the profile file, `*.txt`) and
+/// checks its walks: at least 1000 samples, fewer than 2 % of them failed, and each way of
+/// recovering a walk in `recovered_by` used. Returns the profile and its samples.
+fn walked_profile(options: &str, workload: &str, recovered_by: &[&str]) -> (TextProfile, u64) {
+    let file = options
+        .split(',')
+        .find_map(|option| option.strip_prefix("file="))
+        .expect("a file= option");
+    let run = run_java(Some(options), workload, &["3"], LIMIT);
+    assert!(run.success(), "stderr: {}", run.stderr());
+    let profile = run.profile(file);
+    let sampler = &profile.samplers[0];
+    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
+    assert!(total >= 1000, "too few samples: {total}");
+    assert!(
+        sampler.failed_total() * 50 < total,
+        "more than 2 % of the walks failed: {sampler:?}, {total} samples"
+    );
+    for how in recovered_by {
+        assert!(
+            sampler.recovered.get(*how).copied().unwrap_or(0) > 0,
+            "no walk recovered by {how}: {sampler:?}"
+        );
+    }
+    (profile, total)
+}
+
 /// Megamorphic spends most of its CPU in itable dispatch stubs and at the entries of four short
 /// methods, where AsyncGetCallTrace does not walk (two thirds of the samples failed before the
 /// agent recovered such walks). Ground truth: the four area() methods are called equally often
@@ -238,27 +265,11 @@ fn jvmti_sampler_is_the_named_fallback() {
 /// it, and more work means more samples.
 #[test]
 fn samples_in_dispatch_stubs_and_method_entries_are_walked() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,file=stubs.txt"),
+    let (profile, total) = walked_profile(
+        "cpu=samples,interval=1,file=stubs.txt",
         "Megamorphic",
-        &["3"],
-        LIMIT,
+        &["stub_return_address", "method_entry"],
     );
-    assert!(run.success(), "stderr: {}", run.stderr());
-    let profile = run.profile("stubs.txt");
-    let sampler = &profile.samplers[0];
-    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
-    assert!(total >= 1000, "too few samples: {total}");
-    assert!(
-        sampler.failed_total() * 50 < total + sampler.failed_total(),
-        "more than 2 % of the walks failed: {sampler:?}, {total} delivered"
-    );
-    for how in ["stub_return_address", "method_entry"] {
-        assert!(
-            sampler.recovered.get(how).copied().unwrap_or(0) > 0,
-            "no walk recovered by {how}: {sampler:?}"
-        );
-    }
     let mut area = std::collections::BTreeMap::<String, u64>::new();
     for table in &profile.cpu_tables {
         for row in &table.rows {
@@ -295,25 +306,12 @@ fn samples_in_dispatch_stubs_and_method_entries_are_walked() {
 /// must be on a good part of them.
 #[test]
 fn samples_in_vm_code_are_walked() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,depth=8,file=vm.txt"),
+    let (profile, total) = walked_profile(
+        "cpu=samples,interval=1,depth=8,file=vm.txt",
         "VmCalls",
-        &["3"],
-        LIMIT,
+        &["runtime_stub"],
     );
-    assert!(run.success(), "stderr: {}", run.stderr());
-    let profile = run.profile("vm.txt");
     let sampler = &profile.samplers[0];
-    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
-    assert!(total >= 1000, "too few samples: {total}");
-    assert!(
-        sampler.failed_total() * 50 < total + sampler.failed_total(),
-        "more than 2 % of the walks failed: {sampler:?}, {total} delivered"
-    );
-    assert!(
-        sampler.recovered.get("runtime_stub").copied().unwrap_or(0) > 0,
-        "no walk recovered from a runtime stub: {sampler:?}"
-    );
     let (mut in_main, mut in_allocate) = (0, 0);
     for table in &profile.cpu_tables {
         for row in &table.rows {
@@ -388,8 +386,8 @@ fn javac_is_walked() {
     assert!(total >= 1000, "too few samples: {total}");
     // Before the second walks, 28 % failed; the bench measures about 1 % on a quiet machine.
     assert!(
-        sampler.failed_total() * 25 < total + sampler.failed_total(),
-        "more than 4 % of the walks failed: {sampler:?}, {total} delivered"
+        sampler.failed_total() * 25 < total,
+        "more than 4 % of the walks failed: {sampler:?}, {total} samples"
     );
     for how in [
         "stub_return_address",
