@@ -5,7 +5,9 @@
 //! one: a reader sees an entry only once its count is published, and an unloaded entry is
 //! marked dead, never removed, so nothing a reader holds is ever freed or reused. A lookup
 //! binary-searches an index of the entries sorted by address, rebuilt every few hundred new
-//! entries, and scans only the entries appended since.
+//! entries, and scans only the entries appended since. Beside them: where the interpreter's
+//! code is, and which jmethodID each of the VM's Method structures is, so that a sample taken
+//! in the interpreter's entry of a method can name that method.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -118,8 +120,12 @@ impl Entry {
 
 static MAP: OnceLock<CodeMap> = OnceLock::new();
 
-/// Allocates the table (at start-up, before any code is reported).
+/// Allocates the tables (at start-up, before any code is reported).
 pub fn init() {
+    METHODS.get_or_init(|| MethodIndex {
+        keys: (0..METHOD_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+        values: (0..METHOD_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+    });
     MAP.get_or_init(|| CodeMap {
         entries: (0..CAPACITY)
             .map(|_| Entry {
@@ -208,6 +214,93 @@ pub fn method_at(pc: usize) -> Option<jmethodID> {
     })
 }
 
+/// The interpreter's code, as DynamicCodeGenerated reports it (`Interpreter`).
+static INTERPRETER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// The JVM generated `length` bytes of code named `name` at `start` (a stub, the interpreter).
+pub fn generated(name: &str, start: usize, length: usize) {
+    if name == "Interpreter" {
+        INTERPRETER[0].store(start, Ordering::Relaxed);
+        INTERPRETER[1].store(start.saturating_add(length), Ordering::Release);
+    }
+}
+
+/// Whether `pc` is in the interpreter's code. Async-signal-safe.
+pub fn in_interpreter(pc: usize) -> bool {
+    let end = INTERPRETER[1].load(Ordering::Acquire);
+    INTERPRETER[0].load(Ordering::Relaxed) <= pc && pc < end
+}
+
+/// Methods remembered by their Method structure at most; beyond, new ones are not (a sample in
+/// their interpreter entry counts to the caller, as without the index).
+const METHOD_SLOTS: usize = 1 << 18;
+
+/// jmethodIDs by the address of the VM's Method structure they stand for: open addressing,
+/// filled under the map's lock, read without one (a key is published after its value).
+struct MethodIndex {
+    keys: Box<[AtomicUsize]>,
+    values: Box<[AtomicUsize]>,
+}
+
+static METHODS: OnceLock<MethodIndex> = OnceLock::new();
+
+fn method_slot(key: usize, probe: usize) -> usize {
+    ((key >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40).wrapping_add(probe) % METHOD_SLOTS
+}
+
+/// Remembers which Method structure each of `methods` stands for. HotSpot's jmethodID points at
+/// a slot that holds its Method's address (the slot lives as long as the class).
+pub fn index_methods(methods: &[jmethodID]) {
+    let (Some(index), Some(map)) = (METHODS.get(), MAP.get()) else {
+        return;
+    };
+    let _append = lock(&map.append);
+    for method in methods {
+        if method.is_null() {
+            continue;
+        }
+        // SAFETY: a live jmethodID is a pointer to the slot holding its Method's address.
+        let key = unsafe { (*method as *const usize).read() };
+        if key == 0 || key % 8 != 0 {
+            continue;
+        }
+        for probe in 0..64 {
+            let slot = method_slot(key, probe);
+            match index.keys[slot].load(Ordering::Relaxed) {
+                0 => {
+                    index.values[slot].store(*method as usize, Ordering::Relaxed);
+                    index.keys[slot].store(key, Ordering::Release);
+                    break;
+                }
+                same if same == key => {
+                    index.values[slot].store(*method as usize, Ordering::Release);
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The jmethodID of the Method structure at `address`, if the agent knows it.
+/// Async-signal-safe: atomic loads only, a bounded probe.
+pub fn method_of_structure(address: usize) -> Option<jmethodID> {
+    let index = METHODS.get()?;
+    if address == 0 || address % 8 != 0 {
+        return None;
+    }
+    (0..64).find_map(|probe| {
+        let slot = method_slot(address, probe);
+        match index.keys.get(slot)?.load(Ordering::Acquire) {
+            0 => Some(None),
+            key if key == address => Some(Some(
+                index.values.get(slot)?.load(Ordering::Relaxed) as jmethodID
+            )),
+            _ => None,
+        }
+    })?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,5 +347,30 @@ mod tests {
             assert_eq!(method_at(start + 0x10), want, "method {n} at {start:#x}");
             assert_eq!(method_at(start + 0xc0), None, "past method {n}'s code");
         }
+    }
+
+    #[test]
+    fn a_method_structure_names_its_jmethod_id_and_the_interpreter_is_known() {
+        init();
+        // HotSpot's jmethodID points at a slot holding the Method's address: slots of our own.
+        let slots: Vec<Box<usize>> = (0..1000)
+            .map(|n| Box::new(0x5000_0000 + n * 0x58))
+            .collect();
+        let ids: Vec<jmethodID> = slots
+            .iter()
+            .map(|slot| &**slot as *const usize as jmethodID)
+            .collect();
+        index_methods(&ids);
+        for (slot, id) in slots.iter().zip(&ids) {
+            assert_eq!(method_of_structure(**slot), Some(*id));
+        }
+        assert_eq!(method_of_structure(0x5000_0000 + 0x58 * 1000), None);
+        assert_eq!(method_of_structure(0), None);
+        assert_eq!(method_of_structure(0x5000_0001), None);
+        generated("StubRoutines (1)", 0x6000_0000, 0x100);
+        assert!(!in_interpreter(0x6000_0010));
+        generated("Interpreter", 0x6100_0000, 0x1000);
+        assert!(in_interpreter(0x6100_0000) && in_interpreter(0x6100_0fff));
+        assert!(!in_interpreter(0x6100_1000) && !in_interpreter(0x60ff_ffff));
     }
 }

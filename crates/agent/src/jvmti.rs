@@ -164,13 +164,11 @@ impl Jvmti {
     }
 
     /// Asks for the methods of a class, which makes the JVM create their jmethodIDs: this is what
-    /// lets AsyncGetCallTrace name the frames of the class.
+    /// lets AsyncGetCallTrace name the frames of the class. The code map learns them too.
     pub fn preload_method_ids(self, class: jclass) -> JvmtiResult<usize> {
-        let mut count: jint = 0;
-        let mut methods: *mut jmethodID = ptr::null_mut();
-        call!(self, GetClassMethods(class, &mut count, &mut methods))?;
-        self.deallocate(methods);
-        Ok(count.max(0) as usize)
+        let methods = self.class_methods(class)?;
+        crate::code_map::index_methods(&methods);
+        Ok(methods.len())
     }
 
     /// Every loaded class (local references, valid in the calling JNI frame).

@@ -74,6 +74,8 @@ enum Recovery {
     StubReturnAddress,
     /// In a compiled method's entry: that method, then the walk from its caller.
     MethodEntry,
+    /// In the interpreter's entry of a method: that method, then the walk from its caller.
+    InterpreterEntry,
     /// Neither: walked from the nearest words on the stack that return into compiled Java code.
     StackScan,
     /// In VM code called from Java whose last Java frame was not yet marked walkable: walked
@@ -85,9 +87,10 @@ enum Recovery {
 }
 
 impl Recovery {
-    const ALL: [Recovery; 5] = [
+    const ALL: [Recovery; 6] = [
         Recovery::StubReturnAddress,
         Recovery::MethodEntry,
+        Recovery::InterpreterEntry,
         Recovery::StackScan,
         Recovery::FrameAnchor,
         Recovery::RuntimeStub,
@@ -97,6 +100,7 @@ impl Recovery {
         match self {
             Recovery::StubReturnAddress => "stub_return_address",
             Recovery::MethodEntry => "method_entry",
+            Recovery::InterpreterEntry => "interpreter_entry",
             Recovery::StackScan => "stack_scan",
             Recovery::FrameAnchor => "frame_anchor",
             Recovery::RuntimeStub => "runtime_stub",
@@ -109,7 +113,7 @@ impl Recovery {
 const UNKNOWN_BCI: jint = -1;
 
 /// Walks recovered, by `Recovery`.
-static RECOVERED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static RECOVERED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 /// AsyncGetCallTrace's `ticks_unknown_Java`: the thread runs Java code (or a stub of it) whose
 /// frame the walker does not know.
 const TICKS_UNKNOWN_JAVA: jint = -5;
@@ -391,22 +395,62 @@ fn walk_from_return_address(
     // SAFETY: `sp` is the interrupted thread's stack pointer (this handler runs on that thread),
     // aligned; the words from it are inside the thread's used stack, which is mapped.
     let word = |at: usize| unsafe { ptr::read((sp + 8 * at) as *const usize) };
+    // The top of the thread's stack, which only the VM's layout tells: no word above it is read.
+    let stack_top = crate::vm_structs::thread_layout().and_then(|layout| {
+        let thread = layout.thread_of(trace.env)?;
+        // SAFETY: the JavaThread of this thread's own JNIEnv is live.
+        Some(unsafe { layout.stack_top(thread) })
+    });
     // The method whose entry the thread is in, when the pc is in compiled code of a known method:
     // its frame is still being built, so its return address is one of the first words of the
     // stack (before the frame pointer is pushed, after, or after room for spills is made).
-    let callee = crate::code_map::method_at(pc);
+    let compiled_callee = crate::code_map::method_at(pc);
+    // Or when the pc is in the interpreter, whose method entry holds the callee's Method in rbx
+    // and the caller's stack pointer in r13 (HotSpot's x86-64 calling convention) until the
+    // frame is built: the return address is the word below r13 (or, before the entry popped it,
+    // the top of the stack).
+    let interpreted_callee = match compiled_callee {
+        Some(_) => None,
+        None if crate::code_map::in_interpreter(pc) => {
+            let method = original.uc_mcontext.gregs[libc::REG_RBX as usize] as usize;
+            crate::code_map::method_of_structure(method)
+        }
+        None => None,
+    };
+    let callee = compiled_callee.or(interpreted_callee);
     // (the return address, the stack pointer after the return, the frame pointer then)
-    let candidates: &[(usize, usize, Option<usize>)] = match callee {
-        Some(_) => &[
+    let mut candidates = [(0usize, 0usize, None::<usize>); 4];
+    let count = if compiled_callee.is_some() {
+        candidates = [
             (word(0), sp + 8, None),
             (word(1), sp + 16, Some(word(0))),
             (word(2), sp + 24, Some(word(1))),
             (word(3), sp + 32, Some(word(2))),
-        ],
-        // Elsewhere (a stub without a frame of its own, such as an itable or vtable dispatch
-        // stub): the top of the stack returns to the caller.
-        None => &[(word(0), sp + 8, None)],
+        ];
+        4
+    } else {
+        candidates[0] = (word(0), sp + 8, None);
+        let sender_sp = original.uc_mcontext.gregs[libc::REG_R13 as usize] as usize;
+        // The caller's stack pointer is above ours and on this thread's stack.
+        match stack_top {
+            Some(top)
+                if interpreted_callee.is_some()
+                    && sender_sp % 8 == 0
+                    && sender_sp > sp + 8
+                    && sender_sp < top =>
+            {
+                // SAFETY: `sender_sp - 8` lies between this thread's stack pointer and the top
+                // of its stack.
+                let return_address = unsafe { ptr::read((sender_sp - 8) as *const usize) };
+                candidates[1] = (return_address, sender_sp, None);
+                2
+            }
+            // Elsewhere (a stub without a frame of its own, such as an itable or vtable
+            // dispatch stub): the top of the stack returns to the caller.
+            _ => 1,
+        }
     };
+    let candidates = &candidates[..count];
     // With a known callee, it becomes the first frame and the caller's walk goes after it.
     let (frames, room) = match callee {
         // SAFETY: `trace.frames` has room for `depth` (at least 2) frames.
@@ -415,14 +459,7 @@ fn walk_from_return_address(
     };
     // Then, when the frame's shape was none of those (a stub that saved registers, a frame
     // being torn down), the nearest words that are return addresses into compiled Java code.
-    // Only below the top of the thread's stack, which only the VM's layout tells.
-    let scan_end = crate::vm_structs::thread_layout().map_or(0, |layout| {
-        layout.thread_of(trace.env).map_or(0, |thread| {
-            // SAFETY: the JavaThread of this thread's own JNIEnv is live.
-            let top = unsafe { layout.stack_top(thread) };
-            (top.saturating_sub(sp) / 8).min(STACK_SCAN_WORDS)
-        })
-    });
+    let scan_end = stack_top.map_or(0, |top| (top.saturating_sub(sp) / 8).min(STACK_SCAN_WORDS));
     let scanned = (candidates.len()..scan_end)
         .map(|at| (word(at), sp + 8 * (at + 1), None))
         .filter(|(address, _, _)| crate::code_map::method_at(*address).is_some())
@@ -470,6 +507,8 @@ fn walk_from_return_address(
                 trace.num_frames = caller.num_frames + 1;
                 if by_scan {
                     Recovery::StackScan
+                } else if interpreted_callee.is_some() {
+                    Recovery::InterpreterEntry
                 } else {
                     Recovery::MethodEntry
                 }

@@ -6,8 +6,8 @@ use std::ffi::c_void;
 use jvmti_bindings::sys::jvmti::{
     jvmtiEvent, JVMTI_EVENT_CLASS_LOAD, JVMTI_EVENT_CLASS_PREPARE,
     JVMTI_EVENT_COMPILED_METHOD_LOAD, JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
-    JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_THREAD_END, JVMTI_EVENT_THREAD_START,
-    JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
+    JVMTI_EVENT_DATA_DUMP_REQUEST, JVMTI_EVENT_DYNAMIC_CODE_GENERATED, JVMTI_EVENT_THREAD_END,
+    JVMTI_EVENT_THREAD_START, JVMTI_EVENT_VM_DEATH, JVMTI_EVENT_VM_INIT,
 };
 
 use super::{begin, collect, dump, register_thread, vm_death};
@@ -19,7 +19,7 @@ use crate::signals;
 use crate::sync::lock;
 
 /// The events of the callbacks below.
-pub const CORE_EVENTS: [jvmtiEvent; 9] = [
+pub const CORE_EVENTS: [jvmtiEvent; 10] = [
     JVMTI_EVENT_VM_INIT,
     JVMTI_EVENT_VM_DEATH,
     JVMTI_EVENT_THREAD_START,
@@ -29,6 +29,7 @@ pub const CORE_EVENTS: [jvmtiEvent; 9] = [
     JVMTI_EVENT_DATA_DUMP_REQUEST,
     JVMTI_EVENT_COMPILED_METHOD_LOAD,
     JVMTI_EVENT_COMPILED_METHOD_UNLOAD,
+    JVMTI_EVENT_DYNAMIC_CODE_GENERATED,
 ];
 
 /// Points the table at the callbacks below.
@@ -42,6 +43,7 @@ pub fn core(callbacks: &mut jvmtiEventCallbacks) {
     callbacks.DataDumpRequest = Some(on_data_dump_request);
     callbacks.CompiledMethodLoad = Some(on_compiled_method_load);
     callbacks.CompiledMethodUnload = Some(on_compiled_method_unload);
+    callbacks.DynamicCodeGenerated = Some(on_dynamic_code_generated);
 }
 
 unsafe extern "system" fn on_vm_init(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
@@ -149,6 +151,23 @@ unsafe extern "system" fn on_compiled_method_load(
 ) {
     guarded("CompiledMethodLoad", || {
         crate::code_map::loaded(method, code_addr as usize, code_size.max(0) as usize);
+    });
+}
+
+/// To know where the interpreter is (`code_map.rs`).
+unsafe extern "system" fn on_dynamic_code_generated(
+    _jvmti: *mut jvmtiEnv,
+    name: *const std::os::raw::c_char,
+    address: *const c_void,
+    length: jint,
+) {
+    guarded("DynamicCodeGenerated", || {
+        if name.is_null() {
+            return;
+        }
+        // SAFETY: JVMTI passes a NUL-terminated name, valid during the callback.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
+        crate::code_map::generated(&name, address as usize, length.max(0) as usize);
     });
 }
 

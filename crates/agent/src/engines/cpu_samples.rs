@@ -339,6 +339,10 @@ impl Engine for CpuSamples {
                 .jvmti
                 .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_COMPILED_METHOD_LOAD);
         }
+        // Where the interpreter is: generated before the agent's events may have been on.
+        let _ = context
+            .jvmti
+            .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
         let line = if context.phase == Phase::Live {
             self.time_running_threads(context)
         } else {

@@ -392,6 +392,7 @@ fn javac_is_walked() {
     for how in [
         "stub_return_address",
         "method_entry",
+        "interpreter_entry",
         "frame_anchor",
         "runtime_stub",
     ] {
