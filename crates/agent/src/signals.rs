@@ -58,6 +58,8 @@ struct SignalSampler {
     vm: *mut JavaVM,
     walk: AsyncGetCallTrace,
     ring: SampleRing,
+    /// Java frames walked at most (`depth=`); a ring slot has room for native frames on top.
+    java_depth: usize,
 }
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
@@ -169,9 +171,14 @@ pub enum InstallError {
 
 /// Finds AsyncGetCallTrace, allocates the ring and installs the SIGPROF handler (disabled until
 /// [`set_enabled`]). Called once, in Agent_OnLoad or Agent_OnAttach.
-pub fn install(vm: *mut JavaVM, ring: SampleRing) -> Result<(), InstallError> {
+pub fn install(vm: *mut JavaVM, ring: SampleRing, java_depth: usize) -> Result<(), InstallError> {
     let walk = find_async_get_call_trace().ok_or(InstallError::NoAsyncGetCallTrace)?;
-    let sampler = Box::into_raw(Box::new(SignalSampler { vm, walk, ring }));
+    let sampler = Box::into_raw(Box::new(SignalSampler {
+        vm,
+        walk,
+        ring,
+        java_depth: java_depth.max(1),
+    }));
     // Never freed: a late signal may still read it while the process exits.
     SAMPLER.store(sampler, Ordering::Release);
     // SAFETY: sigaction is given a fully initialised struct whose handler has the SA_SIGINFO
@@ -315,7 +322,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         };
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
-        let depth = depth - native;
+        let depth = (depth - native).min(sampler.java_depth);
         let mut trace = CallTrace {
             env: env.cast(),
             num_frames: 0,

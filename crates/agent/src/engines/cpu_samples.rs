@@ -466,8 +466,7 @@ impl Engine for CpuSamples {
                     let native = sample
                         .frames
                         .into_iter()
-                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)))
-                        .take(depth.saturating_sub(1));
+                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)));
                     let root = SampledFrame::VmThread(self.vm_thread_name(sample.kernel_id));
                     report
                         .profile
@@ -479,23 +478,30 @@ impl Engine for CpuSamples {
                 Some(_) if serial.is_none() => {}
                 Some(code) => {
                     report.profile.add_failure(code);
-                    // Its native frames, cut so that the mark always stays.
+                    // Its native frames, then the mark.
                     let native = sample
                         .frames
                         .into_iter()
-                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)))
-                        .take(depth.saturating_sub(1));
+                        .filter(|frame| matches!(frame, SampledFrame::NativeCode(_)));
                     report.profile.add_sampled(
                         context.jvmti,
                         thread,
                         native.chain([SampledFrame::FailedWalk(code)]),
                     );
                 }
-                None => report.profile.add_sampled(
-                    context.jvmti,
-                    thread,
-                    sample.frames.into_iter().take(depth),
-                ),
+                // The native frames on top, then `depth` Java frames (the depth asked for now).
+                None => {
+                    let native = sample
+                        .frames
+                        .iter()
+                        .take_while(|frame| matches!(frame, SampledFrame::NativeCode(_)))
+                        .count();
+                    report.profile.add_sampled(
+                        context.jvmti,
+                        thread,
+                        sample.frames.into_iter().take(native + depth),
+                    )
+                }
             }
         }
     }
@@ -533,10 +539,16 @@ fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResu
     }
     // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
     // worth), fewer for deep stacks so that the ring stays within 16 MiB.
+    // A slot holds `depth` Java frames and the native frames above them.
     let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
+    let native = match options.cstack {
+        CStack::FramePointers => crate::native_stack::MAX_NATIVE_FRAMES,
+        CStack::No => 0,
+    };
     let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
-    let slots = (16 << 20) / (depth * frame_bytes);
-    match signals::install(vm, SampleRing::new(slots.clamp(64, 4096), depth)) {
+    let slots = (16 << 20) / ((depth + native) * frame_bytes);
+    let ring = SampleRing::new(slots.clamp(64, 4096), depth + native);
+    match signals::install(vm, ring, depth) {
         Ok(()) => Ok(SamplerKind::Signals),
         Err(InstallError::NoAsyncGetCallTrace) => Ok(SamplerKind::Jvmti {
             note: "AsyncGetCallTrace not found in this JVM; samples are biased towards safepoints"
