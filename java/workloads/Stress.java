@@ -1,7 +1,8 @@
 /**
  * Tries to make a profiler crash or hang the JVM: deep recursion, heavy garbage and GC, classes
  * defined in throw-away class loaders (so they unload while their frames may sit in samples),
- * exceptions, and threads coming and going. Prints "stress done" when it finishes cleanly.
+ * exceptions, and threads coming and going. Prints "ready" once its threads run and "stress
+ * done" when it finishes cleanly.
  *
  * Usage: java Stress SECONDS
  */
@@ -88,6 +89,8 @@ public class Stress {
         for (Thread thread : threads) {
             thread.start();
         }
+        // Started: a test may now ask for data dumps (before, the agent is not set up yet).
+        System.out.println("ready");
         int generation = 0;
         while (System.nanoTime() < end) {
             Thread shortLived = new Thread(() -> sink += recurse(50), "short-" + generation++);

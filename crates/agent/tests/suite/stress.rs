@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use openprof_testkit::{java_command, send_signal, wait_with_limit};
+use openprof_testkit::{
+    java_command, send_signal, wait_until_ready_keeping_output, wait_with_limit,
+};
 
 #[test]
 fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
@@ -11,14 +13,17 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
         "Stress",
         &["8"],
     );
-    let child = command.spawn().expect("start java");
+    let mut child = command.spawn().expect("start java");
     let pid = child.id();
+    // Dumps are asked for once the JVM runs the workload: on a loaded machine a start-up can
+    // take longer than the first pause.
+    let stdout = wait_until_ready_keeping_output(&mut child);
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(1200));
         send_signal(pid, libc::SIGQUIT); // a data dump while sampling runs
     }
     let output = wait_with_limit(child, Duration::from_secs(180));
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = stdout.join().expect("the workload's output");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
