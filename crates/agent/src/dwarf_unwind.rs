@@ -100,12 +100,12 @@ pub fn current() -> Option<&'static UnwindTables> {
     (!tables.is_null()).then(|| unsafe { &*tables })
 }
 
-/// Each object's rows by (path, bias), so that a refresh after a library came or went parses
-/// only the new ones.
+/// Each executable mapping's (bias, rows), so that a refresh after a library came or went
+/// opens only the new ones.
 static BUILT: Mutex<Option<BuiltRows>> = Mutex::new(None);
 
-/// Rows by (object's path, load bias).
-type BuiltRows = HashMap<(String, usize), &'static [Row]>;
+/// (bias, rows) by (object's path, mapping's start, its file offset).
+type BuiltRows = HashMap<(String, usize, usize), (usize, &'static [Row])>;
 
 /// Builds rows for the objects now loaded that have none yet and publishes a new snapshot.
 /// Never called from the handler. Returns the snapshot's mappings and rows.
@@ -123,19 +123,15 @@ pub fn refresh() -> Option<(usize, usize)> {
         if !mapping.executable || !mapping.path.starts_with('/') {
             continue;
         }
-        let Some(file) = crate::native_symbols::MappedFile::open(&mapping.path) else {
-            continue;
+        let key = (mapping.path.clone(), mapping.start, mapping.offset);
+        let (bias, rows) = match built.get(&key) {
+            Some(&known) => known,
+            None => {
+                let known = rows_of_mapping(&mapping).unwrap_or((0, &[]));
+                built.insert(key, known);
+                known
+            }
         };
-        let Ok(object) = object::File::parse(file.bytes()) else {
-            continue;
-        };
-        let Some(own_address) = own_address_of(&object, mapping.offset as u64) else {
-            continue;
-        };
-        let bias = mapping.start.wrapping_sub(own_address as usize);
-        let rows = *built
-            .entry((mapping.path.clone(), bias))
-            .or_insert_with(|| Box::leak(rows_of(&object).into_boxed_slice()));
         if rows.is_empty() {
             continue;
         }
@@ -156,6 +152,15 @@ pub fn refresh() -> Option<(usize, usize)> {
     }));
     TABLES.store(snapshot, Ordering::Release);
     Some(counts)
+}
+
+/// The load bias of a mapping and its object's rows (never freed).
+fn rows_of_mapping(mapping: &crate::native_symbols::Mapping) -> Option<(usize, &'static [Row])> {
+    let file = crate::native_symbols::MappedFile::open(&mapping.path)?;
+    let object = object::File::parse(file.bytes()).ok()?;
+    let own_address = own_address_of(&object, mapping.offset as u64)?;
+    let bias = mapping.start.wrapping_sub(own_address as usize);
+    Some((bias, Box::leak(rows_of(&object).into_boxed_slice())))
 }
 
 /// The object's own address of a mapping's file offset (page-aligned). Linkers such as lld

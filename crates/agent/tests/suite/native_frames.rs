@@ -132,7 +132,7 @@ fn a_jni_librarys_frames_are_walked_in_full_under_their_java_caller() {
 #[test]
 fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
     let profile = profile_of(
-        "cpu=samples,depth=8,interval=2,cutoff=0",
+        "cpu=samples,depth=8,interval=2,cutoff=0,cstack=fp",
         "NativeDeflate",
         "3",
         "deflate.txt",

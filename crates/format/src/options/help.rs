@@ -144,7 +144,7 @@ const OPTION_TABLE: &[OptionRow] = &[
         name: "cstack",
         values: "fp|dwarf|no",
         meaning: "native frames in cpu=samples",
-        default: "fp",
+        default: "dwarf",
     },
     OptionRow {
         name: "vmthreads",

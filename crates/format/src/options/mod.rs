@@ -140,7 +140,7 @@ impl Default for Options {
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
-            cstack: CStack::FramePointers,
+            cstack: CStack::Dwarf,
             vmthreads: false,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -461,7 +461,10 @@ mod tests {
         assert_eq!(Options::parse(&vmthreads.to_string()).unwrap(), vmthreads);
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
         let defaults = Options::parse("cpu=samples").unwrap();
-        assert_eq!(defaults.cstack, CStack::FramePointers);
+        assert_eq!(defaults.cstack, CStack::Dwarf);
+        let fp = Options::parse("cpu=samples,cstack=fp").unwrap();
+        assert_eq!(fp.cstack, CStack::FramePointers);
+        assert_eq!(Options::parse(&fp.to_string()).unwrap(), fp);
         assert!(!defaults.vmthreads);
         assert_eq!(Options::parse(&defaults.to_string()).unwrap(), defaults);
     }
