@@ -4,8 +4,9 @@
 //! cache is anonymous memory) or where the chain leaves the thread's stack. Everything the
 //! handler reads here is built outside it and never freed: the executable ranges of the loaded
 //! objects (a snapshot of /proc/self/maps, replaced when libraries come and go) and each timed
-//! thread's stack bounds (recorded by the thread itself when its timer starts). x86-64 Linux
-//! only; elsewhere no native frame is recorded.
+//! thread's stack bounds (recorded by the thread itself when its timer starts). With
+//! `cstack=dwarf` a frame whose code has call frame information is stepped by its rule instead
+//! (tables from `dwarf_unwind.rs`). x86-64 Linux only; elsewhere no native frame is recorded.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -18,7 +19,7 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 /// `cstack=dwarf`: frames with call frame information are walked by it.
 static DWARF: AtomicBool = AtomicBool::new(false);
 
-/// Turns the native walk on (`cstack=fp`) or off; it is off until turned on.
+/// Turns the native walk on (`cstack=fp` or `dwarf`) or off; it is off until turned on.
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(
         enabled && cfg!(all(target_arch = "x86_64", target_os = "linux")),
