@@ -4,12 +4,14 @@
 Runs java/workloads/NativeDeflate.java (the main thread compresses with java.util.zip.Deflater,
 so nearly all its CPU is in zlib under a JNI method: every sample has native frames) for a fixed
 amount of its own CPU time, without a profiler, with openprof at interval=1 with `cstack=no`
-(Java frames only) and with `cstack=fp` (native frames too), and, with --async-profiler LIB,
+(Java frames only), with `cstack=fp` (native frames by frame pointers) and with `cstack=dwarf`
+(native frames by the libraries' call frame information too), and, with --async-profiler LIB,
 with async-profiler (`event=cpu,interval=1ms`, its default native stack walking), in a shuffled
 order over several rounds. Reported per configuration: the work done per CPU-second of the
 main thread against the run without a profiler of the same round (median of those ratios and
 their range), and for openprof the time its signal handler took per sample (the CPU SAMPLER
-record's cost.handler_us over its samples).
+record's cost.handler_us over its samples), the CPU of its agent thread (cost.agent_thread_us)
+and the time spent building unwind tables (cost.unwind_tables_us, cstack=dwarf only).
 
 Usage: bench/native_overhead.py [--rounds N] [--seconds S] [--async-profiler LIB]
 Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
@@ -44,12 +46,16 @@ def main():
         "none": [],
         "openprof cstack=no": [f"-agentpath:{agent}=cpu=samples,interval=1,cstack=no,verbose=n,file={profile}"],
         "openprof cstack=fp": [f"-agentpath:{agent}=cpu=samples,interval=1,cstack=fp,verbose=n,file={profile}"],
+        "openprof cstack=dwarf": [
+            f"-agentpath:{agent}=cpu=samples,interval=1,cstack=dwarf,verbose=n,file={profile}"],
     }
     if options.async_profiler:
         configs["async-profiler"] = [
             f"-agentpath:{options.async_profiler}=start,event=cpu,interval=1ms,collapsed,file={work}/ap.txt"]
     rates = {name: [] for name in configs}
     handler_us = {name: [] for name in configs}
+    agent_thread_ms = {name: [] for name in configs}
+    tables_ms = {name: [] for name in configs}
     for round_number in range(options.rounds):
         order = list(configs)
         random.shuffle(order)
@@ -63,14 +69,22 @@ def main():
                 spent = sum(map(int, re.findall(r"^cost\.handler_us (\d+)$", text, re.M)))
                 samples = sum(map(int, re.findall(r"CPU SAMPLES BEGIN \(total = (\d+)\)", text)))
                 handler_us[name].append(spent / max(samples, 1))
+                agent_thread_ms[name].append(
+                    sum(map(int, re.findall(r"^cost\.agent_thread_us (\d+)$", text, re.M))) / 1000)
+                tables = re.findall(r"^cost\.unwind_tables_us (\d+)$", text, re.M)
+                if tables:
+                    tables_ms[name].append(sum(map(int, tables)) / 1000)
             print(f"round {round_number + 1} {name:22} {rates[name][-1] / 1e6:.1f} MB/CPU-s", file=sys.stderr)
     print(f"rounds={options.rounds} seconds={options.seconds}")
-    print(f"{'configuration':22} {'MB/CPU-s':>9} {'ratio':>7} {'range':>12}  handler µs/sample")
+    print(f"{'configuration':22} {'MB/CPU-s':>9} {'ratio':>7} {'range':>12}  handler µs/sample"
+          f"  agent thread ms  tables ms")
     for name, values in rates.items():
         ratios = [value / base for value, base in zip(values, rates["none"])]
         handler = f"{statistics.median(handler_us[name]):.1f}" if handler_us[name] else ""
+        agent_thread = f"{statistics.median(agent_thread_ms[name]):.1f}" if agent_thread_ms[name] else ""
+        tables = f"{statistics.median(tables_ms[name]):.1f}" if tables_ms[name] else ""
         print(f"{name:22} {statistics.median(values) / 1e6:9.1f} {statistics.median(ratios):7.4f}"
-              f" {min(ratios):5.3f}-{max(ratios):5.3f}  {handler:>17}")
+              f" {min(ratios):5.3f}-{max(ratios):5.3f}  {handler:>17}  {agent_thread:>15}  {tables:>9}")
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -18,6 +18,7 @@ mod agent;
 mod binary_output;
 mod code_map;
 mod context;
+mod dwarf_unwind;
 mod engine;
 mod engines;
 mod error;

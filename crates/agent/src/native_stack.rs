@@ -4,8 +4,9 @@
 //! cache is anonymous memory) or where the chain leaves the thread's stack. Everything the
 //! handler reads here is built outside it and never freed: the executable ranges of the loaded
 //! objects (a snapshot of /proc/self/maps, replaced when libraries come and go) and each timed
-//! thread's stack bounds (recorded by the thread itself when its timer starts). x86-64 Linux
-//! only; elsewhere no native frame is recorded.
+//! thread's stack bounds (recorded by the thread itself when its timer starts). With
+//! `cstack=dwarf` a frame whose code has call frame information is stepped by its rule instead
+//! (tables from `dwarf_unwind.rs`). x86-64 Linux only; elsewhere no native frame is recorded.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -15,13 +16,21 @@ use crate::ring::CallFrame;
 pub const MAX_NATIVE_FRAMES: usize = 64;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
+/// `cstack=dwarf`: frames with call frame information are walked by it.
+static DWARF: AtomicBool = AtomicBool::new(false);
 
-/// Turns the native walk on (`cstack=fp`) or off; it is off until turned on.
+/// Turns the native walk on (`cstack=fp` or `dwarf`) or off; it is off until turned on.
 pub fn set_enabled(enabled: bool) {
     ENABLED.store(
         enabled && cfg!(all(target_arch = "x86_64", target_os = "linux")),
         Ordering::Release,
     );
+}
+
+/// Walks frames by the objects' call frame information where it has a rule for them
+/// (`cstack=dwarf`), by frame pointers elsewhere; tables are built at the next refresh.
+pub fn set_dwarf(dwarf: bool) {
+    DWARF.store(dwarf, Ordering::Release);
 }
 
 /// The executable ranges of the loaded ELF objects, sorted by start, non-overlapping.
@@ -98,12 +107,28 @@ fn loader_generation() -> u64 {
     generation
 }
 
+/// Time spent building unwind tables (`cstack=dwarf`) since it was last taken.
+static UNWIND_BUILD_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// The time spent building unwind tables since the last call, in nanoseconds.
+pub fn take_unwind_build_nanos() -> u64 {
+    UNWIND_BUILD_NANOS.swap(0, Ordering::Relaxed)
+}
+
 /// Reads the loaded objects' code for the handler: first, and again whenever a library was
 /// loaded or unloaded since (System.loadLibrary, or the JDK's own libraries on first use).
 /// Called before sampling starts, then by the agent's thread; never from the handler.
 pub fn refresh_code_ranges_if_changed() {
     let generation = loader_generation();
     if LOADER_GENERATION.load(Ordering::Relaxed) != generation && refresh_code_ranges() {
+        if DWARF.load(Ordering::Acquire) {
+            let started = std::time::Instant::now();
+            crate::dwarf_unwind::refresh();
+            UNWIND_BUILD_NANOS.fetch_add(
+                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+        }
         LOADER_GENERATION.store(generation, Ordering::Relaxed);
     }
 }
@@ -240,6 +265,30 @@ pub unsafe fn walk(
         })
         .or(known_stack)
         .filter(|&(low, high)| low <= sp && sp < high);
+    let (low, high) = stack.unwrap_or((
+        interrupted_sp,
+        interrupted_sp.saturating_add(UNKNOWN_STACK_REACH),
+    ));
+    // A word of the walked stack: only between the interrupted stack pointer (everything
+    // below it is free) and the top of the stack, aligned.
+    let read_word = |address: usize| -> Option<usize> {
+        if address % 8 != 0 || address < low.max(interrupted_sp) || address > high.checked_sub(8)? {
+            return None;
+        }
+        if stack.is_some() {
+            // SAFETY: the word lies between the interrupted stack pointer and the top of the
+            // thread's own stack, which is mapped and readable while the thread runs.
+            Some(unsafe { std::ptr::read(address as *const usize) })
+        } else {
+            let mut word = [0usize; 1];
+            read_through_kernel(address, &mut word).then_some(word[0])
+        }
+    };
+    let unwind_tables = if DWARF.load(Ordering::Acquire) {
+        crate::dwarf_unwind::current()
+    } else {
+        None
+    };
     let mut count = 0;
     while count < room.min(MAX_NATIVE_FRAMES) && ranges.contains(pc) {
         // A return address is the instruction after the call: one back is inside the call.
@@ -247,13 +296,36 @@ pub unsafe fn walk(
         // SAFETY: `count` < `room`, the frames `out` has room for.
         unsafe { *out.add(count) = CallFrame::native_pc(at) };
         count += 1;
+        if let Some(rule) = unwind_tables.and_then(|tables| tables.rule_for(at)) {
+            // The object's call frame information says where the caller's frame is: the
+            // caller's stack pointer (CFA) above this frame, the return address just below it.
+            let base = if rule.cfa_from_frame_pointer { fp } else { sp };
+            let cfa = base.wrapping_add(rule.cfa_offset);
+            if cfa <= sp {
+                break;
+            }
+            let Some(return_address) = cfa.checked_sub(8).and_then(read_word) else {
+                break;
+            };
+            if rule.saved_fp_slot != 0 {
+                // Below the stack pointer the slot was popped already (compilers keep the rule
+                // through the epilogue): rbp holds the caller's value again.
+                match cfa.checked_sub(8 * usize::from(rule.saved_fp_slot)) {
+                    Some(saved_at) if saved_at >= sp => match read_word(saved_at) {
+                        Some(caller_fp) => fp = caller_fp,
+                        None => break,
+                    },
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            sp = cfa;
+            pc = return_address;
+            continue;
+        }
         // The next frame record must be on this thread's stack, above everything already
         // walked (the chain only goes up), aligned; else the code does not keep frame pointers
         // and the walk ends here.
-        let (low, high) = stack.unwrap_or((
-            interrupted_sp,
-            interrupted_sp.saturating_add(UNKNOWN_STACK_REACH),
-        ));
         if fp % 8 != 0 || fp < sp || fp < low || fp > high.saturating_sub(16) {
             break;
         }
@@ -268,10 +340,11 @@ pub unsafe fn walk(
                 )
             }
         } else {
-            match read_frame_record(fp) {
-                Some(record) => record,
-                None => break,
+            let mut record = [0usize; 2];
+            if !read_through_kernel(fp, &mut record) {
+                break;
             }
+            (record[0], record[1])
         };
         sp = fp + 16;
         fp = caller_fp;
@@ -284,24 +357,24 @@ pub unsafe fn walk(
 /// bounds are not known (thread stacks are at most a few MiB).
 const UNKNOWN_STACK_REACH: usize = 16 << 20;
 
-/// A frame record (the caller's frame pointer, the return address) at `fp`, read through the
-/// kernel: an address that is not mapped gives `None` rather than a fault. Async-signal-safe
-/// (two raw system calls); a process may always read its own memory this way.
+/// Words at `address`, read through the kernel: an address that is not mapped gives false
+/// rather than a fault. Async-signal-safe (two raw system calls); a process may always read its
+/// own memory this way.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn read_frame_record(fp: usize) -> Option<(usize, usize)> {
-    let mut record = [0usize; 2];
+fn read_through_kernel(address: usize, words: &mut [usize]) -> bool {
+    let len = std::mem::size_of_val(words);
     let local = libc::iovec {
-        iov_base: record.as_mut_ptr().cast(),
-        iov_len: std::mem::size_of_val(&record),
+        iov_base: words.as_mut_ptr().cast(),
+        iov_len: len,
     };
     let remote = libc::iovec {
-        iov_base: fp as *mut libc::c_void,
-        iov_len: std::mem::size_of_val(&record),
+        iov_base: address as *mut libc::c_void,
+        iov_len: len,
     };
-    // SAFETY: the kernel copies at most 16 bytes into `record`, which we own, and checks the
-    // remote range itself.
+    // SAFETY: the kernel copies at most `len` bytes into `words`, which we borrow mutably, and
+    // checks the remote range itself.
     let copied = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    (copied == std::mem::size_of_val(&record) as isize).then_some((record[0], record[1]))
+    copied == len as isize
 }
 
 /// # Safety

@@ -101,13 +101,13 @@ impl Library {
 
 /// A library's file mapped read-only: parsing it touches only the pages of its headers and
 /// symbol tables (a few of libjvm.so's 24 MB), where reading it whole would copy all of it.
-struct MappedFile {
+pub(crate) struct MappedFile {
     start: *mut libc::c_void,
     len: usize,
 }
 
 impl MappedFile {
-    fn open(path: &str) -> Option<MappedFile> {
+    pub(crate) fn open(path: &str) -> Option<MappedFile> {
         use std::os::fd::AsRawFd;
         let file = std::fs::File::open(path).ok()?;
         let len = usize::try_from(file.metadata().ok()?.len()).ok()?;
@@ -130,7 +130,7 @@ impl MappedFile {
         (start != libc::MAP_FAILED).then_some(MappedFile { start, len })
     }
 
-    fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: `len` readable bytes are mapped at `start` until drop.
         unsafe { std::slice::from_raw_parts(self.start.cast::<u8>(), self.len) }
     }

@@ -77,7 +77,7 @@ pub struct CpuSamples {
     /// The agent thread's CPU time already reported in a dump.
     agent_thread_reported: AtomicU64,
     pub control: SamplingControl,
-    /// Native frames are walked (`cstack=fp` with the signal sampler).
+    /// Native frames are walked (`cstack=fp` or `dwarf` with the signal sampler).
     native_frames: bool,
     /// The JVM's own threads are sampled too (`vmthreads=y` with the signal sampler).
     vm_threads: bool,
@@ -101,9 +101,10 @@ impl CpuSamples {
         crate::code_map::init();
         let sampler = choose_sampler(vm, options, phase)?;
         let native_frames = sampler == SamplerKind::Signals
-            && options.cstack == CStack::FramePointers
+            && options.cstack != CStack::No
             && cfg!(all(target_arch = "x86_64", target_os = "linux"));
         if native_frames {
+            crate::native_stack::set_dwarf(options.cstack == CStack::Dwarf);
             crate::native_stack::refresh_code_ranges_if_changed();
             crate::native_stack::set_enabled(true);
         }
@@ -279,6 +280,12 @@ impl CpuSamples {
         let mut cost_us = BTreeMap::new();
         if self.sampler == SamplerKind::Signals {
             cost_us.insert("handler".into(), signals::take_handler_nanos() / 1000);
+        }
+        if self.native_frames && options.cstack == CStack::Dwarf {
+            cost_us.insert(
+                "unwind_tables".into(),
+                crate::native_stack::take_unwind_build_nanos() / 1000,
+            );
         }
         let worker = context.agent_thread_cpu_nanos.load(Ordering::Relaxed);
         let reported = self.agent_thread_reported.swap(worker, Ordering::Relaxed);

@@ -132,7 +132,7 @@ fn a_jni_librarys_frames_are_walked_in_full_under_their_java_caller() {
 #[test]
 fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
     let profile = profile_of(
-        "cpu=samples,depth=8,interval=2,cutoff=0",
+        "cpu=samples,depth=8,interval=2,cutoff=0,cstack=fp",
         "NativeDeflate",
         "3",
         "deflate.txt",
@@ -176,6 +176,67 @@ fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
         .filter(|frame| !frame.method_name.starts_with("libjvm.so+"))
         .count();
     assert!(jvm_functions > 0, "no named libjvm.so frame");
+}
+
+/// The C function of libzip.so behind [`DEFLATE_JNI`], which calls zlib's deflate.
+const DEFLATE_JNI_FUNCTION: &str = "Java_java_util_zip_Deflater_deflateBytesBytes";
+
+#[test]
+fn dwarf_follows_zlib_without_frame_pointers_down_to_the_jni_function() {
+    let profile = profile_of(
+        "cpu=samples,depth=16,interval=2,cutoff=0,cstack=dwarf",
+        "NativeDeflate",
+        "3",
+        "deflate-dwarf.txt",
+    );
+    let samples = sampled_traces(&profile);
+    let total: u64 = samples.iter().map(|(_, count)| count).sum();
+    let mut under_jni = 0;
+    let mut zlib_leaf = 0;
+    let mut down_to_jni_function = 0;
+    for (trace, count) in &samples {
+        let (native, java) = split_at_java(trace);
+        if java.as_deref() != Some(DEFLATE_JNI) {
+            continue;
+        }
+        under_jni += count;
+        assert!(
+            native
+                .iter()
+                .all(|frame| frame.line == FrameLine::NativeCode),
+            "{trace:?}"
+        );
+        if native.first().is_some_and(|leaf| is_zlib(&leaf.class_name)) {
+            zlib_leaf += count;
+        }
+        // zlib's frames (no frame pointers) followed by their call frame information, then the
+        // JNI function that called deflate, right above the Java method.
+        if let Some((outermost, zlib)) = native.split_last() {
+            if outermost.class_name.starts_with("libzip.so")
+                && outermost.method_name == DEFLATE_JNI_FUNCTION
+                && !zlib.is_empty()
+                && zlib.iter().all(|frame| is_zlib(&frame.class_name))
+            {
+                down_to_jni_function += count;
+            }
+        }
+    }
+    // The workload is built to spend nearly all its CPU compressing.
+    assert!(total >= 500, "{total} samples");
+    assert!(
+        under_jni * 10 >= total * 7,
+        "{under_jni} of {total} samples under {DEFLATE_JNI}"
+    );
+    assert!(
+        zlib_leaf * 10 >= under_jni * 9,
+        "{zlib_leaf} of the {under_jni} samples under {DEFLATE_JNI} have zlib's code on top"
+    );
+    assert!(
+        down_to_jni_function * 10 >= under_jni * 8,
+        "{down_to_jni_function} of the {under_jni} samples under {DEFLATE_JNI} walk zlib down to \
+         {DEFLATE_JNI_FUNCTION}: {:?}",
+        profile.cpu_tables.last()
+    );
 }
 
 #[test]

@@ -70,8 +70,8 @@ fn bad_values_are_refused() {
     assert_refused("cpu=samples,file=", "option file: is empty");
     assert_refused("cpu=samples,net=nohost", "option net: 'nohost' has no port");
     assert_refused(
-        "cpu=samples,cstack=dwarf",
-        "option cstack: 'dwarf' is not allowed; use fp or no",
+        "cpu=samples,cstack=lbr",
+        "option cstack: 'lbr' is not allowed; use fp, dwarf or no",
     );
 }
 

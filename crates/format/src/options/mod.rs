@@ -60,6 +60,9 @@ pub enum CpuTimer {
 pub enum CStack {
     /// Walked by frame pointers from the signal's registers (x86-64 Linux; elsewhere none).
     FramePointers,
+    /// Walked by the libraries' call frame information (`.eh_frame`) where it has a rule the
+    /// handler follows, by frame pointers elsewhere (x86-64 Linux; elsewhere none).
+    Dwarf,
     /// Java frames only.
     No,
 }
@@ -137,7 +140,7 @@ impl Default for Options {
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
-            cstack: CStack::FramePointers,
+            cstack: CStack::Dwarf,
             vmthreads: false,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -372,6 +375,7 @@ impl fmt::Display for Options {
         parts.push(format!("cputimer={cputimer}"));
         let cstack = match self.cstack {
             CStack::FramePointers => "fp",
+            CStack::Dwarf => "dwarf",
             CStack::No => "no",
         };
         parts.push(format!("cstack={cstack}"));
@@ -448,12 +452,19 @@ mod tests {
         assert_eq!(options.sampler, Sampler::GetAllStackTraces);
         assert_eq!(options.cputimer, CpuTimer::Posix);
         assert_eq!(options.cstack, CStack::No);
+        let dwarf = Options::parse("cpu=samples,cstack=dwarf").unwrap();
+        assert_eq!(dwarf.cstack, CStack::Dwarf);
+        assert!(dwarf.to_string().contains("cstack=dwarf"));
+        assert_eq!(Options::parse(&dwarf.to_string()).unwrap(), dwarf);
         let vmthreads = Options::parse("cpu=samples,vmthreads=y").unwrap();
         assert!(vmthreads.vmthreads);
         assert_eq!(Options::parse(&vmthreads.to_string()).unwrap(), vmthreads);
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
         let defaults = Options::parse("cpu=samples").unwrap();
-        assert_eq!(defaults.cstack, CStack::FramePointers);
+        assert_eq!(defaults.cstack, CStack::Dwarf);
+        let fp = Options::parse("cpu=samples,cstack=fp").unwrap();
+        assert_eq!(fp.cstack, CStack::FramePointers);
+        assert_eq!(Options::parse(&fp.to_string()).unwrap(), fp);
         assert!(!defaults.vmthreads);
         assert_eq!(Options::parse(&defaults.to_string()).unwrap(), defaults);
     }
@@ -476,9 +487,9 @@ mod tests {
             ("lineno=yes", "lineno", "use y or n"),
             ("cputimer=hpet", "cputimer", "use perf or posix"),
             (
-                "cstack=dwarf",
+                "cstack=lbr",
                 "cstack",
-                "'dwarf' is not allowed; use fp or no",
+                "'lbr' is not allowed; use fp, dwarf or no",
             ),
             ("net=host", "net", "has no port"),
             ("net=host:0", "net", "is not a port"),

@@ -152,8 +152,9 @@ impl Options {
                 "cstack" => {
                     options.cstack = match value {
                         "fp" => CStack::FramePointers,
+                        "dwarf" => CStack::Dwarf,
                         "no" => CStack::No,
-                        _ => return Err(one_of("fp or no")),
+                        _ => return Err(one_of("fp, dwarf or no")),
                     }
                 }
                 "file" => {
