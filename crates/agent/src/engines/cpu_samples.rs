@@ -549,7 +549,7 @@ fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResu
     // A slot holds `depth` Java frames and the native frames above them.
     let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
     let native = match options.cstack {
-        CStack::FramePointers => crate::native_stack::MAX_NATIVE_FRAMES,
+        CStack::FramePointers | CStack::Dwarf => crate::native_stack::MAX_NATIVE_FRAMES,
         CStack::No => 0,
     };
     let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
