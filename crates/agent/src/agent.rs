@@ -34,10 +34,6 @@ use crate::sync::lock;
 use crate::threads::Threads;
 use startup::{checked_options, pin_library, write_attach_report};
 
-/// The agent's own thread's name (also its kernel name, which samplers of the JVM's own
-/// threads leave out).
-pub const AGENT_THREAD_NAME: &str = "openprof";
-
 /// How long the exiting JVM waits for the collector to acknowledge the last data.
 const NET_GOODBYE_PATIENCE: Duration = Duration::from_secs(10);
 /// How often the agent's thread comes round (drains the ring, flushes the trace, runs commands).
@@ -238,7 +234,9 @@ fn begin(context: &'static Context, jni: *mut JNIEnv, vm_init_thread: Option<jth
     }
     if let Ok(classes) = jvmti.loaded_classes() {
         for class in classes {
-            let _ = jvmti.preload_method_ids(class);
+            if let Ok(methods) = jvmti.preload_method_ids(class) {
+                crate::code_map::index_methods(&methods);
+            }
             delete_local_ref(jni, class);
         }
     }
@@ -264,7 +262,7 @@ fn begin(context: &'static Context, jni: *mut JNIEnv, vm_init_thread: Option<jth
         }
     }
     let spawned = std::thread::Builder::new()
-        .name(AGENT_THREAD_NAME.into())
+        .name(crate::context::AGENT_THREAD_NAME.into())
         .spawn(move || guarded("the agent thread", || run_worker(context)));
     match spawned {
         Ok(handle) => {

@@ -14,6 +14,10 @@ use crate::profile::CpuProfile;
 use crate::sync::lock;
 use crate::threads::Threads;
 
+/// The agent's own thread's name (also its kernel name, which the sampling of the JVM's own
+/// threads leaves out).
+pub const AGENT_THREAD_NAME: &str = "openprof";
+
 /// HPROF's report: the profile (stack traces, counts) and the output it is written to.
 pub struct Report {
     pub profile: CpuProfile,

@@ -164,11 +164,9 @@ impl Jvmti {
     }
 
     /// Asks for the methods of a class, which makes the JVM create their jmethodIDs: this is what
-    /// lets AsyncGetCallTrace name the frames of the class. The code map learns them too.
-    pub fn preload_method_ids(self, class: jclass) -> JvmtiResult<usize> {
-        let methods = self.class_methods(class)?;
-        crate::code_map::index_methods(&methods);
-        Ok(methods.len())
+    /// lets AsyncGetCallTrace name the frames of the class. Returns them.
+    pub fn preload_method_ids(self, class: jclass) -> JvmtiResult<Vec<jmethodID>> {
+        self.class_methods(class)
     }
 
     /// Every loaded class (local references, valid in the calling JNI frame).

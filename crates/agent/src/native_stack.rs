@@ -121,15 +121,32 @@ pub fn take_unwind_build_nanos() -> u64 {
 pub fn refresh_code_ranges_if_changed() {
     let generation = loader_generation();
     if LOADER_GENERATION.load(Ordering::Relaxed) != generation && refresh_code_ranges() {
-        if DWARF.load(Ordering::Acquire) {
-            let started = std::time::Instant::now();
-            crate::dwarf_unwind::refresh();
-            UNWIND_BUILD_NANOS.fetch_add(
-                u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-                Ordering::Relaxed,
-            );
+        // The first unwind tables are built by `build_unwind_tables_if_missing`, on the agent's
+        // thread; after that, each change of the libraries rebuilds them here.
+        if crate::dwarf_unwind::current().is_some() {
+            build_unwind_tables();
         }
         LOADER_GENERATION.store(generation, Ordering::Relaxed);
+    }
+}
+
+/// Builds the unwind tables the first time, when DWARF walking is on. Called from the agent's
+/// thread, so that the JVM's start-up does not wait the tens of milliseconds it takes; until
+/// then the walk goes by frame pointers.
+pub fn build_unwind_tables_if_missing() {
+    if crate::dwarf_unwind::current().is_none() {
+        build_unwind_tables();
+    }
+}
+
+fn build_unwind_tables() {
+    if DWARF.load(Ordering::Acquire) {
+        let started = std::time::Instant::now();
+        crate::dwarf_unwind::refresh();
+        UNWIND_BUILD_NANOS.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 }
 
@@ -171,12 +188,12 @@ fn slot_of(thread_id: i32) -> Option<&'static StackSlot> {
     None
 }
 
-/// Records the calling thread's stack, so that the handler may read the frames on it.
-pub fn remember_current_thread_stack() {
+/// Records the calling thread's stack (the thread's kernel id is `thread_id`), so that the
+/// handler may read the frames on it.
+pub fn remember_current_thread_stack(thread_id: i32) {
     let Some((low, high)) = current_thread_stack() else {
         return;
     };
-    let thread_id = crate::signals::current_thread_id();
     let slot = slot_of(thread_id).or_else(|| {
         let first = first_slot(thread_id);
         (0..STACK_SLOTS).find_map(|probe| {
@@ -196,9 +213,10 @@ pub fn remember_current_thread_stack() {
     }
 }
 
-/// Forgets the calling thread's stack as it ends (its kernel id may go to another thread).
-pub fn forget_current_thread_stack() {
-    if let Some(slot) = slot_of(crate::signals::current_thread_id()) {
+/// Forgets the calling thread's stack as it ends (its kernel id, `thread_id`, may go to
+/// another thread).
+pub fn forget_current_thread_stack(thread_id: i32) {
+    if let Some(slot) = slot_of(thread_id) {
         slot.high.store(0, Ordering::Release);
         slot.thread_id.store(FREED_SLOT, Ordering::Release);
     }
@@ -428,16 +446,18 @@ mod tests {
     fn a_thread_stack_is_remembered_and_forgotten() {
         std::thread::spawn(|| {
             let local = 0u64;
-            remember_current_thread_stack();
-            let slot = slot_of(crate::signals::current_thread_id()).expect("remembered");
+            // SAFETY: gettid has no arguments and cannot fail.
+            let thread_id = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+            remember_current_thread_stack(thread_id);
+            let slot = slot_of(thread_id).expect("remembered");
             let (low, high) = (
                 slot.low.load(Ordering::Relaxed),
                 slot.high.load(Ordering::Relaxed),
             );
             let here = &local as *const u64 as usize;
             assert!(low <= here && here < high, "{low:x} {here:x} {high:x}");
-            forget_current_thread_stack();
-            assert!(slot_of(crate::signals::current_thread_id()).is_none());
+            forget_current_thread_stack(thread_id);
+            assert!(slot_of(thread_id).is_none());
         })
         .join()
         .unwrap();

@@ -109,7 +109,9 @@ unsafe extern "system" fn on_class_prepare(
 ) {
     guarded("ClassPrepare", || {
         if let Some(context) = crate::context::get() {
-            let _ = context.jvmti.preload_method_ids(class);
+            if let Ok(methods) = context.jvmti.preload_method_ids(class) {
+                crate::code_map::index_methods(&methods);
+            }
             for engine in engine::all() {
                 engine.class_prepared(jni, class);
             }

@@ -134,7 +134,7 @@ impl CpuSamples {
             let name = std::fs::read_to_string(format!("/proc/self/task/{kernel_id}/comm"))
                 .map(|name| name.trim_end().to_string())
                 .unwrap_or_default();
-            if name == crate::agent::AGENT_THREAD_NAME {
+            if name == crate::context::AGENT_THREAD_NAME {
                 continue;
             }
             names.insert(kernel_id, Arc::from(name.as_str()));
@@ -368,14 +368,14 @@ impl Engine for CpuSamples {
     fn thread_started(&self, context: &Context, _serial: u32, _name: &str, _group: &str) {
         if self.native_frames {
             // Before its timer starts: the native walk reads only inside the thread's stack.
-            crate::native_stack::remember_current_thread_stack();
+            crate::native_stack::remember_current_thread_stack(signals::current_thread_id());
         }
         self.time_thread(context, signals::current_thread_id());
     }
 
     fn thread_ended(&self, _context: &Context, _serial: u32) {
         if self.native_frames {
-            crate::native_stack::forget_current_thread_stack();
+            crate::native_stack::forget_current_thread_stack(signals::current_thread_id());
         }
     }
 
@@ -425,6 +425,7 @@ impl Engine for CpuSamples {
             });
         });
         if self.native_frames {
+            crate::native_stack::build_unwind_tables_if_missing();
             crate::native_stack::refresh_code_ranges_if_changed();
         }
         if self.vm_threads
