@@ -83,19 +83,15 @@ enum Recovery {
     /// In VM code called from Java whose last Java frame was not yet marked walkable: walked
     /// from that frame.
     FrameAnchor,
-    /// In VM code called from a runtime stub whose frame AsyncGetCallTrace cannot step over:
-    /// walked from the compiled Java frame that called the stub.
-    RuntimeStub,
 }
 
 impl Recovery {
-    const ALL: [Recovery; 6] = [
+    const ALL: [Recovery; 5] = [
         Recovery::StubReturnAddress,
         Recovery::MethodEntry,
         Recovery::InterpreterEntry,
         Recovery::StackScan,
         Recovery::FrameAnchor,
-        Recovery::RuntimeStub,
     ];
 
     fn name(self) -> &'static str {
@@ -105,7 +101,6 @@ impl Recovery {
             Recovery::InterpreterEntry => "interpreter_entry",
             Recovery::StackScan => "stack_scan",
             Recovery::FrameAnchor => "frame_anchor",
-            Recovery::RuntimeStub => "runtime_stub",
         }
     }
 }
@@ -115,7 +110,7 @@ impl Recovery {
 const UNKNOWN_BCI: jint = -1;
 
 /// Walks recovered, by `Recovery`.
-static RECOVERED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static RECOVERED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 /// AsyncGetCallTrace's `ticks_unknown_Java`: the thread runs Java code (or a stub of it) whose
 /// frame the walker does not know.
 const TICKS_UNKNOWN_JAVA: jint = -5;
@@ -594,42 +589,9 @@ fn walk_from_frame_anchor(
             return Some(Recovery::FrameAnchor);
         }
     }
-    // The last Java frame is a runtime stub's (an allocation or a runtime call from compiled
-    // code) that AsyncGetCallTrace cannot step over: walk from the compiled frame that called
-    // it, whose return address is one of the stub frame's words.
-    let words_above = (stack_top.saturating_sub(last_sp) / 8).min(STUB_FRAME_WORDS);
-    let callers = (0..words_above)
-        .map(|at| {
-            // SAFETY: above the anchor's stack pointer, inside the thread's used stack (the Java
-            // frames that called the VM are there).
-            (at, unsafe { ((last_sp + 8 * at) as *const usize).read() })
-        })
-        .filter(|(_, word)| crate::code_map::method_at(*word).is_some())
-        .take(2);
-    for (at, return_address) in callers {
-        // SAFETY: as above.
-        unsafe {
-            sp_field.write_volatile(last_sp + 8 * (at + 1));
-            pc_field.write_volatile(return_address);
-        }
-        trace.num_frames = 0;
-        // SAFETY: as for the first walk.
-        unsafe { (sampler.walk)(trace, depth as jint, context) };
-        // SAFETY: as above.
-        unsafe {
-            sp_field.write_volatile(last_sp);
-            pc_field.write_volatile(last_pc);
-        }
-        if trace.num_frames > 0 {
-            return Some(Recovery::RuntimeStub);
-        }
-    }
     None
 }
 
-/// How many words above the last Java frame's stack pointer a stub's frame may hold: the
-/// runtime stubs that save every register (C1's allocation stubs) take about 150.
-const STUB_FRAME_WORDS: usize = 256;
 /// How many words from the top of the stack are searched for a return address into Java code.
 const STACK_SCAN_WORDS: usize = 32;
 

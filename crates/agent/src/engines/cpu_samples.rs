@@ -424,7 +424,9 @@ impl Engine for CpuSamples {
                 frames,
             });
         });
-        if self.native_frames {
+        // Only the agent's thread reads the libraries and builds their unwind tables: it is not
+        // sampled, and no application thread waits for it (a collect may come on one).
+        if self.native_frames && crate::guard::is_agent_thread() {
             crate::native_stack::build_unwind_tables_if_missing();
             crate::native_stack::refresh_code_ranges_if_changed();
         }
