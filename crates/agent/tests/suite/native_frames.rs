@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::time::Duration;
 
 use openprof_format::hprof_binary::read_profile;
-use openprof_format::hprof_text::{FrameLine, TextProfile, Trace};
+use openprof_format::hprof_text::{Frame, FrameLine, TextProfile, Trace};
 use openprof_testkit::run_java;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -37,7 +37,7 @@ fn sampled_traces(profile: &TextProfile) -> Vec<(&Trace, u64)> {
 }
 
 /// The frames a trace has above its first Java frame, and that Java frame's method.
-fn split_at_java(trace: &Trace) -> (&[openprof_format::hprof_text::Frame], Option<String>) {
+fn split_at_java(trace: &Trace) -> (&[Frame], Option<String>) {
     let first_java = trace
         .frames
         .iter()
@@ -129,47 +129,56 @@ fn a_jni_librarys_frames_are_walked_in_full_under_their_java_caller() {
     );
 }
 
-#[test]
-fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
-    let profile = profile_of(
-        "cpu=samples,depth=8,interval=2,cutoff=0,cstack=fp",
-        "NativeDeflate",
-        "3",
-        "deflate.txt",
-    );
+/// Profiles NativeDeflate with `options` into `file` and checks what every native walk must
+/// give: nearly all samples under [`DEFLATE_JNI`], only native frames above it, zlib's code on
+/// top. Returns the profile, and the native frames (innermost first) of each sample under it
+/// with their counts.
+fn deflate_under_jni(options: &str, file: &str) -> (TextProfile, Vec<(Vec<Frame>, u64)>) {
+    let profile = profile_of(options, "NativeDeflate", "3", file);
     let samples = sampled_traces(&profile);
     let total: u64 = samples.iter().map(|(_, count)| count).sum();
-    let mut under_jni = 0;
-    let mut zlib_leaf = 0;
+    let mut under_jni = Vec::new();
     for (trace, count) in &samples {
         let (native, java) = split_at_java(trace);
         if java.as_deref() != Some(DEFLATE_JNI) {
             continue;
         }
-        under_jni += count;
-        // Every frame above the JNI method is native code, innermost first, the leaf zlib's.
+        // Every frame above the JNI method is native code, innermost first.
         assert!(
             native
                 .iter()
                 .all(|frame| frame.line == FrameLine::NativeCode),
             "{trace:?}"
         );
-        if native.first().is_some_and(|leaf| is_zlib(&leaf.class_name)) {
-            zlib_leaf += count;
-        }
+        under_jni.push((native.to_vec(), *count));
     }
+    let under: u64 = under_jni.iter().map(|(_, count)| count).sum();
+    let zlib_leaf: u64 = under_jni
+        .iter()
+        .filter(|(native, _)| native.first().is_some_and(|leaf| is_zlib(&leaf.class_name)))
+        .map(|(_, count)| count)
+        .sum();
     // The workload is built to spend nearly all its CPU compressing.
-    assert!(total >= 500, "{total} samples");
+    assert!(total >= 500, "{options}: {total} samples");
     assert!(
-        under_jni * 10 >= total * 7,
-        "{under_jni} of {total} samples under {DEFLATE_JNI}"
+        under * 10 >= total * 7,
+        "{options}: {under} of {total} samples under {DEFLATE_JNI}"
     );
     assert!(
-        zlib_leaf * 10 >= under_jni * 9,
-        "{zlib_leaf} of the {under_jni} samples under {DEFLATE_JNI} have zlib's code on top"
+        zlib_leaf * 10 >= under * 9,
+        "{options}: {zlib_leaf} of the {under} samples under {DEFLATE_JNI} have zlib's code on top"
+    );
+    (profile, under_jni)
+}
+
+#[test]
+fn zlib_frames_sit_directly_above_the_jni_method_that_called_them() {
+    let (profile, _) = deflate_under_jni(
+        "cpu=samples,depth=8,interval=2,cutoff=0,cstack=fp",
+        "deflate.txt",
     );
     // The JVM's own code, walked through its frame pointers, is named by its symbols.
-    let jvm_functions = samples
+    let jvm_functions = sampled_traces(&profile)
         .iter()
         .flat_map(|(trace, _)| &trace.frames)
         .filter(|frame| frame.line == FrameLine::NativeCode && frame.class_name == "libjvm.so")
@@ -183,57 +192,28 @@ const DEFLATE_JNI_FUNCTION: &str = "Java_java_util_zip_Deflater_deflateBytesByte
 
 #[test]
 fn dwarf_follows_zlib_without_frame_pointers_down_to_the_jni_function() {
-    let profile = profile_of(
+    let (profile, under_jni) = deflate_under_jni(
         "cpu=samples,depth=16,interval=2,cutoff=0,cstack=dwarf",
-        "NativeDeflate",
-        "3",
         "deflate-dwarf.txt",
     );
-    let samples = sampled_traces(&profile);
-    let total: u64 = samples.iter().map(|(_, count)| count).sum();
-    let mut under_jni = 0;
-    let mut zlib_leaf = 0;
-    let mut down_to_jni_function = 0;
-    for (trace, count) in &samples {
-        let (native, java) = split_at_java(trace);
-        if java.as_deref() != Some(DEFLATE_JNI) {
-            continue;
-        }
-        under_jni += count;
-        assert!(
-            native
-                .iter()
-                .all(|frame| frame.line == FrameLine::NativeCode),
-            "{trace:?}"
-        );
-        if native.first().is_some_and(|leaf| is_zlib(&leaf.class_name)) {
-            zlib_leaf += count;
-        }
-        // zlib's frames (no frame pointers) followed by their call frame information, then the
-        // JNI function that called deflate, right above the Java method.
-        if let Some((outermost, zlib)) = native.split_last() {
-            if outermost.class_name.starts_with("libzip.so")
-                && outermost.method_name == DEFLATE_JNI_FUNCTION
-                && !zlib.is_empty()
-                && zlib.iter().all(|frame| is_zlib(&frame.class_name))
-            {
-                down_to_jni_function += count;
-            }
-        }
-    }
-    // The workload is built to spend nearly all its CPU compressing.
-    assert!(total >= 500, "{total} samples");
+    let under: u64 = under_jni.iter().map(|(_, count)| count).sum();
+    // zlib's frames (no frame pointers) followed by their call frame information, then the
+    // JNI function that called deflate, right above the Java method.
+    let down_to_jni_function: u64 = under_jni
+        .iter()
+        .filter(|(native, _)| {
+            native.split_last().is_some_and(|(outermost, zlib)| {
+                outermost.class_name.starts_with("libzip.so")
+                    && outermost.method_name == DEFLATE_JNI_FUNCTION
+                    && !zlib.is_empty()
+                    && zlib.iter().all(|frame| is_zlib(&frame.class_name))
+            })
+        })
+        .map(|(_, count)| count)
+        .sum();
     assert!(
-        under_jni * 10 >= total * 7,
-        "{under_jni} of {total} samples under {DEFLATE_JNI}"
-    );
-    assert!(
-        zlib_leaf * 10 >= under_jni * 9,
-        "{zlib_leaf} of the {under_jni} samples under {DEFLATE_JNI} have zlib's code on top"
-    );
-    assert!(
-        down_to_jni_function * 10 >= under_jni * 8,
-        "{down_to_jni_function} of the {under_jni} samples under {DEFLATE_JNI} walk zlib down to \
+        down_to_jni_function * 10 >= under * 8,
+        "{down_to_jni_function} of the {under} samples under {DEFLATE_JNI} walk zlib down to \
          {DEFLATE_JNI_FUNCTION}: {:?}",
         profile.cpu_tables.last()
     );
