@@ -131,14 +131,17 @@ impl CpuSamples {
         let mut names = lock(&self.vm_thread_names);
         names.retain(|kernel_id, _| kernel_ids.binary_search(kernel_id).is_ok());
         for kernel_id in kernel_ids {
+            // A thread's name is read once, when it is first seen.
+            if names.contains_key(&kernel_id) {
+                continue;
+            }
             let name = std::fs::read_to_string(format!("/proc/self/task/{kernel_id}/comm"))
                 .map(|name| name.trim_end().to_string())
                 .unwrap_or_default();
-            if name == crate::context::AGENT_THREAD_NAME {
-                continue;
-            }
             names.insert(kernel_id, Arc::from(name.as_str()));
-            self.time_thread(context, kernel_id);
+            if name != crate::context::AGENT_THREAD_NAME {
+                self.time_thread(context, kernel_id);
+            }
         }
     }
 
