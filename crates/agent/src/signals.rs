@@ -327,11 +327,8 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         // gave this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
         if trace.num_frames == TICKS_UNKNOWN_JAVA || trace.num_frames == TICKS_NOT_WALKABLE_JAVA {
-            let failure = trace.num_frames;
             if let Some(how) = walk_from_return_address(sampler, &mut trace, depth, context) {
                 RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
-            } else {
-                trace.num_frames = failure;
             }
         } else if trace.num_frames == TICKS_UNKNOWN_NOT_JAVA
             || trace.num_frames == TICKS_NOT_WALKABLE_NOT_JAVA
@@ -525,7 +522,7 @@ fn walk_from_return_address(
             }
         });
     }
-    trace.num_frames = TICKS_UNKNOWN_JAVA;
+    // `trace` is as the first walk left it: the caller's walks went into `caller`.
     None
 }
 
