@@ -151,23 +151,43 @@ def area_shares_async(stacks, total):
     return {name: 100 * count / max(total, 1) for name, count in shares.items()}
 
 
-def top_openprof(samples, traces, n=10):
+def self_openprof(samples, traces):
+    """Samples by leaf Java method."""
     self_samples = collections.Counter()
     for trace, count in samples.items():
         java = [method for method in map(java_method, traces.get(trace, [])) if method]
         if java:
             self_samples[java[0]] += count
-    return [name for name, _ in self_samples.most_common(n)]
+    return self_samples
 
 
-def top_async(stacks, n=10):
+def self_async(stacks):
+    """Samples by leaf Java method."""
     self_samples = collections.Counter()
     for frames, count in stacks:
         # The leaf Java frame: async-profiler puts native and stub frames above it.
         java = [frame for frame in frames if frame.endswith(JAVA_SUFFIXES)]
         if java:
             self_samples[java_name(java[-1])] += count
+    return self_samples
+
+
+def top(self_samples, n):
     return [name for name, _ in self_samples.most_common(n)]
+
+
+def print_agreement(ours, theirs):
+    """Top 10 of both, and how far they agree (ranks looked up in each one's top 40)."""
+    print("    top 10 (self), openprof:       " + ", ".join(ours[:10]))
+    print("    top 10 (self), async-profiler: " + ", ".join(theirs[:10]))
+    rank = lambda ranked, name: ranked.index(name) + 1 if name in ranked else None
+    shared = [name for name in ours[:10] if name in theirs[:10]]
+    moves = [abs(rank(ours, name) - rank(theirs, name)) for name in shared]
+    print(f"    top 10 agreement: {len(shared)} of 10 shared, largest rank difference "
+          f"{max(moves, default=0)}; "
+          + ", ".join(f"{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} is "
+                      f"{rank(ours, name)} / {rank(theirs, name)}"
+                      for name in sorted(set(ours[:10]) ^ set(theirs[:10]))))
 
 
 def main():
@@ -210,6 +230,7 @@ def main():
         "javac": lambda agentpath: [jdk_tool("javac"), f"-J-agentpath:{agentpath}", "-d",
                                     os.path.join(work, "classes"), *files],
     }
+    all_ours, all_theirs = collections.Counter(), collections.Counter()
     for job, command in jobs.items():
         print(f"{job}:")
         for round_number in range(options.rounds):
@@ -246,17 +267,15 @@ def main():
                     f"{name} {ours.get(name, 0):.1f} / {theirs.get(name, 0):.1f} %"
                     for name in ("Square", "Circle", "Triangle", "Hexagon")))
             else:
-                ours, theirs = top_openprof(samples, traces, 40), top_async(stacks, 40)
-                print("    top 10 (self), openprof:       " + ", ".join(ours[:10]))
-                print("    top 10 (self), async-profiler: " + ", ".join(theirs[:10]))
-                rank = lambda ranked, name: ranked.index(name) + 1 if name in ranked else None
-                shared = [name for name in ours[:10] if name in theirs[:10]]
-                moves = [abs(rank(ours, name) - rank(theirs, name)) for name in shared]
-                print(f"    top 10 agreement: {len(shared)} of 10 shared, largest rank difference "
-                      f"{max(moves, default=0)}; "
-                      + ", ".join(f"{name.rsplit('.', 2)[-2]}.{name.rsplit('.', 1)[-1]} is "
-                                  f"{rank(ours, name)} / {rank(theirs, name)}"
-                                  for name in sorted(set(ours[:10]) ^ set(theirs[:10]))))
+                ours, theirs = self_openprof(samples, traces), self_async(stacks)
+                all_ours.update(ours)
+                all_theirs.update(theirs)
+                print_agreement(top(ours, 40), top(theirs, 40))
+        if job == "javac" and options.rounds > 1:
+            # Ranks 8 to 10 hold a few dozen samples each in one round: the rounds together
+            # say more about whether the two profilers see the same hot methods.
+            print(f"  all {options.rounds} rounds together:")
+            print_agreement(top(all_ours, 40), top(all_theirs, 40))
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -83,15 +83,20 @@ enum Recovery {
     /// In VM code called from Java whose last Java frame was not yet marked walkable: walked
     /// from that frame.
     FrameAnchor,
+    /// In VM code called from a C1 runtime stub, whose frame AsyncGetCallTrace never steps
+    /// over: walked from the compiled Java frame that called the stub, found through the
+    /// stub's frame pointer, which the stub left in the anchor.
+    RuntimeStub,
 }
 
 impl Recovery {
-    const ALL: [Recovery; 5] = [
+    const ALL: [Recovery; 6] = [
         Recovery::StubReturnAddress,
         Recovery::MethodEntry,
         Recovery::InterpreterEntry,
         Recovery::StackScan,
         Recovery::FrameAnchor,
+        Recovery::RuntimeStub,
     ];
 
     fn name(self) -> &'static str {
@@ -101,6 +106,7 @@ impl Recovery {
             Recovery::InterpreterEntry => "interpreter_entry",
             Recovery::StackScan => "stack_scan",
             Recovery::FrameAnchor => "frame_anchor",
+            Recovery::RuntimeStub => "runtime_stub",
         }
     }
 }
@@ -110,7 +116,7 @@ impl Recovery {
 const UNKNOWN_BCI: jint = -1;
 
 /// Walks recovered, by `Recovery`.
-static RECOVERED: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+static RECOVERED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 /// AsyncGetCallTrace's `ticks_unknown_Java`: the thread runs Java code (or a stub of it) whose
 /// frame the walker does not know.
 const TICKS_UNKNOWN_JAVA: jint = -5;
@@ -586,8 +592,97 @@ fn walk_from_frame_anchor(
             return Some(Recovery::FrameAnchor);
         }
     }
-    None
+    walk_over_runtime_stub(sampler, trace, depth, context, layout, thread, stack_top)
+        .then_some(Recovery::RuntimeStub)
 }
+
+/// The VM was called from a stub whose frame AsyncGetCallTrace refuses to step over: C1's
+/// runtime stubs (allocation, invocation counter overflow, exception lookup) are marked as
+/// never having a complete frame. Each of them sets up a frame pointer on entry and hands it to
+/// the anchor before calling the VM, so the compiled frame that called the stub starts two words
+/// above that frame pointer, with the return address into it just below — the step HotSpot's
+/// own frame walk takes for a frame with a frame pointer. The anchor is pointed at that compiled
+/// frame for one more walk, then restored.
+///
+/// Nothing here is guessed from stale stack words: the frame pointer was stored by the stub
+/// that is running, and the return address above it belongs to a compiled method that is still
+/// on the stack, hence still alive. The checks below refuse anything else.
+fn walk_over_runtime_stub(
+    sampler: &SignalSampler,
+    trace: &mut CallTrace,
+    depth: usize,
+    context: *mut c_void,
+    layout: &crate::vm_structs::ThreadLayout,
+    thread: usize,
+    stack_top: usize,
+) -> bool {
+    let Some(fp_offset) = layout.last_java_fp else {
+        return false;
+    };
+    let sp_field = (thread + layout.last_java_sp) as *mut usize;
+    let pc_field = (thread + layout.last_java_pc) as *mut usize;
+    let fp_field = (thread + fp_offset) as *mut usize;
+    // SAFETY: fields of this thread's live JavaThread at offsets checked at start-up.
+    let (last_sp, last_pc, last_fp) = unsafe {
+        (
+            sp_field.read_volatile(),
+            pc_field.read_volatile(),
+            fp_field.read_volatile(),
+        )
+    };
+    // The stub's frame holds its saved registers: a few hundred words at most.
+    let stub_frame_fits = last_fp > last_sp
+        && last_fp % 8 == 0
+        && last_fp - last_sp <= 8 * STUB_FRAME_WORDS
+        && last_fp + 16 <= stack_top;
+    if !stub_frame_fits {
+        return false;
+    }
+    // SAFETY: `last_sp - 8` holds the return address of the stub's call into the VM and
+    // `last_fp` its frame's two links; all are on this thread's stack between the interrupted
+    // stack pointer and the stack's top (checked by the caller and above).
+    let (into_stub, caller_fp, caller_pc) = unsafe {
+        (
+            ((last_sp - 8) as *const usize).read(),
+            (last_fp as *const usize).read(),
+            ((last_fp + 8) as *const usize).read(),
+        )
+    };
+    // Where the stub called the VM: the anchor's pc when it has one (the stub's own, or the
+    // return address HotSpot puts in when it makes the frame walkable).
+    let stub_pc = if last_pc != 0 { last_pc } else { into_stub };
+    // The VM was called from a stub (not from a Java method or the interpreter), and the stub
+    // was called from a compiled Java method. HotSpot stores a frame pointer in the anchor only
+    // from frames that keep one and clears it when they return, so a stub that does not set
+    // one leaves zero there, refused above.
+    if crate::code_map::method_at(stub_pc).is_some()
+        || crate::code_map::in_interpreter(stub_pc)
+        || crate::code_map::method_at(caller_pc).is_none()
+    {
+        return false;
+    }
+    // SAFETY: the anchor is this thread's, and nobody else reads it while the thread is in the
+    // VM state (see `walk_from_frame_anchor`); it is restored below, before the handler returns.
+    unsafe {
+        sp_field.write_volatile(last_fp + 16);
+        fp_field.write_volatile(caller_fp);
+        pc_field.write_volatile(caller_pc);
+    }
+    trace.num_frames = 0;
+    // SAFETY: as for the first walk.
+    unsafe { (sampler.walk)(trace, depth as jint, context) };
+    // SAFETY: as above: the anchor goes back to what it held.
+    unsafe {
+        sp_field.write_volatile(last_sp);
+        fp_field.write_volatile(last_fp);
+        pc_field.write_volatile(last_pc);
+    }
+    trace.num_frames > 0
+}
+
+/// How many words a runtime stub's frame may hold: C1's stubs that save every register (the
+/// vector registers included) take about 150.
+const STUB_FRAME_WORDS: usize = 256;
 
 /// How many words from the top of the stack are searched for a return address into Java code.
 const STACK_SCAN_WORDS: usize = 32;

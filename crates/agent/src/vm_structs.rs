@@ -21,6 +21,9 @@ pub struct ThreadLayout {
     pub last_java_sp: usize,
     /// `JavaThread::_anchor` plus `JavaFrameAnchor::_last_Java_pc`.
     pub last_java_pc: usize,
+    /// `JavaThread::_anchor` plus `JavaFrameAnchor::_last_Java_fp`, where the platform keeps
+    /// one (x86): the frame pointer of the stub that called the VM.
+    pub last_java_fp: Option<usize>,
     /// `JavaThread::_stack_base`: the highest address of the thread's stack, which bounds what
     /// the handler may read above a stack pointer.
     pub stack_base: usize,
@@ -92,6 +95,10 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
     let state = field("JavaThread", "_thread_state")?;
     let last_java_sp = anchor + field("JavaFrameAnchor", "_last_Java_sp")?;
     let last_java_pc = anchor + field("JavaFrameAnchor", "_last_Java_pc")?;
+    let last_java_fp = tables
+        .field_offset("JavaFrameAnchor", "_last_Java_fp")
+        .map(|offset| anchor + offset)
+        .filter(|offset| *offset <= MAX_FIELD_OFFSET && offset % 8 == 0);
     let stack_base = field("JavaThread", "_stack_base")?;
     let stack_size = field("JavaThread", "_stack_size")?;
     let in_vm = constant("_thread_in_vm")?;
@@ -135,6 +142,7 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
         state,
         last_java_sp,
         last_java_pc,
+        last_java_fp,
         stack_base,
         stack_size,
         in_vm,

@@ -301,9 +301,9 @@ fn samples_in_dispatch_stubs_and_method_entries_are_walked() {
 
 /// VmCalls spends its CPU in the VM's allocation path, called from compiled code through
 /// runtime stubs and from the interpreter: walks AsyncGetCallTrace gives up on in most samples.
-/// Those it gives up on in the VM with the last Java frame not yet marked walkable are walked
-/// from the frame anchor; those under a runtime stub it cannot step over stay failed, kept with
-/// their native frames. Either way the profile must show where the thread's time goes: after
+/// Those it gives up on in the VM are walked from the frame anchor, the last Java frame's pc
+/// filled in, or from the compiled frame that called a C1 runtime stub; what is left stays
+/// failed, kept with its native frames. Either way the profile must show where the thread's time goes: after
 /// the JVM's start-up (about a tenth of a second) every sample is in main() or in the VM's
 /// allocation code.
 #[test]
@@ -400,14 +400,15 @@ fn javac_is_walked() {
     assert!(total >= 1000, "too few samples: {total}");
     // Before the second walks, 28 % failed; the bench measures about 1 % on a quiet machine.
     assert!(
-        sampler.failed_total() * 25 < total,
-        "more than 4 % of the walks failed: {sampler:?}, {total} samples"
+        sampler.failed_total() * 33 < total,
+        "more than 3 % of the walks failed: {sampler:?}, {total} samples"
     );
     for how in [
         "stub_return_address",
         "method_entry",
         "interpreter_entry",
         "frame_anchor",
+        "runtime_stub",
     ] {
         assert!(
             sampler.recovered.get(how).copied().unwrap_or(0) > 0,
