@@ -333,8 +333,14 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
         // gave this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
         if trace.num_frames == TICKS_UNKNOWN_JAVA || trace.num_frames == TICKS_NOT_WALKABLE_JAVA {
-            if let Some(how) = walk_from_return_address(sampler, &mut trace, depth, context) {
-                RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+            let failure = trace.num_frames;
+            let recovered = walk_from_return_address(sampler, &mut trace, depth, context)
+                .or_else(|| walk_over_runtime_stub_in_java(sampler, &mut trace, depth, context));
+            match recovered {
+                Some(how) => {
+                    RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+                }
+                None => trace.num_frames = failure,
             }
         } else if trace.num_frames == TICKS_UNKNOWN_NOT_JAVA
             || trace.num_frames == TICKS_NOT_WALKABLE_NOT_JAVA
@@ -548,34 +554,11 @@ fn walk_from_frame_anchor(
     context: *mut c_void,
 ) -> Option<Recovery> {
     let layout = crate::vm_structs::thread_layout()?;
-    if context.is_null() {
-        return None;
-    }
-    let thread = layout.thread_of(trace.env)?;
-    // SAFETY: `trace.env` is this thread's JNIEnv, embedded in its JavaThread at the offset
-    // checked at start-up; the fields are inside that live JavaThread.
-    let (state, sp_field, pc_field) = unsafe {
-        (
-            ((thread + layout.state) as *const i32).read_volatile(),
-            (thread + layout.last_java_sp) as *mut usize,
-            (thread + layout.last_java_pc) as *mut usize,
-        )
-    };
-    if state != layout.in_vm {
-        return None;
-    }
-    // SAFETY: `thread` is this thread's live JavaThread.
-    let stack_top = unsafe { layout.stack_top(thread) };
-    // SAFETY: as above.
+    let (thread, stack_top) = anchored_thread(layout, trace, context, layout.in_vm)?;
+    let sp_field = (thread + layout.last_java_sp) as *mut usize;
+    let pc_field = (thread + layout.last_java_pc) as *mut usize;
+    // SAFETY: fields of this thread's live JavaThread at offsets checked at start-up.
     let (last_sp, last_pc) = unsafe { (sp_field.read_volatile(), pc_field.read_volatile()) };
-    // SAFETY: the kernel hands the handler a valid ucontext_t; only read.
-    let interrupted_sp =
-        unsafe { (*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RSP as usize] }
-            as usize;
-    // The Java frame is above the VM code running for it, on this thread's stack.
-    if last_sp == 0 || last_sp % 8 != 0 || last_sp <= interrupted_sp || last_sp >= stack_top {
-        return None;
-    }
     if last_pc == 0 {
         // SAFETY: `last_sp` is on this thread's stack, above the interrupted stack pointer, so
         // the word below it is mapped: the return address of the call into the VM.
@@ -594,6 +577,70 @@ fn walk_from_frame_anchor(
     }
     walk_over_runtime_stub(sampler, trace, depth, context, layout, thread, stack_top)
         .then_some(Recovery::RuntimeStub)
+}
+
+/// The same step over a C1 runtime stub, for VM code that such a stub called without leaving
+/// the Java state (the lookup of an exception's handler): the anchor holds the stub's frame,
+/// so AsyncGetCallTrace walks from there, whatever the signal's registers say, and gives up.
+/// A thread in the Java state is not at a safepoint, so nobody else walks its stack and the
+/// anchor may be written as in the VM state.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn walk_over_runtime_stub_in_java(
+    sampler: &SignalSampler,
+    trace: &mut CallTrace,
+    depth: usize,
+    context: *mut c_void,
+) -> Option<Recovery> {
+    let layout = crate::vm_structs::thread_layout()?;
+    let (thread, stack_top) = anchored_thread(layout, trace, context, layout.in_java)?;
+    walk_over_runtime_stub(sampler, trace, depth, context, layout, thread, stack_top)
+        .then_some(Recovery::RuntimeStub)
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn walk_over_runtime_stub_in_java(
+    _sampler: &SignalSampler,
+    _trace: &mut CallTrace,
+    _depth: usize,
+    _context: *mut c_void,
+) -> Option<Recovery> {
+    None
+}
+
+/// This thread's JavaThread and the top of its stack, when the thread is in `state` and its
+/// frame anchor holds a last Java frame above the interrupted code, on its stack.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn anchored_thread(
+    layout: &crate::vm_structs::ThreadLayout,
+    trace: &CallTrace,
+    context: *mut c_void,
+    state: i32,
+) -> Option<(usize, usize)> {
+    if context.is_null() {
+        return None;
+    }
+    let thread = layout.thread_of(trace.env)?;
+    // SAFETY: `trace.env` is this thread's JNIEnv, embedded in its JavaThread at the offset
+    // checked at start-up; the fields are inside that live JavaThread.
+    let (current_state, last_sp) = unsafe {
+        (
+            ((thread + layout.state) as *const i32).read_volatile(),
+            ((thread + layout.last_java_sp) as *const usize).read_volatile(),
+        )
+    };
+    if current_state != state {
+        return None;
+    }
+    // SAFETY: `thread` is this thread's live JavaThread.
+    let stack_top = unsafe { layout.stack_top(thread) };
+    // SAFETY: the kernel hands the handler a valid ucontext_t; only read.
+    let interrupted_sp =
+        unsafe { (*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs[libc::REG_RSP as usize] }
+            as usize;
+    // The Java frame is above the VM code running for it, on this thread's stack.
+    let on_stack =
+        last_sp != 0 && last_sp % 8 == 0 && last_sp > interrupted_sp && last_sp < stack_top;
+    on_stack.then_some((thread, stack_top))
 }
 
 /// The VM was called from a stub whose frame AsyncGetCallTrace refuses to step over: C1's
@@ -630,8 +677,10 @@ fn walk_over_runtime_stub(
             fp_field.read_volatile(),
         )
     };
-    // The stub's frame holds its saved registers: a few hundred words at most.
-    let stub_frame_fits = last_fp > last_sp
+    // The stub's frame holds its saved registers (a few hundred words at most) or nothing (the
+    // stub that looks up an exception's handler calls the VM right after its frame pointer is
+    // set up).
+    let stub_frame_fits = last_fp >= last_sp
         && last_fp % 8 == 0
         && last_fp - last_sp <= 8 * STUB_FRAME_WORDS
         && last_fp + 16 <= stack_top;

@@ -31,6 +31,9 @@ pub struct ThreadLayout {
     pub stack_size: usize,
     /// The value of `_thread_in_vm`: the thread runs the VM's own code for Java.
     pub in_vm: i32,
+    /// The value of `_thread_in_Java`: the thread runs Java code, or VM code that Java code
+    /// called without leaving that state (HotSpot's leaf runtime calls).
+    pub in_java: i32,
 }
 
 impl ThreadLayout {
@@ -102,6 +105,7 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
     let stack_base = field("JavaThread", "_stack_base")?;
     let stack_size = field("JavaThread", "_stack_size")?;
     let in_vm = constant("_thread_in_vm")?;
+    let in_java = constant("_thread_in_Java")?;
     let in_native = constant("_thread_in_native")?;
     if [state, last_java_sp, last_java_pc, stack_base, stack_size]
         .iter()
@@ -146,6 +150,7 @@ fn read_layout(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ThreadLayout, String> {
         stack_base,
         stack_size,
         in_vm,
+        in_java,
     })
 }
 
