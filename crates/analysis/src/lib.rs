@@ -2,7 +2,10 @@
 //! which classes fill a heap dump, which allocation sites hold the most live bytes, which
 //! parameter values make a traced method slow ([`mpt`]).
 
+pub mod inputs;
 pub mod mpt;
+pub mod profile;
+pub mod views;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod agent_library;
 mod attach_command;
 mod collector_commands;
+mod convert_command;
 mod mpt_command;
 mod report;
 mod run_command;
@@ -109,6 +110,14 @@ enum Commands {
         #[arg(long, default_value_t = 4)]
         frames: usize,
     },
+    /// Convert a profile into a flame graph (.html), folded stacks (.collapsed), pprof
+    /// (.pb.gz), speedscope (.json) or a Chrome trace (.trace.json).
+    #[command(
+        after_help = "Example:\n  openprof convert java.hprof.txt -o profile.collapsed --threads\n\n\
+            The input is told by its content (docs/views.md lists what is read); the output by\n\
+            --format or the output file's extension."
+    )]
+    Convert(convert_command::ConvertArgs),
     /// Print method parameter tracing's figures (mpt=): per traced method and specification,
     /// the values its calls recorded, with calls and wall clock and CPU times, slowest first.
     #[command(
@@ -149,6 +158,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Export(args) => collector_commands::export(args),
         Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Mpt(args) => mpt_command::mpt(args),
+        Commands::Convert(args) => convert_command::convert(args),
         Commands::Report {
             file,
             top,

@@ -1,0 +1,85 @@
+//! Readers of every input a profile comes from, into the one profile model.
+
+pub mod hprof;
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use openprof_format::{hprof_binary, hprof_text};
+
+use crate::profile::Profile;
+
+/// Why an input could not be read: the file and what was wrong, where possible at which
+/// offset.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("can't read {file}: {source}")]
+    Io {
+        file: String,
+        source: std::io::Error,
+    },
+    #[error("{file} is not a readable {format}: {message}")]
+    Malformed {
+        file: String,
+        format: &'static str,
+        message: String,
+    },
+    #[error("{file}: unknown input format (openprof reads HPROF text and binary profiles)")]
+    Unknown { file: String },
+}
+
+/// What kind of input a file is, told by its first bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    HprofText,
+    HprofBinary,
+}
+
+/// Tells an input's kind from its first bytes.
+pub fn sniff(start: &[u8]) -> Option<InputKind> {
+    if start.starts_with(b"JAVA PROFILE ") {
+        if start.iter().take(64).any(|&byte| byte == 0) {
+            Some(InputKind::HprofBinary)
+        } else {
+            Some(InputKind::HprofText)
+        }
+    } else {
+        None
+    }
+}
+
+/// Reads any input openprof knows into the profile model, reporting progress in bytes read.
+pub fn read_file(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Profile, InputError> {
+    let file = path.display().to_string();
+    let io_error = |source| InputError::Io {
+        file: file.clone(),
+        source,
+    };
+    let input = fs::File::open(path).map_err(io_error)?;
+    let mut input = BufReader::with_capacity(1 << 20, input);
+    let kind = sniff(input.fill_buf().map_err(io_error)?);
+    match kind {
+        Some(InputKind::HprofText) => {
+            let hprof = hprof_text::read_with_progress(input, progress).map_err(|error| {
+                InputError::Malformed {
+                    file: file.clone(),
+                    format: "HPROF text profile",
+                    message: error.to_string(),
+                }
+            })?;
+            Ok(hprof::from_hprof(&hprof, &file))
+        }
+        Some(InputKind::HprofBinary) => {
+            let hprof = hprof_binary::read_profile(input, progress).map_err(|error| {
+                InputError::Malformed {
+                    file: file.clone(),
+                    format: "HPROF binary profile",
+                    message: error.to_string(),
+                }
+            })?;
+            Ok(hprof::from_hprof(&hprof, &file))
+        }
+        None => Err(InputError::Unknown { file }),
+    }
+}

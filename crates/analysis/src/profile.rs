@@ -1,0 +1,355 @@
+//! The one profile model: samples (or counts, bytes, times) of events on stacks of frames, per
+//! thread, with optional times and labels, and timed spans for timelines. Every input
+//! (`inputs`) is read into it and every view (`views`) is written from it.
+
+use std::collections::{BTreeSet, HashMap};
+
+/// What a frame is, for colouring and filtering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FrameKind {
+    /// A Java method (interpreted or compiled, as far as the input tells).
+    Java,
+    /// A Java method inlined into its caller by the JIT, where the input tells so.
+    Inlined,
+    /// Native code: JNI libraries, the JVM's own functions, the C library, the kernel.
+    Native,
+    /// Not code: a failed walk's mark, a JVM thread's root, a truncated stack's mark.
+    Marker,
+    /// The class of the objects allocated, as the leaf of an allocation site's stack.
+    AllocatedClass,
+}
+
+impl FrameKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FrameKind::Java => "java",
+            FrameKind::Inlined => "inlined",
+            FrameKind::Native => "native",
+            FrameKind::Marker => "marker",
+            FrameKind::AllocatedClass => "allocated_class",
+        }
+    }
+}
+
+/// One frame of a stack: a method (`package.Class.method`) or a native symbol, with where in
+/// the source when the input says.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    pub name: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub kind: FrameKind,
+}
+
+impl Frame {
+    pub fn java(name: impl Into<String>) -> Frame {
+        Frame {
+            name: name.into(),
+            file: None,
+            line: None,
+            kind: FrameKind::Java,
+        }
+    }
+
+    pub fn marker(name: impl Into<String>) -> Frame {
+        Frame {
+            name: name.into(),
+            file: None,
+            line: None,
+            kind: FrameKind::Marker,
+        }
+    }
+
+    /// Whether the frame is a method of the JDK's own classes (coloured apart from the
+    /// program's).
+    pub fn is_jdk(&self) -> bool {
+        matches!(self.kind, FrameKind::Java | FrameKind::Inlined)
+            && ["java.", "javax.", "jdk.", "sun.", "com.sun."]
+                .iter()
+                .any(|prefix| self.name.starts_with(prefix))
+    }
+
+    /// The name without the package: `HashMap.getNode` for `java.util.HashMap.getNode`.
+    pub fn simple_name(&self) -> &str {
+        if !matches!(self.kind, FrameKind::Java | FrameKind::Inlined) {
+            return &self.name;
+        }
+        // The class is the second dot-separated part from the end; nested classes keep `$`.
+        let Some(method_dot) = self.name.rfind('.') else {
+            return &self.name;
+        };
+        match self.name[..method_dot].rfind('.') {
+            Some(class_dot) => &self.name[class_dot + 1..],
+            None => &self.name,
+        }
+    }
+}
+
+/// The name a truncated stack's root mark carries: the stack was deeper than recorded.
+pub const TRUNCATED: &str = "[truncated]";
+
+/// What a sample's value measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Event {
+    /// CPU time, sampled: one sample per interval of a thread's CPU time.
+    Cpu,
+    /// Wall-clock time, sampled: threads running or not.
+    Wall,
+    /// Bytes allocated.
+    AllocBytes,
+    /// Objects allocated.
+    AllocObjects,
+    /// Bytes still live (HPROF's SITES, a heap dump).
+    LiveBytes,
+    /// Objects still live.
+    LiveObjects,
+    /// Time blocked on a lock or a monitor, in nanoseconds.
+    Lock,
+    /// CPU time measured by instrumentation (cpu=times), in nanoseconds.
+    CpuTime,
+    /// Calls counted by instrumentation.
+    Calls,
+    /// Wall-clock time of method parameter tracing's calls, in nanoseconds.
+    ParameterTime,
+}
+
+/// The unit of an event's values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Samples,
+    Nanoseconds,
+    Bytes,
+    Count,
+}
+
+impl Unit {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Samples => "samples",
+            Unit::Nanoseconds => "nanoseconds",
+            Unit::Bytes => "bytes",
+            Unit::Count => "count",
+        }
+    }
+}
+
+impl Event {
+    pub const ALL: [Event; 10] = [
+        Event::Cpu,
+        Event::Wall,
+        Event::AllocBytes,
+        Event::AllocObjects,
+        Event::LiveBytes,
+        Event::LiveObjects,
+        Event::Lock,
+        Event::CpuTime,
+        Event::Calls,
+        Event::ParameterTime,
+    ];
+
+    /// The event's name in every output and option (`--event`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::Cpu => "cpu",
+            Event::Wall => "wall",
+            Event::AllocBytes => "alloc_bytes",
+            Event::AllocObjects => "alloc_objects",
+            Event::LiveBytes => "live_bytes",
+            Event::LiveObjects => "live_objects",
+            Event::Lock => "lock",
+            Event::CpuTime => "cpu_time",
+            Event::Calls => "calls",
+            Event::ParameterTime => "parameter_time",
+        }
+    }
+
+    pub fn unit(self) -> Unit {
+        match self {
+            Event::Cpu | Event::Wall => Unit::Samples,
+            Event::AllocBytes | Event::LiveBytes => Unit::Bytes,
+            Event::AllocObjects | Event::LiveObjects | Event::Calls => Unit::Count,
+            Event::Lock | Event::CpuTime | Event::ParameterTime => Unit::Nanoseconds,
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Event> {
+        Event::ALL.into_iter().find(|event| event.name() == name)
+    }
+}
+
+pub type FrameId = u32;
+pub type StackId = u32;
+pub type ThreadId = u32;
+
+/// A thread of the profiled program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Thread {
+    /// The id the input gives it (a Java thread id, an HPROF thread serial, an OS thread id).
+    pub id: u64,
+    pub name: String,
+}
+
+/// One measurement: `value` of `event` on a stack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    pub stack: StackId,
+    pub event: Event,
+    /// The measured amount, in the event's unit.
+    pub value: u64,
+    /// How many samples or events the value sums (1 for one JFR event, a row's count for an
+    /// HPROF table): views weigh by it, or by `value` when asked for totals.
+    pub count: u64,
+    pub thread: Option<ThreadId>,
+    /// Nanoseconds since the profile's start, where the input has times.
+    pub time_ns: Option<u64>,
+    /// Labels (name, value): an MPT value, a lock's class, a thread state.
+    pub labels: Vec<(String, String)>,
+}
+
+/// What a timed span on a thread's timeline is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpanKind {
+    /// A method call, from entry to exit.
+    Call,
+    /// A garbage collection.
+    Gc,
+    /// Waiting to enter a contended monitor.
+    MonitorBlocked,
+    /// Waiting in `Object.wait`.
+    MonitorWait,
+    /// An exception thrown: an instant (start equals end).
+    Exception,
+}
+
+/// A span of time on a thread's timeline, for the timeline views.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Span {
+    pub thread: Option<ThreadId>,
+    pub frame: FrameId,
+    pub kind: SpanKind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// A profile: interned frames and stacks, threads, samples and spans.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    /// Where it was read from, for titles and errors.
+    pub source: String,
+    frames: Vec<Frame>,
+    frame_ids: HashMap<Frame, FrameId>,
+    /// Each stack root first.
+    stacks: Vec<Vec<FrameId>>,
+    stack_ids: HashMap<Vec<FrameId>, StackId>,
+    pub threads: Vec<Thread>,
+    pub samples: Vec<Sample>,
+    pub spans: Vec<Span>,
+    /// The sampling interval in nanoseconds, for sampled events.
+    pub period_ns: Option<u64>,
+    /// Wall-clock start, nanoseconds since the Unix epoch, where the input has it.
+    pub start_epoch_ns: Option<u64>,
+    /// How long the recording ran, in nanoseconds, where the input has it.
+    pub duration_ns: Option<u64>,
+}
+
+impl Profile {
+    pub fn new(source: impl Into<String>) -> Profile {
+        Profile {
+            source: source.into(),
+            ..Profile::default()
+        }
+    }
+
+    pub fn frame_id(&mut self, frame: Frame) -> FrameId {
+        if let Some(id) = self.frame_ids.get(&frame) {
+            return *id;
+        }
+        let id = self.frames.len() as FrameId;
+        self.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    /// The id of a stack given root first.
+    pub fn stack_id(&mut self, frames_root_first: &[FrameId]) -> StackId {
+        if let Some(id) = self.stack_ids.get(frames_root_first) {
+            return *id;
+        }
+        let id = self.stacks.len() as StackId;
+        self.stacks.push(frames_root_first.to_vec());
+        self.stack_ids.insert(frames_root_first.to_vec(), id);
+        id
+    }
+
+    /// The id of a stack of frames given leaf first (as HPROF and JFR list them).
+    pub fn stack_of_frames_leaf_first(
+        &mut self,
+        frames: impl IntoIterator<Item = Frame>,
+    ) -> StackId {
+        let mut ids: Vec<FrameId> = frames
+            .into_iter()
+            .map(|frame| self.frame_id(frame))
+            .collect();
+        ids.reverse();
+        self.stack_id(&ids)
+    }
+
+    pub fn thread_id(&mut self, id: u64, name: &str) -> ThreadId {
+        if let Some(index) = self.threads.iter().position(|thread| thread.id == id) {
+            if self.threads[index].name.is_empty() && !name.is_empty() {
+                self.threads[index].name = name.to_string();
+            }
+            return index as ThreadId;
+        }
+        self.threads.push(Thread {
+            id,
+            name: name.to_string(),
+        });
+        (self.threads.len() - 1) as ThreadId
+    }
+
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
+    /// A stack's frames, root first.
+    pub fn stack(&self, id: StackId) -> &[FrameId] {
+        &self.stacks[id as usize]
+    }
+
+    pub fn stack_count(&self) -> usize {
+        self.stacks.len()
+    }
+
+    pub fn thread(&self, id: ThreadId) -> &Thread {
+        &self.threads[id as usize]
+    }
+
+    pub fn add_sample(&mut self, sample: Sample) {
+        self.samples.push(sample);
+    }
+
+    /// The events the profile has samples of, in `Event::ALL`'s order.
+    pub fn events(&self) -> Vec<Event> {
+        let present: BTreeSet<Event> = self.samples.iter().map(|sample| sample.event).collect();
+        present.into_iter().collect()
+    }
+
+    /// The sum of an event's values.
+    pub fn total(&self, event: Event) -> u64 {
+        self.samples
+            .iter()
+            .filter(|sample| sample.event == event)
+            .map(|sample| sample.value)
+            .sum()
+    }
+
+    /// The event a view shows when none is asked for: the first present, CPU first.
+    pub fn default_event(&self) -> Option<Event> {
+        self.events().into_iter().next()
+    }
+}

@@ -1,0 +1,368 @@
+//! The views of a profile: what the user asked to see (event, filters, per thread, reversed,
+//! time window, short names) applied once, here, into folded stacks that every output writes.
+
+pub mod collapsed;
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use regex::Regex;
+
+use crate::profile::{Event, FrameKind, Profile, TRUNCATED};
+
+/// The formats a profile is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputFormat {
+    /// Folded stacks (`.collapsed`, `.txt`).
+    Collapsed,
+    /// A self-contained flame graph and call tree (`.html`).
+    Html,
+    /// pprof's profile.proto, gzipped (`.pb.gz`).
+    Pprof,
+    /// speedscope's JSON (`.json`).
+    Speedscope,
+    /// Chrome's trace event JSON (`.trace.json`), which Perfetto opens.
+    ChromeTrace,
+}
+
+impl OutputFormat {
+    pub const ALL: [OutputFormat; 5] = [
+        OutputFormat::Collapsed,
+        OutputFormat::Html,
+        OutputFormat::Pprof,
+        OutputFormat::Speedscope,
+        OutputFormat::ChromeTrace,
+    ];
+
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Collapsed => "collapsed",
+            OutputFormat::Html => "html",
+            OutputFormat::Pprof => "pprof",
+            OutputFormat::Speedscope => "speedscope",
+            OutputFormat::ChromeTrace => "chrome",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<OutputFormat> {
+        OutputFormat::ALL
+            .into_iter()
+            .find(|format| format.name() == name)
+    }
+
+    /// The format a file name's extension asks for.
+    pub fn from_path(path: &Path) -> Option<OutputFormat> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let by_ending = [
+            (".trace.json", OutputFormat::ChromeTrace),
+            (".pb.gz", OutputFormat::Pprof),
+            (".collapsed", OutputFormat::Collapsed),
+            (".txt", OutputFormat::Collapsed),
+            (".html", OutputFormat::Html),
+            (".json", OutputFormat::Speedscope),
+        ];
+        by_ending
+            .into_iter()
+            .find(|(ending, _)| name.ends_with(ending))
+            .map(|(_, format)| format)
+    }
+}
+
+/// How a profile is to be shown; the same for every output format.
+#[derive(Clone, Debug, Default)]
+pub struct ViewOptions {
+    /// The event shown; `None`: the profile's first (CPU first).
+    pub event: Option<Event>,
+    /// Only stacks with a frame matching one of these.
+    pub include: Vec<Regex>,
+    /// No stack with a frame matching one of these.
+    pub exclude: Vec<Regex>,
+    /// One tree per thread: the thread is the stack's root.
+    pub by_thread: bool,
+    /// Stacks leaf first: who calls the hot methods.
+    pub reverse: bool,
+    /// Weigh stacks by the event's value (bytes, nanoseconds) rather than by how many samples.
+    pub total: bool,
+    /// Only samples at or after this time (nanoseconds since the profile's start).
+    pub from_ns: Option<u64>,
+    /// Only samples before this time.
+    pub to_ns: Option<u64>,
+    /// Class names without their packages.
+    pub simple: bool,
+    /// Frames narrower than this percentage of the total are left out of flame graphs.
+    pub min_width_percent: f64,
+    /// The title shown; `None`: made from the source and the event.
+    pub title: Option<String>,
+}
+
+/// A frame as a view shows it: merged by name and kind (lines apart).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ViewFrame {
+    pub name: String,
+    pub kind: ViewFrameKind,
+}
+
+/// A view frame's kind: the profile's kinds, with JDK methods told apart from the program's and
+/// thread roots of per-thread views.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ViewFrameKind {
+    Java,
+    Jdk,
+    Inlined,
+    Native,
+    Marker,
+    AllocatedClass,
+    Thread,
+}
+
+impl ViewFrameKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ViewFrameKind::Java => "java",
+            ViewFrameKind::Jdk => "jdk",
+            ViewFrameKind::Inlined => "inlined",
+            ViewFrameKind::Native => "native",
+            ViewFrameKind::Marker => "marker",
+            ViewFrameKind::AllocatedClass => "allocated_class",
+            ViewFrameKind::Thread => "thread",
+        }
+    }
+}
+
+/// Stacks of one event after the view's options, each with its weight, aggregated: what every
+/// output (collapsed, flame graph, tree, pprof) is written from.
+#[derive(Clone, Debug, Default)]
+pub struct Folded {
+    pub event: Option<Event>,
+    pub title: String,
+    pub frames: Vec<ViewFrame>,
+    /// Root first (leaf first when reversed), with their weight; heaviest first.
+    pub stacks: Vec<(Vec<u32>, u64)>,
+    pub total: u64,
+}
+
+impl Folded {
+    pub fn frame(&self, id: u32) -> &ViewFrame {
+        &self.frames[id as usize]
+    }
+}
+
+/// Applies the options to a profile.
+pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
+    let event = options.event.or_else(|| profile.default_event());
+    let title = options.title.clone().unwrap_or_else(|| match event {
+        Some(event) => format!("{} ({})", profile.source, event.name()),
+        None => profile.source.clone(),
+    });
+    let mut folded = Folded {
+        event,
+        title,
+        ..Folded::default()
+    };
+    let Some(event) = event else {
+        return folded;
+    };
+    // Each profile frame once: its view frame and whether it passes the filters.
+    let mut view_ids: HashMap<ViewFrame, u32> = HashMap::new();
+    let mut frame_view: Vec<u32> = Vec::with_capacity(profile.frames().len());
+    let mut included: Vec<bool> = Vec::with_capacity(profile.frames().len());
+    let mut excluded: Vec<bool> = Vec::with_capacity(profile.frames().len());
+    for frame in profile.frames() {
+        let kind = match frame.kind {
+            FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
+            FrameKind::Java => ViewFrameKind::Java,
+            FrameKind::Inlined => ViewFrameKind::Inlined,
+            FrameKind::Native => ViewFrameKind::Native,
+            FrameKind::Marker => ViewFrameKind::Marker,
+            FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
+        };
+        let name = if options.simple {
+            frame.simple_name().to_string()
+        } else {
+            frame.name.clone()
+        };
+        included.push(
+            options
+                .include
+                .iter()
+                .any(|regex| regex.is_match(&frame.name)),
+        );
+        excluded.push(
+            options
+                .exclude
+                .iter()
+                .any(|regex| regex.is_match(&frame.name)),
+        );
+        let view = ViewFrame { name, kind };
+        let next = view_ids.len() as u32;
+        let id = *view_ids.entry(view.clone()).or_insert_with(|| {
+            folded.frames.push(view);
+            next
+        });
+        frame_view.push(id);
+    }
+    let mut thread_frames: HashMap<u32, u32> = HashMap::new();
+    let mut weights: HashMap<Vec<u32>, u64> = HashMap::new();
+    for sample in profile
+        .samples
+        .iter()
+        .filter(|sample| sample.event == event)
+    {
+        if let Some(time) = sample.time_ns {
+            if options.from_ns.is_some_and(|from| time < from)
+                || options.to_ns.is_some_and(|to| time >= to)
+            {
+                continue;
+            }
+        } else if options.from_ns.is_some() || options.to_ns.is_some() {
+            continue;
+        }
+        let stack = profile.stack(sample.stack);
+        if !options.include.is_empty() && !stack.iter().any(|id| included[*id as usize]) {
+            continue;
+        }
+        if stack.iter().any(|id| excluded[*id as usize]) {
+            continue;
+        }
+        let mut frames: Vec<u32> = Vec::with_capacity(stack.len() + 1);
+        if options.by_thread {
+            let root = match sample.thread {
+                Some(thread) => *thread_frames.entry(thread).or_insert_with(|| {
+                    let thread = profile.thread(thread);
+                    let name = if thread.name.is_empty() {
+                        format!("[thread {}]", thread.id)
+                    } else {
+                        format!("[{} tid={}]", thread.name, thread.id)
+                    };
+                    intern(
+                        &mut folded.frames,
+                        &mut view_ids,
+                        name,
+                        ViewFrameKind::Thread,
+                    )
+                }),
+                None => intern(
+                    &mut folded.frames,
+                    &mut view_ids,
+                    "[unknown thread]".into(),
+                    ViewFrameKind::Thread,
+                ),
+            };
+            frames.push(root);
+        }
+        frames.extend(stack.iter().map(|id| frame_view[*id as usize]));
+        if options.reverse {
+            let start = usize::from(options.by_thread);
+            frames[start..].reverse();
+        }
+        let weight = if options.total {
+            sample.value
+        } else {
+            sample.count
+        };
+        if weight == 0 {
+            continue;
+        }
+        folded.total += weight;
+        *weights.entry(frames).or_insert(0) += weight;
+    }
+    folded.stacks = weights.into_iter().collect();
+    folded
+        .stacks
+        .sort_by(|(a_frames, a), (b_frames, b)| b.cmp(a).then_with(|| a_frames.cmp(b_frames)));
+    folded
+}
+
+fn intern(
+    frames: &mut Vec<ViewFrame>,
+    ids: &mut HashMap<ViewFrame, u32>,
+    name: String,
+    kind: ViewFrameKind,
+) -> u32 {
+    let view = ViewFrame { name, kind };
+    if let Some(id) = ids.get(&view) {
+        return *id;
+    }
+    let id = frames.len() as u32;
+    frames.push(view.clone());
+    ids.insert(view, id);
+    id
+}
+
+/// Whether a view frame marks a truncated stack.
+pub fn is_truncated_mark(frame: &ViewFrame) -> bool {
+    frame.kind == ViewFrameKind::Marker && frame.name == TRUNCATED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Frame, Sample};
+
+    fn profile() -> Profile {
+        let mut profile = Profile::new("test");
+        let hot = profile.stack_of_frames_leaf_first([
+            Frame::java("Hot.spin"),
+            Frame::java("java.lang.Thread.run"),
+        ]);
+        let cold = profile.stack_of_frames_leaf_first([Frame::java("Hot.rest")]);
+        let thread = profile.thread_id(1, "main");
+        for (stack, count) in [(hot, 3), (cold, 1)] {
+            profile.add_sample(Sample {
+                stack,
+                event: Event::Cpu,
+                value: count,
+                count,
+                thread: Some(thread),
+                time_ns: None,
+                labels: Vec::new(),
+            });
+        }
+        profile
+    }
+
+    fn names(folded: &Folded, stack: &[u32]) -> Vec<String> {
+        stack
+            .iter()
+            .map(|id| folded.frame(*id).name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn folds_root_first_heaviest_first() {
+        let folded = fold(&profile(), &ViewOptions::default());
+        assert_eq!(folded.total, 4);
+        assert_eq!(
+            names(&folded, &folded.stacks[0].0),
+            ["java.lang.Thread.run", "Hot.spin"]
+        );
+        assert_eq!(folded.stacks[0].1, 3);
+        assert_eq!(folded.frame(folded.stacks[0].0[0]).kind, ViewFrameKind::Jdk);
+    }
+
+    #[test]
+    fn filters_reverses_and_roots_at_threads() {
+        let options = ViewOptions {
+            include: vec![Regex::new("spin").unwrap()],
+            reverse: true,
+            by_thread: true,
+            simple: true,
+            ..ViewOptions::default()
+        };
+        let folded = fold(&profile(), &options);
+        assert_eq!(folded.total, 3);
+        assert_eq!(
+            names(&folded, &folded.stacks[0].0),
+            ["[main tid=1]", "Hot.spin", "Thread.run"]
+        );
+        let excluded = fold(
+            &profile(),
+            &ViewOptions {
+                exclude: vec![Regex::new("^Hot\\.").unwrap()],
+                ..ViewOptions::default()
+            },
+        );
+        assert_eq!(excluded.total, 0);
+    }
+}
