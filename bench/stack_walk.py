@@ -231,6 +231,7 @@ def main():
                                     os.path.join(work, "classes"), *files],
     }
     all_ours, all_theirs = collections.Counter(), collections.Counter()
+    async_rounds = []
     for job, command in jobs.items():
         print(f"{job}:")
         for round_number in range(options.rounds):
@@ -270,12 +271,18 @@ def main():
                 ours, theirs = self_openprof(samples, traces), self_async(stacks)
                 all_ours.update(ours)
                 all_theirs.update(theirs)
+                async_rounds.append(theirs)
                 print_agreement(top(ours, 40), top(theirs, 40))
         if job == "javac" and options.rounds > 1:
             # Ranks 8 to 10 hold a few dozen samples each in one round: the rounds together
             # say more about whether the two profilers see the same hot methods.
             print(f"  all {options.rounds} rounds together:")
             print_agreement(top(all_ours, 40), top(all_theirs, 40))
+            # How far async-profiler agrees with itself from one round to the next: the noise
+            # floor of the comparison above.
+            for first, second in zip(async_rounds, async_rounds[1:]):
+                print("  async-profiler's round against its next round:")
+                print_agreement(top(first, 40), top(second, 40))
     shutil.rmtree(work, ignore_errors=True)
 
 
