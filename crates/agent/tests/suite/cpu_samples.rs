@@ -398,10 +398,10 @@ fn javac_is_walked() {
     let sampler = &profile.samplers[0];
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
     assert!(total >= 1000, "too few samples: {total}");
-    // Before the second walks, 28 % failed; the bench measures about 1 % on a quiet machine.
+    // Before the second walks, 28 % failed; the bench measures 0.3 % (async-profiler: 1.5 %).
     assert!(
-        sampler.failed_total() * 33 < total,
-        "more than 3 % of the walks failed: {sampler:?}, {total} samples"
+        sampler.failed_total() * 50 < total,
+        "2 % or more of the walks failed: {sampler:?}, {total} samples"
     );
     for how in [
         "stub_return_address",
