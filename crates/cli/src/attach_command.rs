@@ -42,6 +42,13 @@ pub struct AttachArgs {
     /// Seconds to wait for the JVM to start its attach listener.
     #[arg(long, default_value_t = 10)]
     timeout: u64,
+    /// Stay until the JVM exits, then write its profile to this file: a flame graph (.html),
+    /// folded stacks (.collapsed), pprof (.pb.gz), speedscope (.json), a Chrome trace
+    /// (.trace.json).
+    #[arg(short = 'f', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    #[command(flatten)]
+    view: crate::convert_command::ViewArgs,
 }
 
 pub fn attach(args: AttachArgs) -> Result<ExitCode> {
@@ -50,7 +57,11 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         print!("{}", Options::help_text());
         return Ok(ExitCode::SUCCESS);
     }
+    let (options_text, depth_added) = crate::run_command::with_view_depth(&args.options);
     let agent = crate::agent_library::find_agent(args.agent)?;
+    if depth_added {
+        crate::run_command::say_view_depth();
+    }
     // The JVM resolves the path in its own working directory: give it an absolute one.
     let agent = agent
         .canonicalize()
@@ -64,14 +75,28 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
     if written_by_the_agent(&report, target.uid) {
         let _ = fs::remove_file(&report);
     }
-    let outcome = target.load_agent(&agent, &args.options, Duration::from_secs(args.timeout));
+    let outcome = target.load_agent(&agent, &options_text, Duration::from_secs(args.timeout));
     let said = take_report(&report, target.uid);
     match outcome {
         Ok(_) => {
             println!("openprof: attached to JVM {pid} ({})", agent.display());
-            match said {
+            match &said {
                 Some(said) => print!("{said}"),
                 None => println!("(the agent left no report of what it set up)"),
+            }
+            if let Some(output) = &args.output {
+                let profile = said
+                    .as_deref()
+                    .and_then(profile_path)
+                    .context("the agent did not say where it writes the profile")?;
+                println!(
+                    "openprof: waiting for JVM {pid} to exit, then writing {}",
+                    output.display()
+                );
+                while process_exists(pid) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                crate::run_command::write_requested_view(&profile, output, &args.view)?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -83,6 +108,27 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// The profile's path from the agent's report (its `profile: PATH` line).
+fn profile_path(report: &str) -> Option<PathBuf> {
+    report
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("profile:"))
+        .map(|rest| {
+            // `profile: PATH (written at exit and on SIGQUIT)`
+            let path = rest.rsplit_once(" (written").map_or(rest, |(path, _)| path);
+            PathBuf::from(path.trim())
+        })
+}
+
+/// Whether process `pid` still exists (a zombie counts as gone: it wrote what it will write).
+fn process_exists(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // The state follows the command name's closing parenthesis.
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }
 
 /// A plain file (not a link) of the JVM's user, as the agent creates it: another user's file
@@ -126,5 +172,15 @@ mod tests {
             Some("openprof agent attached with cpu=samples\n")
         );
         assert!(!report.exists());
+    }
+
+    #[test]
+    fn the_profile_path_is_read_from_the_report() {
+        let report = "openprof agent attached with cpu=samples\nprofile: /tmp/my app/java.hprof.txt (written at exit)\n";
+        assert_eq!(
+            profile_path(report),
+            Some(PathBuf::from("/tmp/my app/java.hprof.txt"))
+        );
+        assert_eq!(profile_path("nothing here\n"), None);
     }
 }

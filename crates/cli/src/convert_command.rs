@@ -19,7 +19,7 @@ use regex::Regex;
 pub struct ViewArgs {
     /// The output format: collapsed, html, pprof, speedscope, chrome (default: told by the
     /// output file's extension: .collapsed/.txt, .html, .pb.gz, .json, .trace.json).
-    #[arg(short = 'f', long = "format")]
+    #[arg(long = "format")]
     pub format: Option<String>,
     /// The event shown: cpu, wall, alloc_bytes, alloc_objects, live_bytes, live_objects, lock,
     /// cpu_time, calls, parameter_time (default: the profile's first, CPU first).
@@ -62,13 +62,16 @@ pub struct ConvertArgs {
     /// The input: HPROF text (format=a) or binary (format=b).
     pub input: PathBuf,
     /// The output file; its extension tells the format unless --format does.
-    #[arg(short = 'o', long = "output")]
+    #[arg(short = 'o', long = "output", short_alias = 'f')]
     pub output: PathBuf,
     #[command(flatten)]
     pub view: ViewArgs,
 }
 
 pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
+    // Bad options are told before a long read.
+    output_format(&args.output, &args.view)?;
+    view_options(&args.view)?;
     let profile = read_input(&args.input)?;
     write_view(&profile, &args.output, &args.view)?;
     Ok(ExitCode::SUCCESS)
@@ -141,23 +144,28 @@ pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
     })
 }
 
-/// Writes a profile to `output` in the format asked for (or told by its extension).
-pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
-    let format = match &args.format {
+/// The output format asked for, or told by the output file's extension.
+pub fn output_format(output: &Path, args: &ViewArgs) -> Result<OutputFormat> {
+    match &args.format {
         Some(name) => OutputFormat::from_name(name).with_context(|| {
             format!(
                 "bad --format {name:?}: one of {}",
                 OutputFormat::ALL.map(OutputFormat::name).join(", ")
             )
-        })?,
+        }),
         None => OutputFormat::from_path(output).with_context(|| {
             format!(
                 "can't tell the format of {} from its name: give --format, or end it in \
                  .collapsed, .txt, .html, .pb.gz, .json or .trace.json",
                 output.display()
             )
-        })?,
-    };
+        }),
+    }
+}
+
+/// Writes a profile to `output` in the format asked for (or told by its extension).
+pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
+    let format = output_format(output, args)?;
     let options = view_options(args)?;
     if let Some(event) = options.event {
         if !profile.events().contains(&event) {

@@ -55,7 +55,8 @@ enum Commands {
     Replay(collector_commands::ReplayArgs),
     /// Run a Java program with the agent, then print what its profile holds (as `report` does).
     #[command(
-        after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -- java -cp classes Main\n\n\
+        after_help = "Example:\n  openprof run -o cpu=samples,interval=1 -f profile.html -- java -cp classes Main\n\n\
+            Unless OPTIONS give depth=, stacks are recorded 256 frames deep (HPROF's default is 4).\n\
             The agent is looked for in --agent, $OPENPROF_AGENT, next to this binary, then in\n\
             target/release and target/debug. When OPTIONS has no file=, the profile is written\n\
             to java.hprof.txt in the current directory, as HPROF does (java.hprof with\n\
@@ -72,6 +73,12 @@ enum Commands {
         /// How many methods (and classes, allocation sites) to print.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Also write the profile to this file when the JVM exits: a flame graph (.html), folded
+        /// stacks (.collapsed), pprof (.pb.gz), speedscope (.json), a Chrome trace (.trace.json).
+        #[arg(short = 'f', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        view: convert_command::ViewArgs,
         /// The Java command: `java` (found through JAVA_HOME, then PATH) or a path, and its
         /// arguments.
         #[arg(last = true, required = true, value_name = "JAVA ARGS")]
@@ -148,8 +155,10 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             options,
             agent,
             top,
+            output,
+            view,
             java,
-        } => run_command::run(&options, agent, top, &java),
+        } => run_command::run(&options, agent, top, &java, output, &view),
         Commands::Validate { file, max } => validate_command::validate(&file, max),
         Commands::Attach(args) => attach_command::attach(args),
         Commands::Serve(args) => collector_commands::serve(args),

@@ -9,7 +9,52 @@ use openprof_format::options::{Options, OutputFormat};
 use openprof_jdk::Jdk;
 
 use crate::agent_library::find_agent;
+use crate::convert_command::{read_input, write_view, ViewArgs};
 use crate::report::{read_profile, render, Shown};
+
+/// The stack depth `run` and `attach` ask for when the options give none: deep enough for a
+/// flame graph of real code (HPROF's own default, 4, stays the agent's for `-agentpath`).
+pub const VIEW_DEPTH: u32 = 256;
+
+/// The agent options with `depth=` added when they have none, and whether it was added.
+pub fn with_view_depth(options_text: &str) -> (String, bool) {
+    let has_depth = options_text
+        .split(',')
+        .any(|option| option.split('=').next() == Some("depth"));
+    let asks_help = options_text.split(',').any(|option| option == "help");
+    if has_depth || asks_help {
+        return (options_text.to_string(), false);
+    }
+    let with_depth = if options_text.is_empty() {
+        format!("depth={VIEW_DEPTH}")
+    } else {
+        format!("{options_text},depth={VIEW_DEPTH}")
+    };
+    (with_depth, true)
+}
+
+/// Says that the depth was chosen for the user.
+pub fn say_view_depth() {
+    eprintln!(
+        "openprof: depth={VIEW_DEPTH} (stacks deep enough for a flame graph; give depth=N to change)"
+    );
+}
+
+/// Writes the profile the JVM left in `file` as the view asked for, and says where.
+pub fn write_requested_view(
+    file: &std::path::Path,
+    output: &std::path::Path,
+    view: &ViewArgs,
+) -> Result<()> {
+    let profile = read_input(file)?;
+    write_view(&profile, output, view)?;
+    eprintln!(
+        "openprof: {} written from {}",
+        output.display(),
+        file.display()
+    );
+    Ok(())
+}
 
 /// Runs `java` with the agent loaded with `options_text`; prints the profile on exit, as `report`
 /// does with `top` methods, and exits with the JVM's code.
@@ -18,10 +63,17 @@ pub fn run(
     agent: Option<PathBuf>,
     top: usize,
     java: &[String],
+    output: Option<PathBuf>,
+    view: &ViewArgs,
 ) -> Result<ExitCode> {
+    let (options_text, depth_added) = with_view_depth(options_text);
+    let options_text = options_text.as_str();
     let options =
         Options::parse(options_text).map_err(|error| anyhow::anyhow!("bad -o: {error}"))?;
     let agent = find_agent(agent)?;
+    if depth_added {
+        say_view_depth();
+    }
     let (program, arguments) = java
         .split_first()
         .context("give the Java command after --")?;
@@ -47,6 +99,9 @@ pub fn run(
     let code = ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8);
     if options.format == OutputFormat::Xml && !options.help {
         let file = PathBuf::from(options.output_file());
+        if let Some(output) = &output {
+            write_requested_view(&file, output, view)?;
+        }
         if let Ok(input) = fs::File::open(&file) {
             let reader = std::io::BufReader::new(input);
             let elements = openprof_format::trace::reader::read_all(reader)
@@ -74,6 +129,9 @@ pub fn run(
             eprintln!("openprof: the JVM wrote no profile to {}", file.display());
         }
         return Ok(code);
+    }
+    if let Some(output) = &output {
+        write_requested_view(&file, output, view)?;
     }
     let profile = read_profile(&file)?;
     let shown = Shown {

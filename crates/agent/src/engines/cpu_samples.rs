@@ -257,6 +257,7 @@ impl CpuSamples {
             note,
             clock,
             interval_ms: context.options.interval_ms,
+            depth: Some(self.control.max_depth.load(Ordering::Relaxed)),
             failed: dump.failed.clone(),
             recovered: signals::take_recovered()
                 .into_iter()

@@ -1,10 +1,11 @@
 //! HPROF's profiles (text, or binary read into the same records) as the profile model: CPU
 //! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, SITES as live and allocated bytes and
-//! objects with the allocated class as the leaf frame.
+//! objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
+//! sampler reports is marked `[truncated]` at its root: it may have been cut there.
 
 use openprof_format::hprof_text::{self, CpuTableKind, FrameLine, TextProfile};
 
-use crate::profile::{Event, Frame, FrameKind, Profile, Sample, StackId, ThreadId};
+use crate::profile::{Event, Frame, FrameKind, Profile, Sample, StackId, ThreadId, TRUNCATED};
 
 /// The mark of the samples a table does not list: rows below HPROF's `cutoff`.
 pub const BELOW_CUTOFF: &str = "[below cutoff]";
@@ -14,10 +15,16 @@ pub const BELOW_CUTOFF: &str = "[below cutoff]";
 /// those of the whole profile.
 pub fn from_hprof(hprof: &TextProfile, source: &str) -> Profile {
     let mut profile = Profile::new(source);
+    // The depth samples were kept at, where the profile says: a trace of that many Java frames
+    // may have been cut, and is marked so rather than merged with shorter ones.
+    let depth = hprof.samplers.iter().find_map(|sampler| sampler.depth);
+    if let Some(sampler) = hprof.samplers.first() {
+        profile.period_ns = Some(u64::from(sampler.interval_ms) * 1_000_000);
+    }
     for table in &hprof.cpu_tables {
         let mut listed = 0u64;
         for row in &table.rows {
-            let (stack, thread) = stack_of_trace(&mut profile, hprof, row.trace, None);
+            let (stack, thread) = stack_of_trace(&mut profile, hprof, row.trace, None, depth);
             match table.kind {
                 CpuTableKind::Samples => {
                     listed += row.count;
@@ -68,7 +75,8 @@ pub fn from_hprof(hprof: &TextProfile, source: &str) -> Profile {
                 line: None,
                 kind: FrameKind::AllocatedClass,
             };
-            let (stack, thread) = stack_of_trace(&mut profile, hprof, site.trace, Some(class));
+            let (stack, thread) =
+                stack_of_trace(&mut profile, hprof, site.trace, Some(class), depth);
             for (event, value, count) in [
                 (Event::LiveBytes, site.live_bytes, site.live_objects),
                 (Event::LiveObjects, site.live_objects, site.live_objects),
@@ -116,11 +124,18 @@ fn stack_of_trace(
     hprof: &TextProfile,
     serial: u32,
     leaf: Option<Frame>,
+    depth: Option<u32>,
 ) -> (StackId, Option<ThreadId>) {
     let trace = hprof.traces.get(&serial);
-    let frames = trace
+    let mut frames = trace
         .map(|trace| trace.frames.iter().map(frame).collect::<Vec<_>>())
         .unwrap_or_else(|| vec![Frame::marker(format!("[trace {serial}]"))]);
+    let java_frames = trace.map_or(0, |trace| {
+        trace.frames.iter().filter(|frame| frame.is_java()).count()
+    });
+    if depth.is_some_and(|depth| depth > 0 && java_frames >= depth as usize) {
+        frames.push(Frame::marker(TRUNCATED));
+    }
     let stack = profile.stack_of_frames_leaf_first(leaf.into_iter().chain(frames));
     let thread = trace.and_then(|trace| trace.thread).map(|serial| {
         let name = hprof

@@ -275,6 +275,8 @@ pub struct SamplerReport {
     /// What timed the samples (e.g. `perf_events task-clock`), when a clock did.
     pub clock: Option<String>,
     pub interval_ms: u32,
+    /// How many Java frames a sample keeps (`depth=`): a trace that deep may have been cut.
+    pub depth: Option<u32>,
     /// Samples taken whose stack walk failed, by reason (AsyncGetCallTrace's names).
     pub failed: BTreeMap<String, u64>,
     /// Samples whose first walk failed and that a second way walked, by that way (e.g.

@@ -310,6 +310,7 @@ fn parse_sampler_line(
             let ms = value.strip_suffix(" ms").unwrap_or(value);
             report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
         }
+        "depth" => report.depth = Some(parse_number(value, number, "CPU SAMPLER depth")?),
         "failed" | "recovered" => {}
         "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
         _ => {
@@ -651,6 +652,7 @@ mod tests {
                 note: None,
                 clock: Some("perf_events task-clock".into()),
                 interval_ms: 10,
+                depth: Some(64),
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
                 recovered: [("stub_return_address".to_string(), 5u64)].into_iter().collect(),
                 dropped: 1,

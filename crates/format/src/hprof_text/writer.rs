@@ -69,6 +69,9 @@ impl<W: Write> TextWriter<W> {
             writeln!(self.out, "clock {clock}")?;
         }
         writeln!(self.out, "interval {} ms", report.interval_ms)?;
+        if let Some(depth) = report.depth {
+            writeln!(self.out, "depth {depth}")?;
+        }
         writeln!(self.out, "failed {}", report.failed_total())?;
         for (reason, count) in &report.failed {
             writeln!(self.out, "failed.{reason} {count}")?;

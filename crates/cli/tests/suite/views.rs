@@ -1,0 +1,174 @@
+//! `openprof convert` and `openprof run -f`: a profile written as folded stacks agrees with the
+//! HPROF text it came from and with CpuSplit's ground truth, stacks deep enough for a flame graph
+//! by default, truncated ones marked, and bad input refused with the file named.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use openprof_testkit::{kept_temp_dir, runtime, samples_by_method, workload_classes};
+
+use crate::helpers::{openprof_in, text};
+
+/// Each method's samples in folded stacks, counted at the stack's leaf.
+fn leaf_samples(collapsed: &str) -> BTreeMap<String, u64> {
+    let mut samples = BTreeMap::new();
+    for line in collapsed.lines() {
+        let (stack, count) = line.rsplit_once(' ').expect("stack and count");
+        let leaf = stack.rsplit(';').next().unwrap().to_string();
+        *samples.entry(leaf).or_insert(0) += count.parse::<u64>().expect("count");
+    }
+    samples
+}
+
+fn share(samples: &BTreeMap<String, u64>, method: &str, of: &[&str]) -> f64 {
+    let total: u64 = of
+        .iter()
+        .map(|name| samples.get(*name).copied().unwrap_or(0))
+        .sum();
+    100.0 * samples.get(method).copied().unwrap_or(0) as f64 / total.max(1) as f64
+}
+
+/// `openprof run ... -- java -cp CLASSES CpuSplit 3` in `dir`.
+fn run_cpu_split(dir: &Path, options: &str, extra: &[&str]) -> std::process::Output {
+    let java = runtime().java().expect("java");
+    let classes = workload_classes().display().to_string();
+    let java = java.display().to_string();
+    let mut args = vec!["run", "-o", options];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", &java, "-cp", &classes, "CpuSplit", "3"]);
+    openprof_in(dir, &args)
+}
+
+#[test]
+fn run_writes_folded_stacks_that_agree_with_the_hprof_text() {
+    let dir = kept_temp_dir("openprof-views-");
+    let output = run_cpu_split(&dir, "cpu=samples,interval=1", &["-f", "cpu.collapsed"]);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("depth=256"),
+        "run says which depth it chose: {stderr}"
+    );
+    let hprof = openprof_testkit::read_profile(&dir.join("java.hprof.txt"));
+    assert_eq!(hprof.samplers[0].depth, Some(256), "{:?}", hprof.samplers);
+    let from_text = samples_by_method(&hprof);
+    let pair = ["CpuSplit.heavy", "CpuSplit.light"];
+    let text_heavy = share(&from_text, "CpuSplit.heavy", &pair);
+    assert!(
+        (text_heavy - 75.0).abs() < 5.0,
+        "the workload's 3:1 split: heavy {text_heavy:.1} %"
+    );
+    let collapsed = std::fs::read_to_string(dir.join("cpu.collapsed")).unwrap();
+    let folded = leaf_samples(&collapsed);
+    let folded_heavy = share(&folded, "CpuSplit.heavy", &pair);
+    assert!(
+        (folded_heavy - text_heavy).abs() < 1.0,
+        "heavy {folded_heavy:.2} % folded, {text_heavy:.2} % in the text"
+    );
+    let folded_total: u64 = folded.values().sum();
+    let text_total: u64 = hprof.cpu_tables.iter().map(|table| table.total).sum();
+    assert_eq!(folded_total, text_total, "every sample folded once");
+    // Whole stacks: heavy under main, not cut (main is far from 256 frames deep).
+    assert!(
+        collapsed
+            .lines()
+            .any(|line| line.starts_with("CpuSplit.main;CpuSplit.heavy ")),
+        "{collapsed}"
+    );
+    assert!(!collapsed.contains("[truncated]"), "{collapsed}");
+}
+
+#[test]
+fn stacks_as_deep_as_the_depth_are_marked_truncated() {
+    let dir = kept_temp_dir("openprof-views-");
+    let output = run_cpu_split(&dir, "cpu=samples,interval=1,depth=1", &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        !text(&output.stderr).contains("depth=256"),
+        "a depth given is kept"
+    );
+    let converted = openprof_in(
+        &dir,
+        &[
+            "convert",
+            "java.hprof.txt",
+            "-o",
+            "cut.collapsed",
+            "--reverse",
+        ],
+    );
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    let collapsed = std::fs::read_to_string(dir.join("cut.collapsed")).unwrap();
+    let heavy: Vec<&str> = collapsed
+        .lines()
+        .filter(|line| line.starts_with("CpuSplit.heavy"))
+        .collect();
+    assert!(!heavy.is_empty(), "{collapsed}");
+    for line in heavy {
+        // Reversed: the leaf first, then the mark where the stack was cut.
+        assert!(
+            line.starts_with("CpuSplit.heavy;[truncated] "),
+            "heavy's one frame is all depth=1 kept: {line}"
+        );
+    }
+}
+
+#[test]
+fn bad_conversions_are_refused_with_the_file_named() {
+    let dir = kept_temp_dir("openprof-views-");
+    std::fs::write(dir.join("notes.txt"), "not a profile\n").unwrap();
+    let mut truncated = b"JAVA PROFILE 1.0.1, created Mon Nov 23 10:00:00 2026\n\n".to_vec();
+    truncated.extend_from_slice(b"TRACE 300001:\n\tCpuSplit.heavy(CpuSplit.java:\n");
+    std::fs::write(dir.join("cut.hprof.txt"), truncated).unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["convert", "missing.txt", "-o", "x.collapsed"],
+            "missing.txt",
+        ),
+        (
+            &["convert", "notes.txt", "-o", "x.collapsed"],
+            "notes.txt: unknown input format",
+        ),
+        (
+            &["convert", "cut.hprof.txt", "-o", "x.collapsed"],
+            "cut.hprof.txt",
+        ),
+        (
+            &["convert", "notes.txt", "-o", "x.unknown"],
+            "can't tell the format of x.unknown",
+        ),
+        (
+            &[
+                "convert",
+                "notes.txt",
+                "-o",
+                "x.collapsed",
+                "--include",
+                "(",
+            ],
+            "bad --include \"(\"",
+        ),
+        (
+            &[
+                "convert",
+                "notes.txt",
+                "-o",
+                "x.collapsed",
+                "--event",
+                "heat",
+            ],
+            "bad --event \"heat\"",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = openprof_in(&dir, args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    assert!(
+        !dir.join("x.collapsed").exists(),
+        "nothing written on error"
+    );
+}
