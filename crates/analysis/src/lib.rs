@@ -204,7 +204,14 @@ pub struct SitesSummary {
 }
 
 /// The top allocation sites of a profile, `None` when it has no SITES table.
-pub fn summarize_sites(profile: &TextProfile, top: usize) -> Option<SitesSummary> {
+///
+/// `order` ranks the sites again, by live or by allocated bytes, whatever order the table was
+/// written in; each row's share is then of the listed sites' bytes in that order.
+pub fn summarize_sites(
+    profile: &TextProfile,
+    top: usize,
+    order: Option<SitesOrder>,
+) -> Option<SitesSummary> {
     let table = profile.last_sites()?;
     let mut listed = SiteTotals::default();
     for row in &table.rows {
@@ -213,8 +220,29 @@ pub fn summarize_sites(profile: &TextProfile, top: usize) -> Option<SitesSummary
         listed.allocated_bytes += row.site.allocated_bytes;
         listed.allocated_objects += row.site.allocated_objects;
     }
-    let top = table
-        .rows
+    let ordered_by = order.unwrap_or(table.ordered_by);
+    let mut rows = table.rows.clone();
+    if ordered_by != table.ordered_by {
+        let bytes = |row: &SiteRow| match ordered_by {
+            SitesOrder::LiveBytes => row.site.live_bytes,
+            SitesOrder::AllocatedBytes => row.site.allocated_bytes,
+        };
+        rows.sort_by(|a, b| {
+            bytes(b)
+                .cmp(&bytes(a))
+                .then(a.site.trace.cmp(&b.site.trace))
+                .then_with(|| a.site.class_name.cmp(&b.site.class_name))
+        });
+        let total: u64 = rows.iter().map(bytes).sum();
+        let mut accum = 0.0;
+        for (index, row) in rows.iter_mut().enumerate() {
+            row.rank = index as u32 + 1;
+            row.self_percent = 100.0 * bytes(row) as f64 / total.max(1) as f64;
+            accum += row.self_percent;
+            row.accum_percent = accum;
+        }
+    }
+    let top = rows
         .iter()
         .take(top)
         .map(|row| SiteStat {
@@ -229,7 +257,7 @@ pub fn summarize_sites(profile: &TextProfile, top: usize) -> Option<SitesSummary
     Some(SitesSummary {
         tables: profile.sites.len(),
         date: table.date.clone(),
-        ordered_by: table.ordered_by,
+        ordered_by,
         totals: table.totals,
         listed,
         rows: table.rows.len(),
@@ -398,7 +426,7 @@ mod tests {
         writer.sites(&first).unwrap();
         writer.sites(&last).unwrap();
         let profile = read(writer.into_inner().as_slice()).unwrap();
-        let summary = summarize_sites(&profile, 1).unwrap();
+        let summary = summarize_sites(&profile, 1, None).unwrap();
         assert_eq!((summary.tables, summary.date.as_str()), (2, "last"));
         assert_eq!(summary.rows, 2, "the 40-byte site is below the 10% cutoff");
         assert_eq!(summary.listed.live_bytes, 960);
@@ -409,6 +437,47 @@ mod tests {
         assert_eq!(top.row.site.class_name, "byte[]");
         assert_eq!(top.row.self_percent, 80.0);
         assert_eq!(top.frames[0].qualified_method(), "Gen.make");
-        assert!(summarize_sites(&TextProfile::default(), 5).is_none());
+        assert!(summarize_sites(&TextProfile::default(), 5, None).is_none());
+    }
+
+    #[test]
+    fn sites_ranked_again_by_allocated_bytes() {
+        let site = |trace, class_name: &str, live_bytes, allocated_bytes| SiteEntry {
+            trace,
+            class_name: class_name.into(),
+            live_bytes,
+            live_objects: 1,
+            allocated_bytes,
+            allocated_objects: 1,
+        };
+        let table = SitesTable::rank(
+            "d".into(),
+            vec![
+                site(300001, "Kept", 900, 1_000),
+                site(300002, "Churn", 100, 9_000),
+            ],
+            0.0,
+        );
+        let profile = TextProfile {
+            sites: vec![table],
+            ..TextProfile::default()
+        };
+        let live = summarize_sites(&profile, 2, None).unwrap();
+        assert_eq!(live.top[0].row.site.class_name, "Kept");
+        let allocated = summarize_sites(&profile, 2, Some(SitesOrder::AllocatedBytes)).unwrap();
+        assert_eq!(allocated.ordered_by, SitesOrder::AllocatedBytes);
+        let ranked: Vec<_> = allocated
+            .top
+            .iter()
+            .map(|stat| {
+                (
+                    stat.row.rank,
+                    stat.row.site.class_name.as_str(),
+                    stat.row.self_percent,
+                )
+            })
+            .collect();
+        assert_eq!(ranked, [(1, "Churn", 90.0), (2, "Kept", 10.0)]);
+        assert_eq!(allocated.top[1].row.accum_percent, 100.0);
     }
 }

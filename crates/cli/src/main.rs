@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use openprof_format::hprof_text::SitesOrder;
 
 mod agent_library;
 mod attach_command;
@@ -116,6 +117,10 @@ enum Commands {
         /// How many frames of each allocation site's trace to print.
         #[arg(long, default_value_t = 4)]
         frames: usize,
+        /// Rank allocation sites by live bytes (`live`, HPROF's order) or by bytes allocated
+        /// (`alloc`: where the allocation churn is); default: the order the table was written in.
+        #[arg(long, value_name = "live|alloc", value_parser = ["live", "alloc"])]
+        by: Option<String>,
     },
     /// Convert a profile into a flame graph (.html), folded stacks (.collapsed), pprof
     /// (.pb.gz), speedscope (.json) or a Chrome trace (.trace.json).
@@ -173,12 +178,18 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
             top,
             traces,
             frames,
+            by,
         } => report::report(
             &file,
             &report::Shown {
                 top,
                 traces,
                 frames,
+                sites_by: match by.as_deref() {
+                    Some("alloc") => Some(SitesOrder::AllocatedBytes),
+                    Some(_) => Some(SitesOrder::LiveBytes),
+                    None => None,
+                },
             },
         ),
     }

@@ -138,6 +138,8 @@ pub fn read_profile(file: &Path) -> Result<TextProfile> {
 
 /// How much of a profile to print.
 pub struct Shown {
+    /// Allocation sites ranked by live bytes or by allocated bytes; `None`: as the table is.
+    pub sites_by: Option<SitesOrder>,
     /// Methods, classes, allocation sites.
     pub top: usize,
     /// Traces under each method.
@@ -212,7 +214,7 @@ fn render_heap(out: &mut String, profile: &TextProfile, histogram: &HeapHistogra
 /// The top allocation sites and the frames of their traces.
 fn render_sites(out: &mut String, profile: &TextProfile, shown: &Shown) {
     use std::fmt::Write;
-    let Some(summary) = summarize_sites(profile, shown.top) else {
+    let Some(summary) = summarize_sites(profile, shown.top, shown.sites_by) else {
         return;
     };
     let order = match summary.ordered_by {

@@ -135,6 +135,7 @@ pub fn run(
     }
     let profile = read_profile(&file)?;
     let shown = Shown {
+        sites_by: None,
         top,
         traces: 1,
         frames: 2,

@@ -172,3 +172,59 @@ fn bad_conversions_are_refused_with_the_file_named() {
         "nothing written on error"
     );
 }
+
+/// AllocMix allocates byte[1400] in keep() (kept) and byte[600] in temp() (dropped at once):
+/// 69.7 % and 30.3 % of the bytes allocated. `report --by alloc` ranks the sites by that, with
+/// temp()'s site, which holds nothing live, at its allocated share.
+#[test]
+fn report_ranks_allocation_sites_by_bytes_allocated() {
+    let dir = kept_temp_dir("openprof-views-");
+    let java = runtime().java().expect("java").display().to_string();
+    let classes = workload_classes().display().to_string();
+    let output = openprof_in(
+        &dir,
+        &[
+            "run",
+            "-o",
+            "heap=sites,cutoff=0",
+            "--",
+            &java,
+            "-cp",
+            &classes,
+            "AllocMix",
+            "20000",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let output = openprof_in(
+        &dir,
+        &["report", "java.hprof.txt", "--by", "alloc", "--frames", "1"],
+    );
+    let report = text(&output.stdout);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(report.contains("ordered by allocated bytes"), "{report}");
+    // The rows: rank, self %, accum %, live bytes, ..., then the site's first frame.
+    let lines: Vec<&str> = report.lines().collect();
+    let share_of = |method: &str| -> (f64, u64) {
+        let at = lines
+            .iter()
+            .position(|line| line.trim_start().starts_with(method))
+            .unwrap_or_else(|| panic!("no site in {method}: {report}"));
+        let row: Vec<&str> = lines[at - 1].split_whitespace().collect();
+        (
+            row[1].trim_end_matches('%').parse().unwrap(),
+            row[3].parse().unwrap(),
+        )
+    };
+    let (keep, keep_live) = share_of("AllocMix.keep");
+    let (temp, temp_live) = share_of("AllocMix.temp");
+    assert!(keep_live > 0 && temp_live == 0, "{report}");
+    assert!(
+        (temp - 30.3).abs() < 5.0,
+        "temp() {temp} % of bytes allocated: {report}"
+    );
+    assert!((keep + temp - 100.0).abs() < 0.1, "{report}");
+    let bad = openprof_in(&dir, &["report", "java.hprof.txt", "--by", "size"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("size"), "{}", text(&bad.stderr));
+}
