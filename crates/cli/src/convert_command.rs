@@ -60,7 +60,12 @@ pub struct ViewArgs {
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// The input: HPROF text (format=a) or binary (format=b).
-    pub input: PathBuf,
+    #[arg(required_unless_present = "diff")]
+    pub input: Option<PathBuf>,
+    /// A differential view of two profiles instead: NEW's stacks against BASE's, by change of
+    /// share (folded stacks as `stack base new`; HTML coloured by the change).
+    #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "input")]
+    pub diff: Vec<PathBuf>,
     /// The output file; its extension tells the format unless --format does.
     #[arg(short = 'o', long = "output", short_alias = 'f')]
     pub output: PathBuf,
@@ -70,9 +75,25 @@ pub struct ConvertArgs {
 
 pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
     // Bad options are told before a long read.
-    output_format(&args.output, &args.view)?;
-    view_options(&args.view)?;
-    let profile = read_input(&args.input)?;
+    let format = output_format(&args.output, &args.view)?;
+    let options = view_options(&args.view)?;
+    if let [base, new] = args.diff.as_slice() {
+        if format != OutputFormat::Collapsed {
+            bail!(
+                "a differential view is written as folded stacks (.collapsed); {} is not built yet",
+                format.name()
+            );
+        }
+        let base = read_input(base)?;
+        let new = read_input(new)?;
+        check_event(&base, &options)?;
+        check_event(&new, &options)?;
+        let diff = views::diff::fold_diff(&base, &new, &options);
+        return write_file(&args.output, |out| views::diff::write_collapsed(&diff, out))
+            .map(|()| ExitCode::SUCCESS);
+    }
+    let input = args.input.as_ref().context("give the input profile")?;
+    let profile = read_input(input)?;
     write_view(&profile, &args.output, &args.view)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -167,6 +188,17 @@ pub fn output_format(output: &Path, args: &ViewArgs) -> Result<OutputFormat> {
 pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
     let format = output_format(output, args)?;
     let options = view_options(args)?;
+    check_event(profile, &options)?;
+    match format {
+        OutputFormat::Collapsed => write_file(output, |out| {
+            views::collapsed::write(&views::fold(profile, &options), out)
+        }),
+        other => bail!("the {} output is not built yet", other.name()),
+    }
+}
+
+/// Refuses an event the profile has no samples of.
+fn check_event(profile: &Profile, options: &ViewOptions) -> Result<()> {
     if let Some(event) = options.event {
         if !profile.events().contains(&event) {
             bail!(
@@ -177,19 +209,18 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
             );
         }
     }
-    if format != OutputFormat::Collapsed {
-        bail!("the {} output is not built yet", format.name());
-    }
+    Ok(())
+}
+
+/// Creates `output` and writes it through a buffer.
+fn write_file(
+    output: &Path,
+    write: impl FnOnce(&mut BufWriter<fs::File>) -> std::io::Result<()>,
+) -> Result<()> {
     let file =
         fs::File::create(output).with_context(|| format!("can't write {}", output.display()))?;
     let mut out = BufWriter::new(file);
-    let written = match format {
-        OutputFormat::Collapsed => {
-            views::collapsed::write(&views::fold(profile, &options), &mut out)
-        }
-        _ => unreachable!("refused above"),
-    };
-    written
+    write(&mut out)
         .and_then(|()| out.flush())
         .with_context(|| format!("can't write {}", output.display()))
 }

@@ -228,3 +228,66 @@ fn report_ranks_allocation_sites_by_bytes_allocated() {
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
     assert!(text(&bad.stderr).contains("size"), "{}", text(&bad.stderr));
 }
+
+/// Two runs of CpuSplit: the differential folded stacks pair each stack's samples in both
+/// profiles, as each profile's own text counts them.
+#[test]
+fn a_differential_view_pairs_both_profiles_stacks() {
+    let dir = kept_temp_dir("openprof-views-");
+    for name in ["base", "new"] {
+        let options = format!("cpu=samples,interval=1,file={name}.txt");
+        let output = run_cpu_split(&dir, &options, &[]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    let output = openprof_in(
+        &dir,
+        &[
+            "convert",
+            "--diff",
+            "base.txt",
+            "new.txt",
+            "-o",
+            "diff.collapsed",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let diff = std::fs::read_to_string(dir.join("diff.collapsed")).unwrap();
+    let samples = |name: &str| -> BTreeMap<String, u64> {
+        let profile = openprof_testkit::read_profile(&dir.join(name));
+        samples_by_method(&profile)
+    };
+    let (base, new) = (samples("base.txt"), samples("new.txt"));
+    let mut paired = (0, 0);
+    for line in diff.lines() {
+        let mut fields = line.rsplitn(3, ' ');
+        let new_count: u64 = fields.next().unwrap().parse().unwrap();
+        let base_count: u64 = fields.next().unwrap().parse().unwrap();
+        let stack = fields.next().unwrap();
+        if stack.ends_with(";CpuSplit.heavy") {
+            paired.0 += base_count;
+            paired.1 += new_count;
+        }
+    }
+    assert_eq!(
+        paired,
+        (base["CpuSplit.heavy"], new["CpuSplit.heavy"]),
+        "heavy's samples in both: {diff}"
+    );
+    let refused = openprof_in(
+        &dir,
+        &[
+            "convert",
+            "--diff",
+            "base.txt",
+            "new.txt",
+            "-o",
+            "diff.pb.gz",
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        text(&refused.stderr).contains("differential"),
+        "{}",
+        text(&refused.stderr)
+    );
+}
