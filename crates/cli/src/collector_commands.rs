@@ -1,5 +1,6 @@
 //! The collector's commands: `serve`, `control`, `ls`, `export`, `replay`.
 
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -294,7 +295,7 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
     })
 }
 
-fn open_store(dir: &Path) -> Result<SqliteStore> {
+pub fn open_store(dir: &Path) -> Result<SqliteStore> {
     if !dir.join("catalog.sqlite").exists() {
         bail!(
             "{} is not an openprof store (no catalog.sqlite)",
@@ -426,6 +427,38 @@ pub struct ExportArgs {
     /// ID is an agent: write its HPROF output (format=a or b) exactly as received.
     #[arg(long)]
     agent: bool,
+}
+
+/// Writes what a store holds of a trace (a document, elements in collation order) or, with
+/// `agent`, of an agent (its HPROF output as received) into a private temporary file, for the
+/// readers of files.
+pub fn stored_to_file(store_dir: &Path, id: Uuid, agent: bool) -> Result<tempfile::NamedTempFile> {
+    let store = open_store(store_dir)?;
+    // What the application did is private: the file is its owner's only (tempfile's 0600).
+    let mut file = tempfile::Builder::new()
+        .prefix("openprof-stored-")
+        .tempfile()
+        .context("can't create a temporary file")?;
+    {
+        let mut out = std::io::BufWriter::new(file.as_file_mut());
+        if agent {
+            let mut any = false;
+            store.replay_agent(id, &mut |kind, _sequence, body| {
+                if kind == openprof_format::wire::FrameKind::Hprof {
+                    any = true;
+                    out.write_all(body)?;
+                }
+                Ok(())
+            })?;
+            if !any {
+                bail!("agent {id} in {} sent no HPROF output", store_dir.display());
+            }
+        } else {
+            store.export_trace(id, ExportOptions { align_clock: false }, &mut out)?;
+        }
+        out.flush()?;
+    }
+    Ok(file)
 }
 
 pub fn export(args: ExportArgs) -> Result<ExitCode> {

@@ -60,8 +60,18 @@ pub struct ViewArgs {
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// The input: HPROF text (format=a) or binary (format=b).
-    #[arg(required_unless_present = "diff")]
+    #[arg(required_unless_present_any = ["diff", "stored"])]
     pub input: Option<PathBuf>,
+    /// Read a profile from a collector's store instead: a trace's id (as `openprof ls` shows),
+    /// or with --agent an agent's id (its HPROF output).
+    #[arg(long, value_name = "ID", conflicts_with_all = ["input", "diff"])]
+    pub stored: Option<uuid::Uuid>,
+    /// The store's directory, for --stored.
+    #[arg(long, default_value = "openprof-store", requires = "stored")]
+    pub store: PathBuf,
+    /// --stored names an agent, whose HPROF output is read.
+    #[arg(long, requires = "stored")]
+    pub agent: bool,
     /// A differential view of two profiles instead: NEW's stacks against BASE's, by change of
     /// share (folded stacks as `stack base new`; HTML coloured by the change).
     #[arg(long, num_args = 2, value_names = ["BASE", "NEW"], conflicts_with = "input")]
@@ -92,8 +102,16 @@ pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
         return write_file(&args.output, |out| views::diff::write_collapsed(&diff, out))
             .map(|()| ExitCode::SUCCESS);
     }
-    let input = args.input.as_ref().context("give the input profile")?;
-    let profile = read_input(input)?;
+    let profile = match (&args.stored, &args.input) {
+        (Some(id), _) => {
+            let file = crate::collector_commands::stored_to_file(&args.store, *id, args.agent)?;
+            let mut profile = read_input(file.path())?;
+            profile.source = format!("{} in {}", id, args.store.display());
+            profile
+        }
+        (None, Some(input)) => read_input(input)?,
+        (None, None) => bail!("give the input profile"),
+    };
     write_view(&profile, &args.output, &args.view)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -141,15 +141,20 @@ fn export(store: &Path, trace: &str, into: &Path) -> Vec<u8> {
     std::fs::read(into).unwrap()
 }
 
-/// Exports the HPROF output of the store's one agent, as received, into `name` in the store.
-fn export_only_agent(store: &Path, name: &str) -> PathBuf {
+/// The id of the store's one agent, as `openprof ls` shows it.
+fn only_agent(store: &Path) -> String {
     let listing = ls(store);
-    let agent = listing
+    listing
         .lines()
         .find_map(|line| line.trim().strip_prefix("agent "))
         .and_then(|rest| rest.split(' ').next())
         .unwrap_or_else(|| panic!("{listing}"))
-        .to_string();
+        .to_string()
+}
+
+/// Exports the HPROF output of the store's one agent, as received, into `name` in the store.
+fn export_only_agent(store: &Path, name: &str) -> PathBuf {
+    let agent = only_agent(store);
     let file = store.join(name);
     let exported = openprof(&[
         "export",
@@ -1073,6 +1078,38 @@ fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
         "heavy share {share:.3}, built-in 0.75, measured {measured:.3}: {by_method:?}"
     );
     assert!(!collector.log().contains(TOKEN));
+
+    // The same profile read from the store by `convert`, as folded stacks: the same split.
+    let folded_file = store.path().join("stored.collapsed");
+    let converted = openprof(&[
+        "convert",
+        "--stored",
+        &only_agent(store.path()),
+        "--agent",
+        "--store",
+        store.path().to_str().unwrap(),
+        "-o",
+        folded_file.to_str().unwrap(),
+    ]);
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    let folded = std::fs::read_to_string(&folded_file).unwrap();
+    let leaf_samples = |method: &str| -> f64 {
+        folded
+            .lines()
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter(|(stack, _)| stack.ends_with(method))
+            .map(|(_, count)| count.parse::<f64>().unwrap())
+            .sum()
+    };
+    let (folded_heavy, folded_light) = (
+        leaf_samples("AttachTarget.heavy"),
+        leaf_samples("AttachTarget.light"),
+    );
+    let folded_share = folded_heavy / (folded_heavy + folded_light);
+    assert!(
+        (folded_share - share).abs() <= 0.01,
+        "heavy {folded_share:.3} from the store, {share:.3} exported: {folded}"
+    );
 }
 
 /// The methodEntry elements of `name` in a document.
