@@ -38,7 +38,7 @@ def synthetic_hprof(path, stacks, seed=1):
     rng = random.Random(seed)
     methods = [f"com.example.p{i % 50}.Class{i % 700}.method{i}" for i in range(5000)]
     with open(path, "w") as out:
-        out.write("JAVA PROFILE 1.0.1, created Mon Nov 23 10:00:00 2026\n\n")
+        out.write("JAVA PROFILE 1.0.1, created Mon Nov 23 10:00:00 2026\n\n--------\n\n")
         counts = []
         for index in range(stacks):
             serial = 300001 + index

@@ -22,6 +22,6 @@ pub mod writer;
 pub use self::heap_dump::{TextClass, TextInstance, TextObjectArray, TextPrimitiveArray, TextRoot};
 pub use self::model::*;
 use self::reader::{cut, malformed, parse_number};
-pub use self::reader::{read, read_with_progress, TextReadError};
+pub use self::reader::{read, read_passing_traces, read_with_progress, TextReadError};
 pub use self::sites::{SiteEntry, SiteRow, SiteTotals, SitesOrder, SitesTable};
 pub use self::writer::TextWriter;

@@ -2,149 +2,180 @@
 //! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, SITES as live and allocated bytes and
 //! objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
 //! sampler reports is marked `[truncated]` at its root: it may have been cut there.
+//!
+//! Traces are interned as they are read ([`HprofIngest::trace`]), so a large text file is never
+//! held twice: once as the reader's records and again as the model.
 
-use openprof_format::hprof_text::{self, CpuTableKind, FrameLine, TextProfile};
+use std::collections::HashMap;
+
+use openprof_format::hprof_text::{self, CpuTableKind, FrameLine, TextProfile, Trace};
 
 use crate::profile::{Event, Frame, FrameKind, Profile, Sample, StackId, ThreadId, TRUNCATED};
 
 /// The mark of the samples a table does not list: rows below HPROF's `cutoff`.
 pub const BELOW_CUTOFF: &str = "[below cutoff]";
 
-/// Reads an HPROF profile's tables. Every dump's table counts (HPROF starts each dump from
-/// zero); the samples of rows cut at `cutoff` are kept under one marked frame, so shares stay
-/// those of the whole profile.
+/// Reads an HPROF profile whose traces it holds.
 pub fn from_hprof(hprof: &TextProfile, source: &str) -> Profile {
-    let mut profile = Profile::new(source);
-    // The depth samples were kept at, where the profile says: a trace of that many Java frames
-    // may have been cut, and is marked so rather than merged with shorter ones.
-    let depth = hprof.samplers.iter().find_map(|sampler| sampler.depth);
-    if let Some(sampler) = hprof.samplers.first() {
-        profile.period_ns = Some(u64::from(sampler.interval_ms) * 1_000_000);
+    let mut ingest = HprofIngest::new(source);
+    for trace in hprof.traces.values() {
+        ingest.trace(trace.clone());
     }
-    for table in &hprof.cpu_tables {
-        let mut listed = 0u64;
-        for row in &table.rows {
-            let (stack, thread) = stack_of_trace(&mut profile, hprof, row.trace, None, depth);
-            match table.kind {
-                CpuTableKind::Samples => {
-                    listed += row.count;
-                    add(
-                        &mut profile,
-                        stack,
-                        thread,
-                        Event::Cpu,
-                        row.count,
-                        row.count,
-                    );
+    ingest.finish(hprof)
+}
+
+/// An HPROF profile being read into the model: traces first, as they come, then the tables
+/// that refer to them.
+pub struct HprofIngest {
+    profile: Profile,
+    /// Each trace's stack, its thread serial and how many Java frames it has.
+    traces: HashMap<u32, (StackId, Option<u32>, usize)>,
+}
+
+impl HprofIngest {
+    pub fn new(source: &str) -> HprofIngest {
+        HprofIngest {
+            profile: Profile::new(source),
+            traces: HashMap::new(),
+        }
+    }
+
+    /// Interns one trace's frames.
+    pub fn trace(&mut self, trace: Trace) {
+        let java_frames = trace.frames.iter().filter(|frame| frame.is_java()).count();
+        let stack = self
+            .profile
+            .stack_of_frames_leaf_first(trace.frames.iter().map(frame));
+        self.traces
+            .insert(trace.serial, (stack, trace.thread, java_frames));
+    }
+
+    /// Adds the tables (traces already given) and returns the model. Every dump's table counts
+    /// (HPROF starts each dump from zero); the samples of rows cut at `cutoff` are kept under one
+    /// marked frame, so shares stay those of the whole profile.
+    pub fn finish(mut self, hprof: &TextProfile) -> Profile {
+        // The depth samples were kept at, where the profile says: a trace of that many Java
+        // frames may have been cut, and is marked so rather than merged with shorter ones.
+        let depth = hprof.samplers.iter().find_map(|sampler| sampler.depth);
+        if let Some(sampler) = hprof.samplers.first() {
+            self.profile.period_ns = Some(u64::from(sampler.interval_ms) * 1_000_000);
+        }
+        for table in &hprof.cpu_tables {
+            let mut listed = 0u64;
+            for row in &table.rows {
+                let (stack, thread) = self.stack_of_trace(hprof, row.trace, None, depth);
+                match table.kind {
+                    CpuTableKind::Samples => {
+                        listed += row.count;
+                        self.add(stack, thread, Event::Cpu, row.count, row.count);
+                    }
+                    CpuTableKind::Time => {
+                        // The table's total is milliseconds of CPU; a row's share of it is its
+                        // own.
+                        let nanoseconds =
+                            (row.self_percent / 100.0 * table.total as f64 * 1e6).round() as u64;
+                        self.add(stack, thread, Event::CpuTime, nanoseconds, row.count);
+                        self.add(stack, thread, Event::Calls, row.count, row.count);
+                    }
                 }
-                CpuTableKind::Time => {
-                    // The table's total is milliseconds of CPU; a row's share of it is its own.
-                    let nanoseconds =
-                        (row.self_percent / 100.0 * table.total as f64 * 1e6).round() as u64;
-                    add(
-                        &mut profile,
-                        stack,
-                        thread,
-                        Event::CpuTime,
-                        nanoseconds,
-                        row.count,
-                    );
-                    add(
-                        &mut profile,
-                        stack,
-                        thread,
-                        Event::Calls,
-                        row.count,
-                        row.count,
-                    );
+            }
+            if table.kind == CpuTableKind::Samples && table.total > listed {
+                let rest = table.total - listed;
+                let stack = self
+                    .profile
+                    .stack_of_frames_leaf_first([Frame::marker(BELOW_CUTOFF)]);
+                self.add(stack, None, Event::Cpu, rest, rest);
+            }
+        }
+        for table in &hprof.sites {
+            for row in &table.rows {
+                let site = &row.site;
+                let class = Frame {
+                    name: site.class_name.clone(),
+                    file: None,
+                    line: None,
+                    kind: FrameKind::AllocatedClass,
+                };
+                let (stack, thread) = self.stack_of_trace(hprof, site.trace, Some(class), depth);
+                for (event, value, count) in [
+                    (Event::LiveBytes, site.live_bytes, site.live_objects),
+                    (Event::LiveObjects, site.live_objects, site.live_objects),
+                    (
+                        Event::AllocBytes,
+                        site.allocated_bytes,
+                        site.allocated_objects,
+                    ),
+                    (
+                        Event::AllocObjects,
+                        site.allocated_objects,
+                        site.allocated_objects,
+                    ),
+                ] {
+                    self.add(stack, thread, event, value, count);
                 }
             }
         }
-        if table.kind == CpuTableKind::Samples && table.total > listed {
-            let rest = table.total - listed;
-            let stack = profile.stack_of_frames_leaf_first([Frame::marker(BELOW_CUTOFF)]);
-            add(&mut profile, stack, None, Event::Cpu, rest, rest);
-        }
+        self.profile
     }
-    for table in &hprof.sites {
-        for row in &table.rows {
-            let site = &row.site;
-            let class = Frame {
-                name: site.class_name.clone(),
-                file: None,
-                line: None,
-                kind: FrameKind::AllocatedClass,
-            };
-            let (stack, thread) =
-                stack_of_trace(&mut profile, hprof, site.trace, Some(class), depth);
-            for (event, value, count) in [
-                (Event::LiveBytes, site.live_bytes, site.live_objects),
-                (Event::LiveObjects, site.live_objects, site.live_objects),
-                (
-                    Event::AllocBytes,
-                    site.allocated_bytes,
-                    site.allocated_objects,
-                ),
-                (
-                    Event::AllocObjects,
-                    site.allocated_objects,
-                    site.allocated_objects,
-                ),
-            ] {
-                add(&mut profile, stack, thread, event, value, count);
+
+    fn add(
+        &mut self,
+        stack: StackId,
+        thread: Option<ThreadId>,
+        event: Event,
+        value: u64,
+        count: u64,
+    ) {
+        self.profile.add_sample(Sample {
+            stack,
+            event,
+            value,
+            count,
+            thread,
+            time_ns: None,
+            labels: Vec::new(),
+        });
+    }
+
+    /// A trace's stack (with a leaf put on top, such as an allocated class, and the mark of a
+    /// cut stack at its root), with its thread when the trace names one.
+    fn stack_of_trace(
+        &mut self,
+        hprof: &TextProfile,
+        serial: u32,
+        leaf: Option<Frame>,
+        depth: Option<u32>,
+    ) -> (StackId, Option<ThreadId>) {
+        let Some(&(stack, thread_serial, java_frames)) = self.traces.get(&serial) else {
+            let unknown = Frame::marker(format!("[trace {serial}]"));
+            let stack = self
+                .profile
+                .stack_of_frames_leaf_first(leaf.into_iter().chain([unknown]));
+            return (stack, None);
+        };
+        let cut = depth.is_some_and(|depth| depth > 0 && java_frames >= depth as usize);
+        let stack = if cut || leaf.is_some() {
+            let mut frames = Vec::with_capacity(self.profile.stack(stack).len() + 2);
+            if cut {
+                frames.push(self.profile.frame_id(Frame::marker(TRUNCATED)));
             }
-        }
+            frames.extend_from_slice(self.profile.stack(stack));
+            if let Some(leaf) = leaf {
+                frames.push(self.profile.frame_id(leaf));
+            }
+            self.profile.stack_id(&frames)
+        } else {
+            stack
+        };
+        let thread = thread_serial.map(|serial| {
+            let name = hprof
+                .thread(serial)
+                .map(|thread| thread.name.clone())
+                .unwrap_or_default();
+            self.profile.thread_id(u64::from(serial), &name)
+        });
+        (stack, thread)
     }
-    profile
-}
-
-fn add(
-    profile: &mut Profile,
-    stack: StackId,
-    thread: Option<ThreadId>,
-    event: Event,
-    value: u64,
-    count: u64,
-) {
-    profile.add_sample(Sample {
-        stack,
-        event,
-        value,
-        count,
-        thread,
-        time_ns: None,
-        labels: Vec::new(),
-    });
-}
-
-/// A trace's frames (and a leaf put on top, such as an allocated class) as a stack, with its
-/// thread when the trace names one.
-fn stack_of_trace(
-    profile: &mut Profile,
-    hprof: &TextProfile,
-    serial: u32,
-    leaf: Option<Frame>,
-    depth: Option<u32>,
-) -> (StackId, Option<ThreadId>) {
-    let trace = hprof.traces.get(&serial);
-    let mut frames = trace
-        .map(|trace| trace.frames.iter().map(frame).collect::<Vec<_>>())
-        .unwrap_or_else(|| vec![Frame::marker(format!("[trace {serial}]"))]);
-    let java_frames = trace.map_or(0, |trace| {
-        trace.frames.iter().filter(|frame| frame.is_java()).count()
-    });
-    if depth.is_some_and(|depth| depth > 0 && java_frames >= depth as usize) {
-        frames.push(Frame::marker(TRUNCATED));
-    }
-    let stack = profile.stack_of_frames_leaf_first(leaf.into_iter().chain(frames));
-    let thread = trace.and_then(|trace| trace.thread).map(|serial| {
-        let name = hprof
-            .thread(serial)
-            .map(|thread| thread.name.clone())
-            .unwrap_or_default();
-        profile.thread_id(u64::from(serial), &name)
-    });
-    (stack, thread)
 }
 
 /// An HPROF frame as a model frame.

@@ -61,14 +61,18 @@ pub fn read_file(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Profile, 
     let kind = sniff(input.fill_buf().map_err(io_error)?);
     match kind {
         Some(InputKind::HprofText) => {
-            let hprof = hprof_text::read_with_progress(input, progress).map_err(|error| {
-                InputError::Malformed {
-                    file: file.clone(),
-                    format: "HPROF text profile",
-                    message: error.to_string(),
-                }
+            let mut ingest = hprof::HprofIngest::new(&file);
+            let hprof = hprof_text::read_passing_traces(
+                input,
+                progress,
+                Some(&mut |trace| ingest.trace(trace)),
+            )
+            .map_err(|error| InputError::Malformed {
+                file: file.clone(),
+                format: "HPROF text profile",
+                message: error.to_string(),
             })?;
-            Ok(hprof::from_hprof(&hprof, &file))
+            Ok(ingest.finish(&hprof))
         }
         Some(InputKind::HprofBinary) => {
             let hprof = hprof_binary::read_profile(input, progress).map_err(|error| {

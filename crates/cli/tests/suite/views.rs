@@ -218,7 +218,8 @@ fn report_ranks_allocation_sites_by_bytes_allocated() {
     };
     let (keep, keep_live) = share_of("AllocMix.keep");
     let (temp, temp_live) = share_of("AllocMix.temp");
-    assert!(keep_live > 0 && temp_live == 0, "{report}");
+    // temp()'s arrays die at once; those the last collection did not reach still count live.
+    assert!(keep_live > 0 && temp_live < keep_live / 2, "{report}");
     assert!(
         (temp - 30.3).abs() < 5.0,
         "temp() {temp} % of bytes allocated: {report}"

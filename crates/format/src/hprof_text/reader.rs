@@ -39,6 +39,17 @@ pub fn read_with_progress(
     input: impl BufRead,
     progress: &mut dyn FnMut(u64),
 ) -> Result<TextProfile, TextReadError> {
+    read_passing_traces(input, progress, None)
+}
+
+/// Reads HPROF text as [`read_with_progress`] does, but hands each TRACE to `on_trace` as soon as
+/// it is read instead of keeping it in the profile (whose `traces` stay empty): a reader that
+/// keeps traces in a form of its own does not hold them twice.
+pub fn read_passing_traces(
+    input: impl BufRead,
+    progress: &mut dyn FnMut(u64),
+    on_trace: Option<&mut dyn FnMut(Trace)>,
+) -> Result<TextProfile, TextReadError> {
     let mut lines = Lines {
         input,
         line: String::new(),
@@ -48,7 +59,7 @@ pub fn read_with_progress(
         again: false,
         progress,
     };
-    let profile = parse(&mut lines)?;
+    let profile = parse(&mut lines, on_trace)?;
     (lines.progress)(lines.consumed);
     Ok(profile)
 }
@@ -333,8 +344,13 @@ fn parse_sampler_line(
     Ok(())
 }
 
-fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, TextReadError> {
+fn parse<R: BufRead>(
+    lines: &mut Lines<'_, R>,
+    mut on_trace: Option<&mut dyn FnMut(Trace)>,
+) -> Result<TextProfile, TextReadError> {
     let mut profile = TextProfile::default();
+    // Serials of the traces passed on, which must not come twice either.
+    let mut passed = std::collections::HashSet::new();
     if !lines.advance()? {
         return Err(malformed(1, "empty file: no 'JAVA PROFILE' header"));
     }
@@ -391,7 +407,17 @@ fn parse<R: BufRead>(lines: &mut Lines<'_, R>) -> Result<TextProfile, TextReadEr
                 thread,
                 frames,
             };
-            if profile.traces.insert(serial, trace).is_some() {
+            let twice = match on_trace.as_mut() {
+                Some(on_trace) => {
+                    let twice = !passed.insert(serial);
+                    if !twice {
+                        on_trace(trace);
+                    }
+                    twice
+                }
+                None => profile.traces.insert(serial, trace).is_some(),
+            };
+            if twice {
                 return Err(malformed(
                     number,
                     format!("TRACE {serial} is defined twice"),
