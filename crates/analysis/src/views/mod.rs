@@ -2,13 +2,15 @@
 //! time window, short names) applied once, here, into folded stacks that every output writes.
 
 pub mod collapsed;
+pub mod pprof;
+pub mod speedscope;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use regex::Regex;
 
-use crate::profile::{Event, FrameKind, Profile, TRUNCATED};
+use crate::profile::{Event, Frame, FrameKind, Profile, TRUNCATED};
 
 /// The formats a profile is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,19 +171,6 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
     let mut included: Vec<bool> = Vec::with_capacity(profile.frames().len());
     let mut excluded: Vec<bool> = Vec::with_capacity(profile.frames().len());
     for frame in profile.frames() {
-        let kind = match frame.kind {
-            FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
-            FrameKind::Java => ViewFrameKind::Java,
-            FrameKind::Inlined => ViewFrameKind::Inlined,
-            FrameKind::Native => ViewFrameKind::Native,
-            FrameKind::Marker => ViewFrameKind::Marker,
-            FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
-        };
-        let name = if options.simple {
-            frame.simple_name().to_string()
-        } else {
-            frame.name.clone()
-        };
         included.push(
             options
                 .include
@@ -194,7 +183,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
                 .iter()
                 .any(|regex| regex.is_match(&frame.name)),
         );
-        let view = ViewFrame { name, kind };
+        let view = view_frame(frame, options.simple);
         let next = view_ids.len() as u32;
         let id = *view_ids.entry(view.clone()).or_insert_with(|| {
             folded.frames.push(view);
@@ -245,7 +234,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
                 None => intern(
                     &mut folded.frames,
                     &mut view_ids,
-                    "[unknown thread]".into(),
+                    UNKNOWN_THREAD.into(),
                     ViewFrameKind::Thread,
                 ),
             };
@@ -272,6 +261,50 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         .stacks
         .sort_by(|(a_frames, a), (b_frames, b)| b.cmp(a).then_with(|| a_frames.cmp(b_frames)));
     folded
+}
+
+/// The view frame a profile frame is shown as.
+fn view_frame(frame: &Frame, simple: bool) -> ViewFrame {
+    let kind = match frame.kind {
+        FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
+        FrameKind::Java => ViewFrameKind::Java,
+        FrameKind::Inlined => ViewFrameKind::Inlined,
+        FrameKind::Native => ViewFrameKind::Native,
+        FrameKind::Marker => ViewFrameKind::Marker,
+        FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
+    };
+    let name = if simple {
+        frame.simple_name().to_string()
+    } else {
+        frame.name.clone()
+    };
+    ViewFrame { name, kind }
+}
+
+/// The root of per-thread stacks whose samples have no thread.
+pub const UNKNOWN_THREAD: &str = "[unknown thread]";
+
+/// The source file of each view frame, where a profile frame shown as it names one (the first
+/// that does): `Folded` merges a method's lines, so outputs that show files look them up here.
+pub fn source_files(profile: &Profile, options: &ViewOptions) -> HashMap<ViewFrame, String> {
+    let mut files = HashMap::new();
+    for frame in profile.frames() {
+        if let Some(file) = &frame.file {
+            files
+                .entry(view_frame(frame, options.simple))
+                .or_insert_with(|| file.clone());
+        }
+    }
+    files
+}
+
+/// The events an output of several events shows: the one asked for, else every event the
+/// profile has samples of.
+pub fn shown_events(profile: &Profile, options: &ViewOptions) -> Vec<Event> {
+    match options.event {
+        Some(event) => vec![event],
+        None => profile.events(),
+    }
 }
 
 fn intern(
