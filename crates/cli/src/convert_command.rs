@@ -169,8 +169,16 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
             );
         }
     }
-    if format != OutputFormat::Collapsed {
+    if !matches!(
+        format,
+        OutputFormat::Collapsed | OutputFormat::Pprof | OutputFormat::Speedscope
+    ) {
         bail!("the {} output is not built yet", format.name());
+    }
+    if format == OutputFormat::Speedscope {
+        if let Some(refusal) = views::speedscope::refusal(profile) {
+            bail!("{refusal}");
+        }
     }
     let file =
         fs::File::create(output).with_context(|| format!("can't write {}", output.display()))?;
@@ -179,6 +187,8 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
         OutputFormat::Collapsed => {
             views::collapsed::write(&views::fold(profile, &options), &mut out)
         }
+        OutputFormat::Pprof => views::pprof::write(profile, &options, &mut out),
+        OutputFormat::Speedscope => views::speedscope::write(profile, &options, &mut out),
         _ => unreachable!("refused above"),
     };
     written
