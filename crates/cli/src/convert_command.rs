@@ -138,6 +138,7 @@ pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
         simple: args.simple,
         min_width_percent: args.minwidth,
         title: args.title.clone(),
+        with_labels: false,
     })
 }
 

@@ -96,6 +96,9 @@ pub struct ViewOptions {
     pub min_width_percent: f64,
     /// The title shown; `None`: made from the source and the event.
     pub title: Option<String>,
+    /// Samples with different labels kept apart, each stack with its labels
+    /// (`Folded::labels`): for the outputs that show labels.
+    pub with_labels: bool,
 }
 
 /// A frame as a view shows it: merged by name and kind (lines apart).
@@ -142,7 +145,13 @@ pub struct Folded {
     /// Root first (leaf first when reversed), with their weight; heaviest first.
     pub stacks: Vec<(Vec<u32>, u64)>,
     pub total: u64,
+    /// With `ViewOptions::with_labels`, each stack's labels, at its index in `stacks`; else
+    /// empty.
+    pub labels: Vec<Labels>,
 }
+
+/// A sample's labels: (name, value).
+pub type Labels = Vec<(String, String)>;
 
 impl Folded {
     pub fn frame(&self, id: u32) -> &ViewFrame {
@@ -192,7 +201,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         frame_view.push(id);
     }
     let mut thread_frames: HashMap<u32, u32> = HashMap::new();
-    let mut weights: HashMap<Vec<u32>, u64> = HashMap::new();
+    let mut weights: HashMap<(Vec<u32>, Labels), u64> = HashMap::new();
     for sample in profile
         .samples
         .iter()
@@ -254,12 +263,21 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
             continue;
         }
         folded.total += weight;
-        *weights.entry(frames).or_insert(0) += weight;
+        let labels = if options.with_labels {
+            sample.labels.clone()
+        } else {
+            Vec::new()
+        };
+        *weights.entry((frames, labels)).or_insert(0) += weight;
     }
-    folded.stacks = weights.into_iter().collect();
-    folded
-        .stacks
-        .sort_by(|(a_frames, a), (b_frames, b)| b.cmp(a).then_with(|| a_frames.cmp(b_frames)));
+    let mut stacks: Vec<_> = weights.into_iter().collect();
+    stacks.sort_by(|(a_key, a), (b_key, b)| b.cmp(a).then_with(|| a_key.cmp(b_key)));
+    for ((frames, labels), weight) in stacks {
+        folded.stacks.push((frames, weight));
+        if options.with_labels {
+            folded.labels.push(labels);
+        }
+    }
     folded
 }
 

@@ -9,7 +9,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::{fold, shown_events, source_files, ViewFrame, ViewFrameKind, ViewOptions};
+use super::{fold, shown_events, source_files, Labels, ViewFrame, ViewFrameKind, ViewOptions};
 use crate::profile::{Event, Profile, Unit};
 
 /// profile.proto's messages, their fields numbered as there.
@@ -246,9 +246,10 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
     let files = source_files(profile, options);
     let mut function_ids: HashMap<ViewFrame, u64> = HashMap::new();
     let mut functions: Vec<proto::Function> = Vec::new();
-    // (locations leaf first, thread root) -> a value per column.
-    let mut samples: HashMap<(Vec<u64>, Option<ViewFrame>), Vec<i64>> = HashMap::new();
-    let mut order: Vec<(Vec<u64>, Option<ViewFrame>)> = Vec::new();
+    // (locations leaf first, thread root, labels) -> a value per column.
+    type Key = (Vec<u64>, ViewFrame, Labels);
+    let mut samples: HashMap<Key, Vec<i64>> = HashMap::new();
+    let mut order: Vec<Key> = Vec::new();
     for (index, column) in columns.iter().enumerate() {
         let folded = fold(
             profile,
@@ -256,10 +257,11 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
                 event: Some(column.event),
                 total: column.by_value,
                 by_thread: true,
+                with_labels: true,
                 ..options.clone()
             },
         );
-        for (stack, weight) in &folded.stacks {
+        for ((stack, weight), labels) in folded.stacks.iter().zip(&folded.labels) {
             // fold puts the thread first; it stays a frame only when the view asks for threads.
             let Some((root, rest)) = stack.split_first() else {
                 continue;
@@ -288,7 +290,7 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
                     id
                 })
                 .collect();
-            let key = (locations, Some(thread));
+            let key = (locations, thread, labels.clone());
             let values = samples.entry(key.clone()).or_insert_with(|| {
                 order.push(key);
                 vec![0; columns.len()]
@@ -304,9 +306,9 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
         .into_iter()
         .map(|key| {
             let value = samples.remove(&key).unwrap_or_default();
-            let (location_id, thread) = key;
+            let (location_id, thread, labels) = key;
             let mut label = Vec::new();
-            if let Some((name, id)) = thread.as_ref().and_then(thread_of_root) {
+            if let Some((name, id)) = thread_of_root(&thread) {
                 if let Some(name) = name {
                     label.push(proto::Label {
                         key: thread_key,
@@ -322,6 +324,11 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
                     });
                 }
             }
+            label.extend(labels.iter().map(|(key, value)| proto::Label {
+                key: strings.id(key),
+                str: strings.id(value),
+                ..proto::Label::default()
+            }));
             proto::Sample {
                 location_id,
                 value,
@@ -435,6 +442,15 @@ mod tests {
                 labels: Vec::new(),
             });
         }
+        profile.add_sample(Sample {
+            stack: cold,
+            event: Event::Cpu,
+            value: 2,
+            count: 2,
+            thread: Some(worker),
+            time_ns: None,
+            labels: vec![("state".into(), "blocked".into())],
+        });
         profile.period_ns = Some(10_000_000);
         profile.start_epoch_ns = Some(1_700_000_000_000_000_000);
         profile.duration_ns = Some(2_000_000_000);
@@ -545,15 +561,43 @@ mod tests {
         assert_eq!(string(&decoded, thread.key), "thread");
         assert_eq!(string(&decoded, thread.str), "main");
         assert_eq!(hot.label[1].num, 1);
-        // The cold stack once per thread: on the worker (CPU) and on no thread (bytes).
+        // The cold stack once per thread and labels: on the worker (CPU) without and with the
+        // state label, and on no thread (bytes).
         let cold: Vec<&proto::Sample> = decoded
             .sample
             .iter()
             .filter(|sample| names(&decoded, sample) == ["Hot.rest"])
             .collect();
-        assert_eq!(cold.len(), 2);
+        assert_eq!(cold.len(), 3);
         let values: i64 = cold.iter().map(|sample| sample.value[0]).sum();
-        assert_eq!(values, 1);
+        assert_eq!(values, 3);
+        let labels = |sample: &proto::Sample| -> Vec<(String, String)> {
+            sample
+                .label
+                .iter()
+                .filter(|label| label.str != 0)
+                .map(|label| {
+                    (
+                        string(&decoded, label.key).to_string(),
+                        string(&decoded, label.str).to_string(),
+                    )
+                })
+                .collect()
+        };
+        let blocked = cold
+            .iter()
+            .find(|sample| labels(sample).len() == 2)
+            .unwrap();
+        assert_eq!(
+            labels(blocked),
+            [
+                ("thread".into(), "worker".into()),
+                ("state".into(), "blocked".into())
+            ]
+        );
+        assert_eq!(blocked.value[0], 2);
+        let unlabelled = cold.iter().find(|sample| sample.label.is_empty()).unwrap();
+        assert_eq!(unlabelled.value, [0, 0, 1024, 1]);
         let function = decoded
             .function
             .iter()
