@@ -1,6 +1,7 @@
 //! `openprof convert` to pprof (read back by `go tool pprof`, a reader we did not write) and to
 //! speedscope's JSON, from a real CPU profile of CpuSplit: heavy's and light's shares must be
-//! the HPROF text's, within a point, and no sample may be lost or added.
+//! the HPROF text's, within a point, and no sample may be lost or added; and to pprof from
+//! AllocMix's allocation sites, every allocated and live byte of the HPROF text accounted for.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -57,8 +58,9 @@ fn recorded() -> &'static Recorded {
     })
 }
 
-fn convert(dir: &Path, args: &[&str]) {
-    let mut all = vec!["convert", "x.txt"];
+/// `openprof convert INPUT ARGS` in `dir`, which must succeed.
+fn convert(dir: &Path, input: &str, args: &[&str]) {
+    let mut all = vec!["convert", input];
     all.extend_from_slice(args);
     let output = openprof_in(dir, &all);
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -83,41 +85,54 @@ fn go_pprof(dir: &Path, args: &[&str]) -> String {
     text(&output.stdout)
 }
 
-/// `-top`'s rows: function name to flat percentage; and the total of its header.
-fn parse_top(top: &str) -> (Vec<(String, f64)>, u64) {
+/// One row of `-top`: a function and its flat and cumulative percentages.
+struct TopRow {
+    name: String,
+    flat_percent: f64,
+    cum_percent: f64,
+}
+
+/// `-top`'s rows, and the total of its header (samples, or bytes with `-unit=byte`).
+fn parse_top(top: &str) -> (Vec<TopRow>, u64) {
     let total = top
         .lines()
         .find_map(|line| {
             let (_, rest) = line.split_once("% of ")?;
-            rest.strip_suffix(" total")?.trim().parse().ok()
+            let total = rest.strip_suffix(" total")?.trim();
+            total.strip_suffix('B').unwrap_or(total).parse().ok()
         })
         .unwrap_or_else(|| panic!("no total in go tool pprof -top's output:\n{top}"));
+    let percent = |field: &str| field.strip_suffix('%')?.parse().ok();
     let rows = top
         .lines()
         .skip_while(|line| !line.trim_start().starts_with("flat  flat%"))
         .skip(1)
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            let flat_percent = fields.get(1)?.strip_suffix('%')?.parse().ok()?;
-            Some((fields.get(5..)?.join(" "), flat_percent))
+            Some(TopRow {
+                name: fields.get(5..)?.join(" "),
+                flat_percent: percent(fields.get(1)?)?,
+                cum_percent: percent(fields.get(4)?)?,
+            })
         })
         .collect();
     (rows, total)
 }
 
+fn row<'a>(rows: &'a [TopRow], name: &str, top: &str) -> &'a TopRow {
+    rows.iter()
+        .find(|row| row.name == name)
+        .unwrap_or_else(|| panic!("no {name} in:\n{top}"))
+}
+
 #[test]
 fn go_tool_pprof_reads_the_split() {
     let recorded = recorded();
-    convert(&recorded.dir, &["-o", "x.pb.gz"]);
+    convert(&recorded.dir, "x.txt", &["-o", "x.pb.gz"]);
     let top = go_pprof(&recorded.dir, &["-top", "-nodecount=50", "x.pb.gz"]);
     let (rows, total) = parse_top(&top);
     assert_eq!(total, recorded.total(), "{top}");
-    let flat = |method: &str| {
-        rows.iter()
-            .find(|(name, _)| name == method)
-            .map(|(_, percent)| *percent)
-            .unwrap_or_else(|| panic!("no {method} in:\n{top}"))
-    };
+    let flat = |method: &str| row(&rows, method, &top).flat_percent;
     let (heavy, light) = (flat("CpuSplit.heavy"), flat("CpuSplit.light"));
     for (method, percent) in [("CpuSplit.heavy", heavy), ("CpuSplit.light", light)] {
         let expected = recorded.share(method);
@@ -146,6 +161,7 @@ fn go_tool_pprof_reads_a_per_thread_view_of_one_event() {
     let recorded = recorded();
     convert(
         &recorded.dir,
+        "x.txt",
         &["-o", "threads.pb.gz", "--event", "cpu", "--threads"],
     );
     let top = go_pprof(
@@ -156,9 +172,69 @@ fn go_tool_pprof_reads_a_per_thread_view_of_one_event() {
     assert_eq!(total, recorded.total(), "{top}");
     // The main thread's root holds every sample of the workload's methods under it.
     assert!(
-        rows.iter().any(|(name, _)| name.starts_with("[main tid=")),
+        rows.iter().any(|row| row.name.starts_with("[main tid=")),
         "{top}"
     );
+}
+
+#[test]
+fn go_tool_pprof_reads_allocation_sites() {
+    // AllocMix allocates 69.7 % of its bytes at keep(), all kept live, the rest at temp().
+    let run = run_java(
+        Some("heap=sites,alloc_interval=8k,cutoff=0,file=sites.txt"),
+        "AllocMix",
+        &["50000"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let hprof = run.profile("sites.txt");
+    let rows_of = || hprof.sites.iter().flat_map(|table| &table.rows);
+    let allocated: u64 = rows_of().map(|row| row.site.allocated_bytes).sum();
+    let live: u64 = rows_of().map(|row| row.site.live_bytes).sum();
+    let kept: u64 = rows_of()
+        .filter(|row| {
+            hprof
+                .traces
+                .get(&row.site.trace)
+                .and_then(|trace| trace.frames.first())
+                .is_some_and(|frame| frame.qualified_method() == "AllocMix.keep")
+        })
+        .map(|row| row.site.allocated_bytes)
+        .sum();
+    let kept_share = 100.0 * kept as f64 / allocated as f64;
+    assert!((kept_share - 69.7).abs() <= 5.0, "{kept_share}");
+
+    convert(&run.dir, "sites.txt", &["-o", "sites.pb.gz"]);
+    let top = go_pprof(
+        &run.dir,
+        &[
+            "-sample_index=alloc_bytes",
+            "-unit=byte",
+            "-top",
+            "-cum",
+            "sites.pb.gz",
+        ],
+    );
+    let (rows, total) = parse_top(&top);
+    assert_eq!(total, allocated, "{top}");
+    let keep = row(&rows, "AllocMix.keep", &top).cum_percent;
+    assert!(
+        (keep - kept_share).abs() <= 1.0,
+        "{keep}% vs {kept_share:.2}%\n{top}"
+    );
+    // The allocated class is the leaf: every byte is byte[]'s own.
+    assert!(row(&rows, "byte[]", &top).flat_percent >= 99.0, "{top}");
+
+    let top = go_pprof(
+        &run.dir,
+        &[
+            "-sample_index=live_bytes",
+            "-unit=byte",
+            "-top",
+            "sites.pb.gz",
+        ],
+    );
+    assert_eq!(parse_top(&top).1, live, "{top}");
 }
 
 /// speedscope's sampled profile of an event, checked against the file format's rules.
@@ -206,7 +282,7 @@ fn sampled_profile<'a>(file: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn speedscope_json_has_the_split() {
     let recorded = recorded();
-    convert(&recorded.dir, &["-o", "x.json"]);
+    convert(&recorded.dir, "x.txt", &["-o", "x.json"]);
     let bytes = std::fs::read(recorded.dir.join("x.json")).unwrap();
     let file: Value = serde_json::from_slice(&bytes).expect("speedscope's JSON");
     let profile = sampled_profile(&file, "cpu");
@@ -240,7 +316,7 @@ fn speedscope_json_has_the_split() {
         .iter()
         .any(|frame| frame["name"] == "CpuSplit.heavy" && frame["file"] == "CpuSplit.java"));
 
-    convert(&recorded.dir, &["-o", "threads.json", "--threads"]);
+    convert(&recorded.dir, "x.txt", &["-o", "threads.json", "--threads"]);
     let bytes = std::fs::read(recorded.dir.join("threads.json")).unwrap();
     let file: Value = serde_json::from_slice(&bytes).expect("speedscope's JSON");
     let main = file["profiles"]
