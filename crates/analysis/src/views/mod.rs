@@ -10,7 +10,7 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::profile::{Event, Frame, FrameKind, Profile, TRUNCATED};
+use crate::profile::{Event, Frame, FrameKind, Profile, Thread, TRUNCATED};
 
 /// The formats a profile is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -227,16 +227,10 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         if options.by_thread {
             let root = match sample.thread {
                 Some(thread) => *thread_frames.entry(thread).or_insert_with(|| {
-                    let thread = profile.thread(thread);
-                    let name = if thread.name.is_empty() {
-                        format!("[thread {}]", thread.id)
-                    } else {
-                        format!("[{} tid={}]", thread.name, thread.id)
-                    };
                     intern(
                         &mut folded.frames,
                         &mut view_ids,
-                        name,
+                        thread_frame_name(profile.thread(thread)),
                         ViewFrameKind::Thread,
                     )
                 }),
@@ -297,6 +291,15 @@ fn view_frame(frame: &Frame, simple: bool) -> ViewFrame {
         frame.name.clone()
     };
     ViewFrame { name, kind }
+}
+
+/// The name of a thread's root frame in per-thread views.
+pub fn thread_frame_name(thread: &Thread) -> String {
+    if thread.name.is_empty() {
+        format!("[thread {}]", thread.id)
+    } else {
+        format!("[{} tid={}]", thread.name, thread.id)
+    }
 }
 
 /// The root of per-thread stacks whose samples have no thread.

@@ -9,8 +9,11 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::{fold, shown_events, source_files, Labels, ViewFrame, ViewFrameKind, ViewOptions};
-use crate::profile::{Event, Profile, Unit};
+use super::{
+    fold, shown_events, source_files, thread_frame_name, Labels, ViewFrame, ViewFrameKind,
+    ViewOptions,
+};
+use crate::profile::{Event, Profile, Thread, Unit};
 
 /// profile.proto's messages, their fields numbered as there.
 pub mod proto {
@@ -215,21 +218,9 @@ impl Strings {
     }
 }
 
-/// The thread a per-thread view's root frame names: (name, id), as `fold` writes it.
-fn thread_of_root(root: &ViewFrame) -> Option<(Option<&str>, Option<u64>)> {
-    if root.kind != ViewFrameKind::Thread || root.name == super::UNKNOWN_THREAD {
-        return None;
-    }
-    let inner = root.name.strip_prefix('[')?.strip_suffix(']')?;
-    if let Some((name, id)) = inner.rsplit_once(" tid=") {
-        return Some((Some(name), id.parse().ok()));
-    }
-    let id = inner.strip_prefix("thread ")?;
-    Some((None, id.parse().ok()))
-}
-
-/// The profile as profile.proto's messages. Every event shown is folded by itself (per thread,
-/// for the threads' labels) and its stacks merged with the other events' by frames and thread.
+/// The profile as profile.proto's messages. Every event shown is folded by itself (per thread
+/// and with labels, for pprof's labels) and its stacks merged with the other events' by frames,
+/// thread and labels.
 pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
     let mut strings = Strings::new();
     let mut columns: Vec<Column> = Vec::new();
@@ -300,6 +291,12 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
         }
     }
 
+    // The threads by the root frames the per-thread folds gave them.
+    let threads: HashMap<String, &Thread> = profile
+        .threads
+        .iter()
+        .map(|thread| (thread_frame_name(thread), thread))
+        .collect();
     let thread_key = strings.id("thread");
     let thread_id_key = strings.id("thread_id");
     let sample = order
@@ -308,21 +305,22 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
             let value = samples.remove(&key).unwrap_or_default();
             let (location_id, thread, labels) = key;
             let mut label = Vec::new();
-            if let Some((name, id)) = thread_of_root(&thread) {
-                if let Some(name) = name {
+            let thread = (thread.kind == ViewFrameKind::Thread)
+                .then(|| threads.get(&thread.name))
+                .flatten();
+            if let Some(thread) = thread {
+                if !thread.name.is_empty() {
                     label.push(proto::Label {
                         key: thread_key,
-                        str: strings.id(name),
+                        str: strings.id(&thread.name),
                         ..proto::Label::default()
                     });
                 }
-                if let Some(id) = id {
-                    label.push(proto::Label {
-                        key: thread_id_key,
-                        num: i64::try_from(id).unwrap_or(i64::MAX),
-                        ..proto::Label::default()
-                    });
-                }
+                label.push(proto::Label {
+                    key: thread_id_key,
+                    num: i64::try_from(thread.id).unwrap_or(i64::MAX),
+                    ..proto::Label::default()
+                });
             }
             label.extend(labels.iter().map(|(key, value)| proto::Label {
                 key: strings.id(key),

@@ -330,3 +330,17 @@ fn speedscope_json_has_the_split() {
         .expect("a profile of the main thread");
     sampled_profile(&file, main);
 }
+
+#[test]
+fn unwritable_outputs_are_named() {
+    let recorded = recorded();
+    for output in ["/nonexistent/x.pb.gz", "/nonexistent/x.json"] {
+        let result = openprof_in(&recorded.dir, &["convert", "x.txt", "-o", output]);
+        assert_eq!(result.status.code(), Some(2), "{output}");
+        let stderr = text(&result.stderr);
+        assert!(
+            stderr.contains(&format!("can't write {output}")),
+            "{stderr}"
+        );
+    }
+}
