@@ -180,6 +180,7 @@ pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
         simple: args.simple,
         min_width_percent: args.minwidth,
         title: args.title.clone(),
+        with_labels: false,
     })
 }
 
@@ -207,9 +208,20 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
     let format = output_format(output, args)?;
     let options = view_options(args)?;
     check_event(profile, &options)?;
+    if format == OutputFormat::Speedscope {
+        if let Some(refusal) = views::speedscope::refusal(profile) {
+            bail!("{refusal}");
+        }
+    }
     match format {
         OutputFormat::Collapsed => write_file(output, |out| {
             views::collapsed::write(&views::fold(profile, &options), out)
+        }),
+        OutputFormat::Pprof => {
+            write_file(output, |out| views::pprof::write(profile, &options, out))
+        }
+        OutputFormat::Speedscope => write_file(output, |out| {
+            views::speedscope::write(profile, &options, out)
         }),
         other => bail!("the {} output is not built yet", other.name()),
     }

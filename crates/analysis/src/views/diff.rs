@@ -102,6 +102,7 @@ pub fn new_side(diff: &FoldedDiff) -> Folded {
             .map(|(stack, _, new)| (stack.clone(), *new))
             .collect(),
         total: diff.new_total,
+        ..Folded::default()
     }
 }
 

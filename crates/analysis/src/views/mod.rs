@@ -3,13 +3,15 @@
 
 pub mod collapsed;
 pub mod diff;
+pub mod pprof;
+pub mod speedscope;
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use regex::Regex;
 
-use crate::profile::{Event, FrameKind, Profile, TRUNCATED};
+use crate::profile::{Event, Frame, FrameKind, Profile, Thread, TRUNCATED};
 
 /// The formats a profile is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +97,9 @@ pub struct ViewOptions {
     pub min_width_percent: f64,
     /// The title shown; `None`: made from the source and the event.
     pub title: Option<String>,
+    /// Samples with different labels kept apart, each stack with its labels
+    /// (`Folded::labels`): for the outputs that show labels.
+    pub with_labels: bool,
 }
 
 /// A frame as a view shows it: merged by name and kind (lines apart).
@@ -141,7 +146,13 @@ pub struct Folded {
     /// Root first (leaf first when reversed), with their weight; heaviest first.
     pub stacks: Vec<(Vec<u32>, u64)>,
     pub total: u64,
+    /// With `ViewOptions::with_labels`, each stack's labels, at its index in `stacks`; else
+    /// empty.
+    pub labels: Vec<Labels>,
 }
+
+/// A sample's labels: (name, value).
+pub type Labels = Vec<(String, String)>;
 
 impl Folded {
     pub fn frame(&self, id: u32) -> &ViewFrame {
@@ -170,19 +181,6 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
     let mut included: Vec<bool> = Vec::with_capacity(profile.frames().len());
     let mut excluded: Vec<bool> = Vec::with_capacity(profile.frames().len());
     for frame in profile.frames() {
-        let kind = match frame.kind {
-            FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
-            FrameKind::Java => ViewFrameKind::Java,
-            FrameKind::Inlined => ViewFrameKind::Inlined,
-            FrameKind::Native => ViewFrameKind::Native,
-            FrameKind::Marker => ViewFrameKind::Marker,
-            FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
-        };
-        let name = if options.simple {
-            frame.simple_name().to_string()
-        } else {
-            frame.name.clone()
-        };
         included.push(
             options
                 .include
@@ -195,7 +193,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
                 .iter()
                 .any(|regex| regex.is_match(&frame.name)),
         );
-        let view = ViewFrame { name, kind };
+        let view = view_frame(frame, options.simple);
         let next = view_ids.len() as u32;
         let id = *view_ids.entry(view.clone()).or_insert_with(|| {
             folded.frames.push(view);
@@ -204,7 +202,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         frame_view.push(id);
     }
     let mut thread_frames: HashMap<u32, u32> = HashMap::new();
-    let mut weights: HashMap<Vec<u32>, u64> = HashMap::new();
+    let mut weights: HashMap<(Vec<u32>, Labels), u64> = HashMap::new();
     for sample in profile
         .samples
         .iter()
@@ -230,23 +228,17 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         if options.by_thread {
             let root = match sample.thread {
                 Some(thread) => *thread_frames.entry(thread).or_insert_with(|| {
-                    let thread = profile.thread(thread);
-                    let name = if thread.name.is_empty() {
-                        format!("[thread {}]", thread.id)
-                    } else {
-                        format!("[{} tid={}]", thread.name, thread.id)
-                    };
                     intern(
                         &mut folded.frames,
                         &mut view_ids,
-                        name,
+                        thread_frame_name(profile.thread(thread)),
                         ViewFrameKind::Thread,
                     )
                 }),
                 None => intern(
                     &mut folded.frames,
                     &mut view_ids,
-                    "[unknown thread]".into(),
+                    UNKNOWN_THREAD.into(),
                     ViewFrameKind::Thread,
                 ),
             };
@@ -266,13 +258,75 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
             continue;
         }
         folded.total += weight;
-        *weights.entry(frames).or_insert(0) += weight;
+        let labels = if options.with_labels {
+            sample.labels.clone()
+        } else {
+            Vec::new()
+        };
+        *weights.entry((frames, labels)).or_insert(0) += weight;
     }
-    folded.stacks = weights.into_iter().collect();
+    let mut stacks: Vec<_> = weights.into_iter().collect();
+    stacks.sort_by(|(a_key, a), (b_key, b)| b.cmp(a).then_with(|| a_key.cmp(b_key)));
+    for ((frames, labels), weight) in stacks {
+        folded.stacks.push((frames, weight));
+        if options.with_labels {
+            folded.labels.push(labels);
+        }
+    }
     folded
-        .stacks
-        .sort_by(|(a_frames, a), (b_frames, b)| b.cmp(a).then_with(|| a_frames.cmp(b_frames)));
-    folded
+}
+
+/// The view frame a profile frame is shown as.
+fn view_frame(frame: &Frame, simple: bool) -> ViewFrame {
+    let kind = match frame.kind {
+        FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
+        FrameKind::Java => ViewFrameKind::Java,
+        FrameKind::Inlined => ViewFrameKind::Inlined,
+        FrameKind::Native => ViewFrameKind::Native,
+        FrameKind::Marker => ViewFrameKind::Marker,
+        FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
+    };
+    let name = if simple {
+        frame.simple_name().to_string()
+    } else {
+        frame.name.clone()
+    };
+    ViewFrame { name, kind }
+}
+
+/// The name of a thread's root frame in per-thread views.
+pub fn thread_frame_name(thread: &Thread) -> String {
+    if thread.name.is_empty() {
+        format!("[thread {}]", thread.id)
+    } else {
+        format!("[{} tid={}]", thread.name, thread.id)
+    }
+}
+
+/// The root of per-thread stacks whose samples have no thread.
+pub const UNKNOWN_THREAD: &str = "[unknown thread]";
+
+/// The source file of each view frame, where a profile frame shown as it names one (the first
+/// that does): `Folded` merges a method's lines, so outputs that show files look them up here.
+pub fn source_files(profile: &Profile, options: &ViewOptions) -> HashMap<ViewFrame, String> {
+    let mut files = HashMap::new();
+    for frame in profile.frames() {
+        if let Some(file) = &frame.file {
+            files
+                .entry(view_frame(frame, options.simple))
+                .or_insert_with(|| file.clone());
+        }
+    }
+    files
+}
+
+/// The events an output of several events shows: the one asked for, else every event the
+/// profile has samples of.
+pub fn shown_events(profile: &Profile, options: &ViewOptions) -> Vec<Event> {
+    match options.event {
+        Some(event) => vec![event],
+        None => profile.events(),
+    }
 }
 
 fn intern(

@@ -11,3 +11,4 @@ mod mpt_jvm;
 mod mpt_report;
 mod token_files;
 mod views;
+mod views_pprof;
