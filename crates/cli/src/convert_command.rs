@@ -59,7 +59,7 @@ pub struct ViewArgs {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// The input: HPROF text (format=a) or binary (format=b).
+    /// The input: HPROF text (format=a) or binary (format=b), or a trace (format=x).
     pub input: PathBuf,
     /// The output file; its extension tells the format unless --format does.
     #[arg(short = 'o', long = "output")]
@@ -169,8 +169,15 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
             );
         }
     }
-    if format != OutputFormat::Collapsed {
+    if !matches!(format, OutputFormat::Collapsed | OutputFormat::ChromeTrace) {
         bail!("the {} output is not built yet", format.name());
+    }
+    if format == OutputFormat::ChromeTrace && profile.spans.is_empty() {
+        bail!(
+            "{} has no timeline (method calls, waits, GCs) for a Chrome trace: traces \
+             (format=x) with cpu=times or monitor=y have one",
+            profile.source
+        );
     }
     let file =
         fs::File::create(output).with_context(|| format!("can't write {}", output.display()))?;
@@ -178,6 +185,9 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
     let written = match format {
         OutputFormat::Collapsed => {
             views::collapsed::write(&views::fold(profile, &options), &mut out)
+        }
+        OutputFormat::ChromeTrace => {
+            views::timeline::write_chrome_trace(profile, &options, &mut out)
         }
         _ => unreachable!("refused above"),
     };
