@@ -4,7 +4,7 @@
 //! collections as spans, and the threads' names. Times count from the trace's start.
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::TraceElement;
@@ -16,15 +16,32 @@ use crate::profile::{Event, Frame, FrameId, FrameKind, Profile, Sample, Span, Sp
 /// The name errors give the format.
 const FORMAT: &str = "trace (format=x)";
 
+/// The UTF-8 byte order mark some editors put first, which the trace reader does not take.
+const BYTE_ORDER_MARK: &[u8] = b"\xEF\xBB\xBF";
+
 /// Reads a trace, reporting progress in bytes read.
 pub fn from_trace(
-    input: impl Read,
+    mut input: impl BufRead,
     file: &str,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Profile, InputError> {
+    let io_error = |source| InputError::Io {
+        file: file.to_string(),
+        source,
+    };
+    let skipped = if input
+        .fill_buf()
+        .map_err(io_error)?
+        .starts_with(BYTE_ORDER_MARK)
+    {
+        input.consume(BYTE_ORDER_MARK.len());
+        BYTE_ORDER_MARK.len() as u64
+    } else {
+        0
+    };
     let counted = CountingReader {
         input,
-        read: 0,
+        read: skipped,
         progress,
     };
     let mut builder = Builder::default();
@@ -32,7 +49,12 @@ pub fn from_trace(
         let element = element.map_err(|error| InputError::Malformed {
             file: file.to_string(),
             format: FORMAT,
-            message: format!("element {}: {error}", index + 1),
+            message: format!(
+                "element {}: byte {}: {}",
+                index + 1,
+                error.offset + skipped,
+                error.message
+            ),
         })?;
         builder.add(&element);
     }
@@ -429,6 +451,7 @@ impl Builder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inputs::{sniff, InputKind};
 
     fn read(trace: &str) -> Result<Profile, InputError> {
         from_trace(trace.as_bytes(), "test.xml", &mut |_| {})
@@ -530,6 +553,17 @@ mod tests {
         assert_eq!(outer.end_ns, 20_000_000);
         let inner = profile.spans.iter().find(|s| s.start_ns > 0).unwrap();
         assert_eq!(inner.end_ns, 20_000_000);
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_counted_in_offsets() {
+        let trace = format!("\u{feff}<TRACE>\n{DEFS}</TRACE>\n");
+        assert_eq!(sniff(trace.as_bytes()), Some(InputKind::Trace));
+        assert_eq!(sniff(b" \n<methodEntry/>"), Some(InputKind::Trace));
+        assert_eq!(sniff(b"\xEF\xBB\xBF x<"), None);
+        assert_eq!(read(&trace).unwrap().thread(0).name, "main");
+        let error = read(&format!("\u{feff}<bogus/>")).unwrap_err().to_string();
+        assert!(error.contains("element 1: byte 3: <bogus>"), "{error}");
     }
 
     #[test]

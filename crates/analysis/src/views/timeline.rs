@@ -305,7 +305,7 @@ mod tests {
 
     #[test]
     fn chrome_trace_nests_slices_and_names_threads() {
-        let trace = written(|p, o, out| write_chrome_trace(p, o, out));
+        let trace = written(write_chrome_trace);
         let events = trace["traceEvents"].as_array().unwrap();
         let slices: Vec<(&str, f64, f64, u64)> = events
             .iter()
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn speedscope_opens_and_closes_each_span_in_order() {
-        let file = written(|p, o, out| write_speedscope_evented(p, o, out));
+        let file = written(write_speedscope_evented);
         let frames = file["shared"]["frames"].as_array().unwrap();
         let profiles = file["profiles"].as_array().unwrap();
         assert_eq!(profiles.len(), 2);
