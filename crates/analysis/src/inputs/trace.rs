@@ -562,7 +562,7 @@ mod tests {
         assert_eq!(sniff(b" \n<methodEntry/>"), Some(InputKind::Trace));
         assert_eq!(sniff(b"\xEF\xBB\xBF x<"), None);
         assert_eq!(read(&trace).unwrap().thread(0).name, "main");
-        let error = read(&format!("\u{feff}<bogus/>")).unwrap_err().to_string();
+        let error = read("\u{feff}<bogus/>").unwrap_err().to_string();
         assert!(error.contains("element 1: byte 3: <bogus>"), "{error}");
     }
 
