@@ -204,3 +204,25 @@ fn a_malformed_trace_is_refused_naming_the_file_and_where() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn a_profile_without_spans_has_no_chrome_trace() {
+    let run = run_java(
+        Some("cpu=times,filter=+Calls;-*,file=times.txt"),
+        "Calls",
+        &["20", "1"],
+        Duration::from_secs(120),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let output = openprof_in(
+        &run.dir,
+        &["convert", "times.txt", "-o", "times.trace.json"],
+    );
+    let stderr = text(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("times.txt has no timeline (method calls, waits, GCs)"),
+        "{stderr}"
+    );
+    assert!(!run.dir.join("times.trace.json").exists());
+}
