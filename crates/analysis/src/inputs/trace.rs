@@ -11,7 +11,9 @@ use openprof_format::trace::TraceElement;
 
 use super::InputError;
 use crate::mpt::{id_of, Id};
-use crate::profile::{Event, Frame, FrameId, FrameKind, Profile, Sample, Span, SpanKind};
+use crate::profile::{
+    Event, Frame, FrameId, FrameKind, Profile, Sample, Span, SpanKind, StackId, ThreadId,
+};
 
 /// The name errors give the format.
 const FORMAT: &str = "trace (format=x)";
@@ -90,11 +92,13 @@ struct Open {
     children_cpu: u128,
 }
 
-/// A call, ended or not: its thread, the methods open at its entry (root first, itself last),
-/// its times (nanoseconds since the epoch) and its own CPU time once it has ended.
+/// A call, ended or not: its thread, its method and the call it was made from (an earlier one,
+/// so that a stack costs one index per call), its times (nanoseconds since the epoch) and its
+/// own CPU time once it has ended.
 struct Call {
     thread: ThreadKey,
-    stack: Vec<Option<Id>>,
+    method: Option<Id>,
+    caller: Option<usize>,
     start: Option<u128>,
     end: Option<u128>,
     self_cpu: Option<u128>,
@@ -118,6 +122,7 @@ struct Builder {
     methods: HashMap<Id, (Option<Id>, String)>,
     /// Threads in the order first met, with their names once known.
     threads: Vec<(Id, String)>,
+    thread_index: HashMap<Id, usize>,
     open: HashMap<ThreadKey, Vec<Open>>,
     calls: Vec<Call>,
     intervals: Vec<Interval>,
@@ -126,6 +131,8 @@ struct Builder {
     gc: Option<usize>,
     /// Exceptions thrown: thread, method, time.
     throws: Vec<(ThreadKey, Option<Id>, u128)>,
+    /// The time of each thread's latest throw.
+    last_throw: HashMap<ThreadKey, u128>,
     trace_start: Option<u128>,
     trace_end: Option<u128>,
     earliest: Option<u128>,
@@ -143,7 +150,8 @@ impl Builder {
 
     fn thread(&mut self, id: ThreadKey) -> ThreadKey {
         if let Some(id) = id {
-            if !self.threads.iter().any(|(known, _)| *known == id) {
+            if let std::collections::hash_map::Entry::Vacant(entry) = self.thread_index.entry(id) {
+                entry.insert(self.threads.len());
                 self.threads.push((id, String::new()));
             }
         }
@@ -161,9 +169,7 @@ impl Builder {
             TraceElement::ThreadStart(start) => {
                 if let Some(id) = self.thread(id_of(start.thread_id, start.transient_thread_id)) {
                     let name = start.thread_name.clone().unwrap_or_default();
-                    if let Some(known) = self.threads.iter_mut().find(|(known, _)| *known == id) {
-                        known.1 = name;
-                    }
+                    self.threads[self.thread_index[&id]].1 = name;
                 }
                 self.saw(start.time.map(|t| t.as_nanos()));
             }
@@ -187,8 +193,7 @@ impl Builder {
                 let method = id_of(entry.method_id_ref, entry.transient_method_id_ref);
                 let start = self.saw(entry.time.map(|t| t.as_nanos()));
                 let open = self.open.entry(thread).or_default();
-                let mut stack: Vec<Option<Id>> = open.iter().map(|open| open.method).collect();
-                stack.push(method);
+                let caller = open.last().map(|open| open.call);
                 open.push(Open {
                     ticket: entry.ticket.map(|ticket| ticket.0),
                     method,
@@ -198,7 +203,8 @@ impl Builder {
                 });
                 self.calls.push(Call {
                     thread,
-                    stack,
+                    method,
+                    caller,
                     start,
                     end: None,
                     self_cpu: None,
@@ -283,13 +289,7 @@ impl Builder {
                 };
                 // An exception gives a throw for each frame it unwinds, all at the time it
                 // was thrown: one instant, at the method that threw it.
-                let same = self
-                    .throws
-                    .iter()
-                    .rev()
-                    .find(|(other, _, _)| *other == thread)
-                    .is_some_and(|(_, _, other)| *other == time);
-                if !same {
+                if self.last_throw.insert(thread, time) != Some(time) {
                     self.throws.push((thread, method, time));
                 }
             }
@@ -358,11 +358,15 @@ impl Builder {
             Id::Stable(id) => u64::from(id),
             Id::Transient(id) => 1 << 32 | u64::from(id),
         };
+        // Registered in the order met, so that a thread's index here is its id in the profile.
         for (id, name) in &self.threads {
             profile.thread_id(thread_number(*id), name);
         }
         let threads = |profile: &mut Profile, key: ThreadKey| {
-            key.map(|id| profile.thread_id(thread_number(id), ""))
+            key.map(|id| match self.thread_index.get(&id) {
+                Some(index) => *index as ThreadId,
+                None => profile.thread_id(thread_number(id), ""),
+            })
         };
 
         let mut frames: HashMap<Option<Id>, FrameId> = HashMap::new();
@@ -371,14 +375,18 @@ impl Builder {
                 .entry(method)
                 .or_insert_with(|| profile.frame_id(self.method_frame(method)))
         };
+        // Each call's stack is its caller's (an earlier call's) and its own method.
+        let mut stacks: Vec<StackId> = Vec::with_capacity(self.calls.len());
         for call in &self.calls {
             let thread = threads(&mut profile, call.thread);
-            let ids: Vec<FrameId> = call
-                .stack
-                .iter()
-                .map(|method| frame_of(&mut profile, *method))
-                .collect();
+            let frame = frame_of(&mut profile, call.method);
+            let mut ids: Vec<FrameId> = match call.caller {
+                Some(caller) => profile.stack(stacks[caller]).to_vec(),
+                None => Vec::new(),
+            };
+            ids.push(frame);
             let stack = profile.stack_id(&ids);
+            stacks.push(stack);
             let time_ns = call.start.map(since);
             profile.add_sample(Sample {
                 stack,
@@ -404,7 +412,7 @@ impl Builder {
                 let end = call.end.unwrap_or(last).max(start);
                 profile.spans.push(Span {
                     thread,
-                    frame: *ids.last().expect("a call's stack holds the call"),
+                    frame,
                     kind: SpanKind::Call,
                     start_ns: since(start),
                     end_ns: since(end),
