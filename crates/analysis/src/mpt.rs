@@ -41,12 +41,12 @@ impl std::error::Error for MptTraceError {}
 
 /// A trace's ids come stable (`methodId`) or transient (`transientMethodId`): two namespaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum Id {
+pub(crate) enum Id {
     Stable(u32),
     Transient(u32),
 }
 
-fn id_of(stable: Option<u32>, transient: Option<u32>) -> Option<Id> {
+pub(crate) fn id_of(stable: Option<u32>, transient: Option<u32>) -> Option<Id> {
     stable.map(Id::Stable).or(transient.map(Id::Transient))
 }
 

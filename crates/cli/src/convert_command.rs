@@ -59,7 +59,7 @@ pub struct ViewArgs {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// The input: HPROF text (format=a) or binary (format=b).
+    /// The input: HPROF text (format=a) or binary (format=b), or a trace (format=x).
     #[arg(required_unless_present_any = ["diff", "stored"])]
     pub input: Option<PathBuf>,
     /// Read a profile from a collector's store instead: a trace's id (as `openprof ls` shows),
@@ -208,10 +208,12 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
     let format = output_format(output, args)?;
     let options = view_options(args)?;
     check_event(profile, &options)?;
-    if format == OutputFormat::Speedscope {
-        if let Some(refusal) = views::speedscope::refusal(profile) {
-            bail!("{refusal}");
-        }
+    if format == OutputFormat::ChromeTrace && profile.spans.is_empty() {
+        bail!(
+            "{} has no timeline (method calls, waits, GCs) for a Chrome trace: traces \
+             (format=x) with cpu=times or monitor=y have one",
+            profile.source
+        );
     }
     match format {
         OutputFormat::Collapsed => write_file(output, |out| {
@@ -220,8 +222,18 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
         OutputFormat::Pprof => {
             write_file(output, |out| views::pprof::write(profile, &options, out))
         }
+        // A profile with a timeline (a trace) opens in speedscope as one, unless an event's
+        // samples are asked for; anything else as sampled stacks.
+        OutputFormat::Speedscope if !profile.spans.is_empty() && options.event.is_none() => {
+            write_file(output, |out| {
+                views::timeline::write_speedscope_evented(profile, &options, out)
+            })
+        }
         OutputFormat::Speedscope => write_file(output, |out| {
             views::speedscope::write(profile, &options, out)
+        }),
+        OutputFormat::ChromeTrace => write_file(output, |out| {
+            views::timeline::write_chrome_trace(profile, &options, out)
         }),
         other => bail!("the {} output is not built yet", other.name()),
     }

@@ -1,6 +1,7 @@
 //! Readers of every input a profile comes from, into the one profile model.
 
 pub mod hprof;
+pub mod trace;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -25,7 +26,9 @@ pub enum InputError {
         format: &'static str,
         message: String,
     },
-    #[error("{file}: unknown input format (openprof reads HPROF text and binary profiles)")]
+    #[error(
+        "{file}: unknown input format (openprof reads HPROF text and binary profiles and traces)"
+    )]
     Unknown { file: String },
 }
 
@@ -34,6 +37,8 @@ pub enum InputError {
 pub enum InputKind {
     HprofText,
     HprofBinary,
+    /// Our XML trace (format=x).
+    Trace,
 }
 
 /// Tells an input's kind from its first bytes.
@@ -44,9 +49,21 @@ pub fn sniff(start: &[u8]) -> Option<InputKind> {
         } else {
             Some(InputKind::HprofText)
         }
+    } else if xml_start(start) {
+        Some(InputKind::Trace)
     } else {
         None
     }
+}
+
+/// Whether the bytes start with `<` after an optional byte order mark and white space, as an
+/// XML trace does.
+fn xml_start(start: &[u8]) -> bool {
+    let start = start.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(start);
+    start
+        .iter()
+        .find(|byte| !byte.is_ascii_whitespace())
+        .is_some_and(|&byte| byte == b'<')
 }
 
 /// Reads any input openprof knows into the profile model, reporting progress in bytes read.
@@ -84,6 +101,7 @@ pub fn read_file(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Profile, 
             })?;
             Ok(hprof::from_hprof(&hprof, &file))
         }
+        Some(InputKind::Trace) => trace::from_trace(input, &file, progress),
         None => Err(InputError::Unknown { file }),
     }
 }

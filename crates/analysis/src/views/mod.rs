@@ -5,6 +5,7 @@ pub mod collapsed;
 pub mod diff;
 pub mod pprof;
 pub mod speedscope;
+pub mod timeline;
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -51,17 +51,6 @@ pub struct SampledProfile {
     pub weights: Vec<u64>,
 }
 
-/// Why a profile cannot be written as speedscope's sampled profiles, if it cannot.
-pub fn refusal(profile: &Profile) -> Option<String> {
-    (profile.samples.is_empty() && !profile.spans.is_empty()).then(|| {
-        format!(
-            "{} has only timed spans, no samples: speedscope's output writes sampled profiles; \
-             its evented profiles of spans are not built yet",
-            profile.source
-        )
-    })
-}
-
 /// Writes the profile as speedscope's JSON.
 pub fn write(profile: &Profile, options: &ViewOptions, out: &mut impl Write) -> io::Result<()> {
     serde_json::to_writer(&mut *out, &to_file(profile, options))?;
@@ -247,22 +236,5 @@ mod tests {
         assert_eq!(profiles[0]["unit"], "nanoseconds");
         assert_eq!(profiles[0]["endValue"], 3_000_000);
         assert_eq!(profiles[0]["samples"][0].as_array().unwrap().len(), 2);
-    }
-
-    #[test]
-    fn refuses_spans_only() {
-        let mut profile = Profile::new("spans.jfr");
-        let frame = profile.frame_id(Frame::java("A.b"));
-        profile.spans.push(Span {
-            thread: None,
-            frame,
-            kind: SpanKind::Call,
-            start_ns: 0,
-            end_ns: 10,
-        });
-        assert!(refusal(&profile)
-            .unwrap()
-            .contains("spans.jfr has only timed spans"));
-        assert!(refusal(&self::profile()).is_none());
     }
 }

@@ -12,3 +12,4 @@ mod mpt_report;
 mod token_files;
 mod views;
 mod views_pprof;
+mod views_trace;
