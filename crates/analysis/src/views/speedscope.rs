@@ -153,7 +153,7 @@ pub fn to_file(profile: &Profile, options: &ViewOptions) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Event, Frame, Sample, Span, SpanKind};
+    use crate::profile::{Event, Frame, Sample};
 
     fn profile() -> Profile {
         let mut profile = Profile::new("test.txt");
