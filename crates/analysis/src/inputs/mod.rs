@@ -1,9 +1,10 @@
 //! Readers of every input a profile comes from, into the one profile model.
 
 pub mod hprof;
+pub mod jfr;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
 use openprof_format::{hprof_binary, hprof_text};
@@ -25,7 +26,7 @@ pub enum InputError {
         format: &'static str,
         message: String,
     },
-    #[error("{file}: unknown input format (openprof reads HPROF text and binary profiles)")]
+    #[error("{file}: unknown input format (openprof reads HPROF text and binary profiles and JFR recordings)")]
     Unknown { file: String },
 }
 
@@ -34,11 +35,14 @@ pub enum InputError {
 pub enum InputKind {
     HprofText,
     HprofBinary,
+    Jfr,
 }
 
 /// Tells an input's kind from its first bytes.
 pub fn sniff(start: &[u8]) -> Option<InputKind> {
-    if start.starts_with(b"JAVA PROFILE ") {
+    if start.starts_with(b"FLR\0") {
+        Some(InputKind::Jfr)
+    } else if start.starts_with(b"JAVA PROFILE ") {
         if start.iter().take(64).any(|&byte| byte == 0) {
             Some(InputKind::HprofBinary)
         } else {
@@ -79,6 +83,16 @@ pub fn read_file(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Profile, 
                 }
             })?;
             Ok(hprof::from_hprof(&hprof, &file))
+        }
+        Some(InputKind::Jfr) => {
+            // Chunks point at their metadata and pools by offset: the whole file is read first.
+            let mut bytes = Vec::new();
+            input.read_to_end(&mut bytes).map_err(io_error)?;
+            jfr::from_jfr(&bytes, &file, progress).map_err(|error| InputError::Malformed {
+                file: file.clone(),
+                format: "JFR recording",
+                message: error.to_string(),
+            })
         }
         None => Err(InputError::Unknown { file }),
     }
