@@ -603,6 +603,10 @@ struct ChunkContext<'c> {
     chunk: &'c Chunk,
     metadata: Metadata,
     pools: HashMap<u64, HashMap<i64, Value>>,
+    /// The ids of the pooled classes events refer to.
+    thread_class: Option<u64>,
+    class_class: Option<u64>,
+    stack_trace_class: Option<u64>,
     stacks: HashMap<i64, Vec<FrameId>>,
     threads: HashMap<i64, Option<ThreadId>>,
     class_names: HashMap<i64, String>,
@@ -685,6 +689,9 @@ impl RecordingReader {
         let mut context = ChunkContext {
             chunk,
             pools: HashMap::new(),
+            thread_class: metadata.id_of("java.lang.Thread"),
+            class_class: metadata.id_of("java.lang.Class"),
+            stack_trace_class: metadata.id_of("jdk.types.StackTrace"),
             metadata,
             stacks: HashMap::new(),
             threads: HashMap::new(),
@@ -804,7 +811,7 @@ impl RecordingReader {
                     frame,
                     kind: SpanKind::MonitorBlocked,
                     start_ns,
-                    end_ns: start_ns + value,
+                    end_ns: start_ns.saturating_add(value),
                 });
             }
         }
@@ -863,8 +870,7 @@ impl RecordingReader {
         if let Some(thread) = context.threads.get(&key) {
             return *thread;
         }
-        let thread_class = context.metadata.id_of("java.lang.Thread");
-        let thread = thread_class.and_then(|class| {
+        let thread = context.thread_class.and_then(|class| {
             let node = context.pooled(class, key)?;
             let name = context
                 .string(context.field(node, "javaName"))
@@ -889,8 +895,7 @@ impl RecordingReader {
             return name.clone();
         }
         let name = context
-            .metadata
-            .id_of("java.lang.Class")
+            .class_class
             .and_then(|class| {
                 let node = context.pooled(class, key)?;
                 context.string(context.field(node, "name"))
@@ -912,8 +917,7 @@ impl RecordingReader {
             return Ok(frames.clone());
         }
         let node = context
-            .metadata
-            .id_of("jdk.types.StackTrace")
+            .stack_trace_class
             .and_then(|class| context.pooled(class, key));
         let Some(node) = node else {
             // Key 0 is how the recorder says an event has no stack.
