@@ -988,20 +988,24 @@ fn stack_frame(context: &ChunkContext, frame: Node) -> Frame {
         .int(context.field(frame, "lineNumber"))
         .filter(|line| *line > 0)
         .and_then(|line| u32::try_from(line).ok());
-    let class_name = class_name.map(readable_class_name).unwrap_or_default();
+    let descriptor = context.string(method.and_then(|m| context.field(m, "descriptor")));
     let method_name = method_name.unwrap_or("[unknown method]");
-    // A Java method declared native is still a Java method (as HPROF shows it); code without a
-    // class (async-profiler's C, C++ and kernel frames) is native code.
-    let kind = match frame_type {
-        Some("Inlined") => FrameKind::Inlined,
-        Some("C++" | "Kernel") => FrameKind::Native,
-        _ if class_name.is_empty() => FrameKind::Native,
-        _ => FrameKind::Java,
-    };
-    let name = if class_name.is_empty() {
-        method_name.to_string()
+    // A Java method declared native is still a Java method (as HPROF shows it). async-profiler
+    // writes C, C++ and kernel code as methods of a class named after the library, with an
+    // empty descriptor `()L;`: those are native code, named by their symbol alone.
+    let native_code = matches!(frame_type, Some("C++" | "Kernel"))
+        || descriptor == Some("()L;")
+        || class_name.is_none_or(str::is_empty);
+    let (name, kind) = if native_code {
+        (method_name.to_string(), FrameKind::Native)
     } else {
-        format!("{class_name}.{method_name}")
+        let class_name = class_name.map(readable_class_name).unwrap_or_default();
+        let kind = if frame_type == Some("Inlined") {
+            FrameKind::Inlined
+        } else {
+            FrameKind::Java
+        };
+        (format!("{class_name}.{method_name}"), kind)
     };
     Frame {
         name,

@@ -266,3 +266,35 @@ fn broken_recordings_are_refused_with_the_file_and_the_offset() {
         check(&mutated);
     }
 }
+
+#[test]
+fn monitor_contention_is_lock_time_as_the_jdks_reader_reads_it() {
+    // With EXTRAS, the main thread waits about 250 ms for a monitor another thread holds.
+    let (recording, _) = record("calls", "", &[], "Calls", &["10", "1", "extras"]);
+    let printed = jfr_tool(
+        &["print", "--json", "--events", "jdk.JavaMonitorEnter"],
+        &recording,
+    );
+    // jfr prints durations as ISO-8601 seconds: "PT0.254091941S".
+    let durations_ns: Vec<u64> = printed
+        .split("\"duration\": \"PT")
+        .skip(1)
+        .map(|rest| {
+            let seconds: f64 = rest.split('S').next().unwrap().parse().unwrap();
+            (seconds * 1e9).round() as u64
+        })
+        .collect();
+    assert!(!durations_ns.is_empty(), "no monitor event recorded");
+    let lock = folded(&recording, &["--event", "lock", "--total"]);
+    let total: u64 = lock.values().sum();
+    let expected: u64 = durations_ns.iter().sum();
+    assert!(
+        total.abs_diff(expected) <= durations_ns.len() as u64,
+        "lock time {total} ns, jfr reads {expected} ns"
+    );
+    let contended = weight_at(&lock, "Calls.contend", 0);
+    assert!(
+        (200_000_000..1_000_000_000).contains(&contended),
+        "Calls.contend waited {contended} ns, not about 250 ms"
+    );
+}
