@@ -1234,4 +1234,48 @@ mod tests {
         assert_eq!(cursor.long().unwrap(), -1);
         assert!(cursor.long().is_err());
     }
+
+    /// A chunk header with the given size and offsets, compressed integers, a 1 GHz clock.
+    fn header(size: i64, constant_pool: i64, metadata: i64) -> Vec<u8> {
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&2u16.to_be_bytes());
+        bytes.extend_from_slice(&1u16.to_be_bytes());
+        for value in [size, constant_pool, metadata, 0, 0, 0, 1_000_000_000] {
+            bytes.extend_from_slice(&value.to_be_bytes());
+        }
+        bytes.extend_from_slice(&COMPRESSED_INTEGERS.to_be_bytes());
+        bytes
+    }
+
+    fn error_of(bytes: &[u8]) -> JfrError {
+        from_jfr(bytes, "test.jfr", &mut |_| {}).expect_err("a broken recording was accepted")
+    }
+
+    #[test]
+    fn broken_headers_are_told_where() {
+        assert_eq!(error_of(&[]).offset, 0);
+        assert!(error_of(b"FLR\0\0\x02").message.contains("needs 68 bytes"));
+        let mut bad_magic = header(68, 68, 68);
+        bad_magic[0] = b'X';
+        assert!(error_of(&bad_magic).message.contains("FLR magic"));
+        let too_long = header(1000, 70, 70);
+        let error = error_of(&too_long);
+        assert_eq!(
+            (error.offset, error.message.contains("size 1000")),
+            (8, true)
+        );
+        let mut metadata_outside = header(80, 70, 90);
+        metadata_outside.resize(80, 0);
+        assert_eq!(error_of(&metadata_outside).offset, 24);
+    }
+
+    #[test]
+    fn an_event_size_past_the_chunk_is_an_error_not_a_read_past_it() {
+        let mut bytes = header(72, 68, 68);
+        // An event claiming 100 bytes where 4 are left.
+        bytes.extend_from_slice(&[100, 0, 0, 0]);
+        let error = error_of(&bytes);
+        assert_eq!(error.offset, 68);
+        assert!(error.message.contains("size 100"), "{error}");
+    }
 }
