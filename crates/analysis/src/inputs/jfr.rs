@@ -46,6 +46,7 @@ pub fn from_jfr(bytes: &[u8], source: &str, progress: &mut dyn FnMut(u64)) -> Re
         recording_end_ns: 0,
         tlab_samples: Vec::new(),
         saw_allocation_samples: false,
+        frames_of_chunk: HashMap::new(),
     };
     let mut offset = 0usize;
     if bytes.is_empty() {
@@ -677,6 +678,8 @@ struct RecordingReader {
     /// count the same bytes twice.
     tlab_samples: Vec<Sample>,
     saw_allocation_samples: bool,
+    /// The current chunk's stack frames already made, by their pool keys.
+    frames_of_chunk: HashMap<FrameKey, FrameId>,
 }
 
 impl RecordingReader {
@@ -686,6 +689,7 @@ impl RecordingReader {
             .recording_end_ns
             .max(chunk.start_ns.saturating_add(chunk.duration_ns));
         let metadata = read_metadata(chunk, bytes)?;
+        self.frames_of_chunk.clear();
         let mut context = ChunkContext {
             chunk,
             pools: HashMap::new(),
@@ -929,28 +933,35 @@ impl RecordingReader {
                 message: format!("stack trace {key} of this event is in no constant pool"),
             });
         };
-        let mut leaf_first = Vec::new();
+        let mut frames = Vec::new();
         if let Some(Node {
             class: frame_class,
-            value: Value::Array(frames),
+            value: Value::Array(stack_frames),
         }) = context.field(node, "frames")
         {
-            for frame in frames.iter() {
-                if let Some(frame) = context.resolve(Node {
+            for frame in stack_frames.iter() {
+                let Some(frame) = context.resolve(Node {
                     class: frame_class,
                     value: frame,
-                }) {
-                    leaf_first.push(stack_frame(context, frame));
+                }) else {
+                    continue;
+                };
+                // Deep stacks share most frames: each is made once per chunk.
+                let key = frame_key(context, frame);
+                if let Some(id) = key.and_then(|key| self.frames_of_chunk.get(&key)) {
+                    frames.push(*id);
+                    continue;
                 }
+                let id = self.profile.frame_id(stack_frame(context, frame));
+                if let Some(key) = key {
+                    self.frames_of_chunk.insert(key, id);
+                }
+                frames.push(id);
             }
         }
         if context.int(context.field(node, "truncated")).unwrap_or(0) != 0 {
-            leaf_first.push(Frame::marker(TRUNCATED));
+            frames.push(self.profile.frame_id(Frame::marker(TRUNCATED)));
         }
-        let mut frames: Vec<FrameId> = leaf_first
-            .into_iter()
-            .map(|frame| self.profile.frame_id(frame))
-            .collect();
         frames.reverse();
         context.stacks.insert(key, frames.clone());
         Ok(frames)
@@ -968,6 +979,28 @@ impl RecordingReader {
         }
         self.profile
     }
+}
+
+/// What makes a pooled stack frame one frame: the pool keys of its method and frame type, and
+/// its line.
+type FrameKey = (i64, i64, i64);
+
+fn frame_key(context: &ChunkContext, frame: Node) -> Option<FrameKey> {
+    let class = context.metadata.classes.get(&frame.class)?;
+    let Value::Object(values) = frame.value else {
+        return None;
+    };
+    let raw = |name: &str| values.get(class.field_index(name)?);
+    let (Some(Value::Ref { key: method, .. }), Some(Value::Int(line))) =
+        (raw("method"), raw("lineNumber"))
+    else {
+        return None;
+    };
+    let frame_type = match raw("type") {
+        Some(Value::Ref { key, .. }) => *key,
+        _ => -1,
+    };
+    Some((*method, *line, frame_type))
 }
 
 /// One `jdk.types.StackFrame` as a model frame.
