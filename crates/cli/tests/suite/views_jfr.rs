@@ -7,8 +7,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+use std::time::UNIX_EPOCH;
 
 use openprof_analysis::inputs::jfr::from_jfr;
+use openprof_analysis::inputs::read_file;
+use openprof_analysis::profile::Event;
 use openprof_testkit::{kept_temp_dir, runtime, wait_with_limit, workload_classes};
 
 use crate::helpers::{openprof_in, text, LIMIT};
@@ -162,6 +165,46 @@ fn cpu_samples_split_as_the_workload_ran_and_count_as_the_jdks_reader() {
         "no heavy stack under the main thread: {:?}",
         by_thread.keys().take(5).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn the_profile_has_the_recordings_clock_period_and_threads() {
+    let (recording, _) = cpu_split_recording();
+    let profile = read_file(recording, &mut |_| {}).unwrap();
+    assert_eq!(profile.period_ns, Some(1_000_000), "the period asked for");
+    let written = std::fs::metadata(recording).unwrap().modified().unwrap();
+    let written_ns = written.duration_since(UNIX_EPOCH).unwrap().as_nanos() as u64;
+    let start = profile.start_epoch_ns.expect("a start");
+    let duration = profile.duration_ns.expect("a duration");
+    assert!(
+        start < written_ns && written_ns - start < 120_000_000_000,
+        "the recording started {start}, was written {written_ns}"
+    );
+    // Three seconds of CPU for the workload, and the JVM's start and end around them.
+    assert!(
+        (3_000_000_000..120_000_000_000).contains(&duration),
+        "{duration} ns"
+    );
+    let mut cpu_samples = 0;
+    for sample in profile
+        .samples
+        .iter()
+        .filter(|sample| sample.event == Event::Cpu)
+    {
+        cpu_samples += 1;
+        let time = sample.time_ns.expect("a time");
+        assert!(time <= duration, "a sample at {time} ns of {duration}");
+        let leaf = profile
+            .stack(sample.stack)
+            .last()
+            .map(|id| profile.frame(*id));
+        if leaf.is_some_and(|frame| frame.name == "CpuSplit.heavy") {
+            let thread = profile.thread(sample.thread.expect("a thread"));
+            assert_eq!((thread.name.as_str(), thread.id), ("main", 1));
+            assert!(leaf.unwrap().line.is_some(), "heavy has no line");
+        }
+    }
+    assert!(cpu_samples > 1000);
 }
 
 #[test]
