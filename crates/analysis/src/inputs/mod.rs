@@ -1,6 +1,7 @@
 //! Readers of every input a profile comes from, into the one profile model.
 
 pub mod hprof;
+pub mod jfr;
 pub mod trace;
 
 use std::fs;
@@ -27,7 +28,8 @@ pub enum InputError {
         message: String,
     },
     #[error(
-        "{file}: unknown input format (openprof reads HPROF text and binary profiles and traces)"
+        "{file}: unknown input format (openprof reads HPROF text and binary profiles, traces \
+         (format=x) and JFR recordings)"
     )]
     Unknown { file: String },
 }
@@ -39,11 +41,14 @@ pub enum InputKind {
     HprofBinary,
     /// Our XML trace (format=x).
     Trace,
+    Jfr,
 }
 
 /// Tells an input's kind from its first bytes.
 pub fn sniff(start: &[u8]) -> Option<InputKind> {
-    if start.starts_with(b"JAVA PROFILE ") {
+    if start.starts_with(b"FLR\0") {
+        Some(InputKind::Jfr)
+    } else if start.starts_with(b"JAVA PROFILE ") {
         if start.iter().take(64).any(|&byte| byte == 0) {
             Some(InputKind::HprofBinary)
         } else {
@@ -102,6 +107,16 @@ pub fn read_file(path: &Path, progress: &mut dyn FnMut(u64)) -> Result<Profile, 
             Ok(hprof::from_hprof(&hprof, &file))
         }
         Some(InputKind::Trace) => trace::from_trace(input, &file, progress),
+        Some(InputKind::Jfr) => {
+            let length = fs::metadata(path).map_err(io_error)?.len();
+            jfr::from_jfr_reader(input, length, &file, progress).map_err(|error| {
+                InputError::Malformed {
+                    file: file.clone(),
+                    format: "JFR recording",
+                    message: error.to_string(),
+                }
+            })
+        }
         None => Err(InputError::Unknown { file }),
     }
 }
