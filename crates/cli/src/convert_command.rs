@@ -169,7 +169,7 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
             );
         }
     }
-    if format != OutputFormat::Collapsed {
+    if !matches!(format, OutputFormat::Collapsed | OutputFormat::Html) {
         bail!("the {} output is not built yet", format.name());
     }
     let file =
@@ -179,6 +179,7 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
         OutputFormat::Collapsed => {
             views::collapsed::write(&views::fold(profile, &options), &mut out)
         }
+        OutputFormat::Html => views::html::write(profile, &options, &mut out),
         _ => unreachable!("refused above"),
     };
     written

@@ -2,6 +2,7 @@
 //! time window, short names) applied once, here, into folded stacks that every output writes.
 
 pub mod collapsed;
+pub mod html;
 
 use std::collections::HashMap;
 use std::path::Path;
