@@ -346,7 +346,24 @@ mod tests {
         // root, run (99 + 1), spin heavier than rest.
         assert_eq!(
             tree(&data, 0),
-            [u64::MAX, 100, 0, 1, run, 100, 0, 2, spin, 99, 99, 0, rest, 1, 1, 0]
+            [
+                u64::MAX,
+                100,
+                0,
+                1,
+                run,
+                100,
+                0,
+                2,
+                spin,
+                99,
+                99,
+                0,
+                rest,
+                1,
+                1,
+                0
+            ]
         );
         // Hot.rest is one frame of both events' table.
         assert_eq!(tree(&data, 1)[4], rest);

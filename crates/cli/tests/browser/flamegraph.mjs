@@ -64,6 +64,8 @@ try {
   }));
   result.total = await total();
   result.frameCount = await page.evaluate(() => window.openprofFlame.rects.length);
+  result.narrowestShare = await page.evaluate(() => Math.min(...window.openprofFlame.rects.map(
+    (rect) => 100 * rect.node.total / window.openprofFlame.root.total)));
   result.dataEvents = await page.evaluate(() => window.openprofProfile.events.map((event) => event.name));
   await shot("flamegraph.png");
 

@@ -10,3 +10,4 @@ mod helpers;
 mod mpt_jvm;
 mod mpt_report;
 mod token_files;
+mod views_html;
