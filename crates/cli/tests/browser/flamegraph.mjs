@@ -77,7 +77,7 @@ try {
       text: element.textContent,
       share: Number(element.dataset.share),
     }));
-    if (Object.keys(result.searches).length === 1) await shot("search.png");
+    if (Object.keys(result.searches).length === 1) await shot("flamegraph-search.png");
   }
   await page.fill("#search", "");
   result.matchedAfterClear = await page.textContent("#matched");
@@ -114,7 +114,7 @@ try {
       const width = document.getElementById("flame").clientWidth;
       return Math.max(...rects.map((rect) => rect.w)) / width;
     }, options.click);
-    await shot("zoom.png");
+    await shot("flamegraph-zoom.png");
     await page.click("#reset");
     result.zoomedAfterReset = await page.textContent("#zoomed");
   }
@@ -127,7 +127,7 @@ try {
       total: node.total,
     })));
   result.reversedPressed = await page.getAttribute("#reverse", "aria-pressed");
-  await shot("reversed.png");
+  await shot("flamegraph-reversed.png");
   await page.click("#reverse");
 
   // The call tree, opened along the names asked for.
@@ -145,7 +145,7 @@ try {
     depth: Number(row.dataset.depth),
     cells: [...row.cells].map((cell) => cell.textContent),
   })));
-  await shot("tree.png");
+  await shot("flamegraph-tree.png");
   await page.click("#flame-tab");
 
   // Every event in turn: the total the page shows for it.
