@@ -379,6 +379,16 @@ mod tests {
     }
 
     #[test]
+    fn a_profile_without_samples_is_an_empty_page() {
+        let mut out = Vec::new();
+        write(&Profile::new("empty"), &ViewOptions::default(), &mut out).unwrap();
+        let data = data(&String::from_utf8(out).unwrap());
+        assert_eq!(data["shown"], "none");
+        assert_eq!(data["events"][0]["name"], "none");
+        assert_eq!(tree(&data, 0), [u64::MAX, 0, 0, 0]);
+    }
+
+    #[test]
     fn narrow_frames_left_out() {
         let data = data(&page(&ViewOptions {
             min_width_percent: 2.0,
