@@ -55,6 +55,10 @@ pub struct ViewArgs {
     /// The title of the flame graph.
     #[arg(long)]
     pub title: Option<String>,
+    /// A differential flame graph (HTML): each frame coloured by how its share changed from
+    /// this earlier profile's, red grew, blue shrank.
+    #[arg(long, value_name = "BASE")]
+    pub diff: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -172,6 +176,13 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
     if !matches!(format, OutputFormat::Collapsed | OutputFormat::Html) {
         bail!("the {} output is not built yet", format.name());
     }
+    if args.diff.is_some() && format != OutputFormat::Html {
+        bail!(
+            "--diff makes an HTML flame graph only, not {}",
+            format.name()
+        );
+    }
+    let base = args.diff.as_deref().map(read_input).transpose()?;
     let file =
         fs::File::create(output).with_context(|| format!("can't write {}", output.display()))?;
     let mut out = BufWriter::new(file);
@@ -179,7 +190,10 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
         OutputFormat::Collapsed => {
             views::collapsed::write(&views::fold(profile, &options), &mut out)
         }
-        OutputFormat::Html => views::html::write(profile, &options, &mut out),
+        OutputFormat::Html => match &base {
+            Some(base) => views::html::write_diff(profile, base, &options, &mut out),
+            None => views::html::write(profile, &options, &mut out),
+        },
         _ => unreachable!("refused above"),
     };
     written

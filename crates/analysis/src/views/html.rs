@@ -27,26 +27,59 @@ const KINDS: [ViewFrameKind; 7] = [
 /// Writes the page: every event of the profile folded with the same options, the one asked for
 /// (or the default) shown first.
 pub fn write(profile: &Profile, options: &ViewOptions, out: &mut impl Write) -> io::Result<()> {
+    write_page(profile, None, options, out)
+}
+
+/// Writes a differential page: `profile`'s stacks, each frame coloured by how its share of the
+/// event changed from `base`'s (folded with the same options): red grew, blue shrank.
+pub fn write_diff(
+    profile: &Profile,
+    base: &Profile,
+    options: &ViewOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    write_page(profile, Some(base), options, out)
+}
+
+fn write_page(
+    profile: &Profile,
+    base: Option<&Profile>,
+    options: &ViewOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
     let shown = options.event.or_else(|| profile.default_event());
+    let event_options = |event: Option<Event>| ViewOptions {
+        event,
+        ..options.clone()
+    };
     let mut folds: Vec<Folded> = profile
         .events()
         .into_iter()
-        .map(|event| {
-            fold(
-                profile,
-                &ViewOptions {
-                    event: Some(event),
-                    ..options.clone()
-                },
-            )
-        })
+        .map(|event| fold(profile, &event_options(Some(event))))
         .collect();
     if folds.is_empty() {
         // No samples at all: the page says so under the title the view would have.
         folds.push(fold(profile, options));
     }
+    // The base folded per event of the page; an event the base lacks folds to nothing.
+    let base_folds: Option<Vec<Folded>> = base.map(|base| {
+        folds
+            .iter()
+            .map(|folded| match folded.event {
+                Some(event) => fold(base, &event_options(Some(event))),
+                None => Folded::default(),
+            })
+            .collect()
+    });
+    if let Some(base) = base {
+        if options.title.is_none() {
+            for folded in &mut folds {
+                folded.title = format!("{} vs {}", folded.title, base.source);
+            }
+        }
+    }
     let mut data = Vec::new();
-    write_data(&folds, shown, options, &mut data)?;
+    write_data(&folds, base_folds.as_deref(), shown, options, &mut data)?;
     let title = &folds
         .iter()
         .find(|folded| folded.event == shown)
@@ -62,19 +95,20 @@ pub fn write(profile: &Profile, options: &ViewOptions, out: &mut impl Write) -> 
 
 /// The page's data, JSON:
 /// `{"names": [...], "kinds": [...], "frameKinds": [...], "events": [{"name", "unit",
-/// "total", "title", "tree"}], "shown", "reverse", "byThread", "minWidthPercent"}`.
-/// Frames are one table for every event; a tree is its nodes in preorder, four numbers each:
-/// frame (-1 for the root), total, self, number of children; children heaviest first.
-fn write_data(
-    folds: &[Folded],
+/// "total", "title", "tree", "base"?}], "shown", "reverse", "byThread", "minWidthPercent",
+/// "diff"}`. Frames are one table for every event (and the base); a tree is its nodes in
+/// preorder, four numbers each: frame (-1 for the root), total, self, number of children;
+/// children heaviest first. A differential page's `base` is `{"total", "tree"}` of the base.
+fn write_data<'a>(
+    folds: &'a [Folded],
+    base_folds: Option<&'a [Folded]>,
     shown: Option<Event>,
     options: &ViewOptions,
     out: &mut Vec<u8>,
 ) -> io::Result<()> {
-    let mut frames: Vec<&ViewFrame> = Vec::new();
-    let mut frame_ids: HashMap<&ViewFrame, u32> = HashMap::new();
-    let mut trees = Vec::with_capacity(folds.len());
-    for folded in folds {
+    let mut frames: Vec<&'a ViewFrame> = Vec::new();
+    let mut frame_ids: HashMap<&'a ViewFrame, u32> = HashMap::new();
+    let mut tree_of = |folded: &'a Folded| {
         let local: Vec<u32> = folded
             .frames
             .iter()
@@ -85,8 +119,11 @@ fn write_data(
                 })
             })
             .collect();
-        trees.push(Tree::of(folded, &local, options.min_width_percent));
-    }
+        Tree::of(folded, &local, options.min_width_percent)
+    };
+    let trees: Vec<Tree> = folds.iter().map(&mut tree_of).collect();
+    let base_trees: Option<Vec<Tree>> =
+        base_folds.map(|base_folds| base_folds.iter().map(&mut tree_of).collect());
     out.write_all(b"{\"names\":[")?;
     for (index, frame) in frames.iter().enumerate() {
         if index > 0 {
@@ -125,7 +162,17 @@ fn write_data(
         write_json_string(&folded.title, out)?;
         out.write_all(b",\"tree\":[")?;
         tree.write_preorder(out)?;
-        out.write_all(b"]}")?;
+        out.write_all(b"]")?;
+        if let (Some(base_folds), Some(base_trees)) = (base_folds, &base_trees) {
+            write!(
+                out,
+                ",\"base\":{{\"total\":{},\"tree\":[",
+                base_folds[index].total
+            )?;
+            base_trees[index].write_preorder(out)?;
+            out.write_all(b"]}")?;
+        }
+        out.write_all(b"}")?;
     }
     out.write_all(b"],\"shown\":")?;
     write_json_string(shown.map_or("none", Event::name), out)?;
@@ -136,8 +183,10 @@ fn write_data(
     };
     write!(
         out,
-        ",\"reverse\":{},\"byThread\":{},\"minWidthPercent\":{min_width}}}",
-        options.reverse, options.by_thread
+        ",\"reverse\":{},\"byThread\":{},\"minWidthPercent\":{min_width},\"diff\":{}}}",
+        options.reverse,
+        options.by_thread,
+        base_folds.is_some()
     )
 }
 
@@ -307,7 +356,7 @@ mod tests {
         String::from_utf8(out).unwrap()
     }
 
-    fn data(page: &str) -> serde_json::Value {
+    fn page_data(page: &str) -> serde_json::Value {
         let start = page.find("id=\"openprof-data\">").unwrap() + "id=\"openprof-data\">".len();
         let end = start + page[start..].find("</script>").unwrap();
         serde_json::from_str(&page[start..end]).unwrap()
@@ -334,7 +383,7 @@ mod tests {
     #[test]
     fn every_event_as_a_preorder_tree() {
         let page = page(&ViewOptions::default());
-        let data = data(&page);
+        let data = page_data(&page);
         assert_eq!(data["shown"], "cpu");
         assert_eq!(data["events"][0]["name"], "cpu");
         assert_eq!(data["events"][0]["total"], 100);
@@ -382,15 +431,75 @@ mod tests {
     fn a_profile_without_samples_is_an_empty_page() {
         let mut out = Vec::new();
         write(&Profile::new("empty"), &ViewOptions::default(), &mut out).unwrap();
-        let data = data(&String::from_utf8(out).unwrap());
+        let data = page_data(&String::from_utf8(out).unwrap());
         assert_eq!(data["shown"], "none");
         assert_eq!(data["events"][0]["name"], "none");
         assert_eq!(tree(&data, 0), [u64::MAX, 0, 0, 0]);
     }
 
     #[test]
+    fn a_diff_carries_the_base_of_each_event() {
+        let mut base = Profile::new("base");
+        let rest = base.stack_of_frames_leaf_first([
+            Frame::java("Hot.rest"),
+            Frame::java("java.lang.Thread.run"),
+        ]);
+        let gone = base.stack_of_frames_leaf_first([Frame::java("Old.gone")]);
+        for (stack, count) in [(rest, 3), (gone, 1)] {
+            base.add_sample(Sample {
+                stack,
+                event: Event::Cpu,
+                value: count,
+                count,
+                thread: None,
+                time_ns: None,
+                labels: Vec::new(),
+            });
+        }
+        let mut out = Vec::new();
+        write_diff(&profile(), &base, &ViewOptions::default(), &mut out).unwrap();
+        let data = page_data(&String::from_utf8(out).unwrap());
+        assert_eq!(data["diff"], true);
+        assert_eq!(data["events"][0]["title"], "test<script> (cpu) vs base");
+        assert_eq!(data["events"][0]["base"]["total"], 4);
+        let [run, rest, gone] =
+            ["java.lang.Thread.run", "Hot.rest", "Old.gone"].map(|name| frame_index(&data, name));
+        let base_tree: Vec<u64> = data["events"][0]["base"]["tree"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|number| number.as_i64().unwrap() as u64)
+            .collect();
+        assert_eq!(
+            base_tree,
+            [
+                u64::MAX,
+                4,
+                0,
+                2,
+                run,
+                3,
+                0,
+                1,
+                rest,
+                3,
+                3,
+                0,
+                gone,
+                1,
+                1,
+                0
+            ]
+        );
+        // The base has no allocations: that event's base is empty.
+        assert_eq!(data["events"][1]["base"]["total"], 0);
+        let plain = page_data(&self::page(&ViewOptions::default()));
+        assert_eq!(plain["diff"], false);
+    }
+
+    #[test]
     fn narrow_frames_left_out() {
-        let data = data(&page(&ViewOptions {
+        let data = page_data(&page(&ViewOptions {
             min_width_percent: 2.0,
             event: Some(Event::AllocBytes),
             ..ViewOptions::default()

@@ -63,6 +63,7 @@ try {
     text: element.textContent,
   }));
   result.total = await total();
+  result.legend = await page.$$eval("#legend span", (items) => items.map((item) => item.textContent));
   result.frameCount = await page.evaluate(() => window.openprofFlame.rects.length);
   result.narrowestShare = await page.evaluate(() => Math.min(...window.openprofFlame.rects.map(
     (rect) => 100 * rect.node.total / window.openprofFlame.root.total)));
@@ -103,6 +104,7 @@ try {
       text: element.textContent,
       name: element.dataset.name,
       share: Number(element.dataset.share),
+      change: element.dataset.change === undefined ? null : Number(element.dataset.change),
     }));
     await page.mouse.click(x, y);
     result.zoomed = await page.$eval("#zoomed", (element) => ({
@@ -143,6 +145,8 @@ try {
     total: Number(row.dataset.total),
     self: Number(row.dataset.self),
     depth: Number(row.dataset.depth),
+    base: row.dataset.base === undefined ? null : Number(row.dataset.base),
+    change: row.dataset.change === undefined ? null : Number(row.dataset.change),
     cells: [...row.cells].map((cell) => cell.textContent),
   })));
   await shot("flamegraph-tree.png");

@@ -1,7 +1,7 @@
 //! The HTML flame graph driven in a real headless Chromium (Playwright's `playwright-core` on
 //! Debian's chromium, by `tests/browser/flamegraph.mjs`): what the page shows of a CPU profile
 //! checked against the HPROF text it came from (CpuSplit's 3:1), the event selector on an
-//! allocation sites profile, and a page of 100,000 stacks loading quickly.
+//! allocation sites profile, a differential page, and a page of 100,000 stacks loading quickly.
 //! `OPENPROF_SCREENSHOTS=DIR` saves the views' screenshots there (docs/images holds one set).
 
 use std::fs;
@@ -290,6 +290,87 @@ fn the_event_selector_switches_to_each_events_total() {
     assert_ne!(
         seen["eventTotals"]["alloc_bytes"]["value"], seen["eventTotals"]["alloc_objects"]["value"],
         "the switch must change the total: {context}"
+    );
+}
+
+#[test]
+fn a_diff_colours_each_frame_by_the_change_of_its_share() {
+    let run = run_java(
+        Some("cpu=samples,interval=1,depth=64,file=x.txt"),
+        "CpuSplit",
+        &["1"],
+        LIMIT,
+    );
+    assert!(run.success(), "CpuSplit: {}", run.stderr());
+    let hprof = run.profile("x.txt");
+    let heavy =
+        100.0 * samples_by_method(&hprof)["CpuSplit.heavy"] as f64 / cpu_total(&hprof) as f64;
+    // A base without CpuSplit's frames: heavy's change is its whole share.
+    let base = run_java(
+        Some("cpu=samples,interval=1,depth=64,file=base.txt"),
+        "AllocMix",
+        &["100000"],
+        LIMIT,
+    );
+    assert!(base.success(), "AllocMix: {}", base.stderr());
+    let base_path = base.dir.join("base.txt");
+    let base_arg = base_path.to_str().unwrap();
+    convert(&run.dir, &["x.txt", "-o", "diff.html", "--diff", base_arg]);
+    let seen = drive(
+        &run.dir.join("diff.html"),
+        &["--click", "CpuSplit.heavy", "--expand", "CpuSplit.main"],
+        None,
+    );
+    let context = format!("{seen:#}");
+    assert_eq!(
+        seen["title"],
+        format!("x.txt (cpu) vs {base_arg}"),
+        "{context}"
+    );
+    assert_eq!(
+        seen["legend"],
+        serde_json::json!(["grew", "shrank"]),
+        "{context}"
+    );
+    let change = number(&seen["tooltip"]["change"]);
+    assert!(
+        (change - heavy).abs() <= 1.0,
+        "heavy's change: the page says {change:.2} points, its HPROF share is {heavy:.2} %"
+    );
+    assert!(
+        seen["tooltip"]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("change: +{change:.2} points")),
+        "{context}"
+    );
+
+    // Against itself, nothing changed anywhere.
+    convert(&run.dir, &["x.txt", "-o", "same.html", "--diff", "x.txt"]);
+    let same = drive(
+        &run.dir.join("same.html"),
+        &["--click", "CpuSplit.heavy", "--expand", "CpuSplit.main"],
+        None,
+    );
+    let context = format!("{same:#}");
+    assert_eq!(number(&same["tooltip"]["change"]), 0.0, "{context}");
+    let rows = same["tree"].as_array().unwrap();
+    assert!(rows.len() > 2, "{context}");
+    for row in rows {
+        assert_eq!(row["base"], row["total"], "{context}");
+        assert_eq!(number(&row["change"]), 0.0, "{context}");
+    }
+
+    // Only HTML shows a diff.
+    let refused = openprof_in(
+        &run.dir,
+        &["convert", "x.txt", "-o", "x.collapsed", "--diff", "x.txt"],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--diff makes an HTML flame graph only"),
+        "{}",
+        text(&refused.stderr)
     );
 }
 
