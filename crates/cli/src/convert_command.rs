@@ -88,9 +88,10 @@ pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
     let format = output_format(&args.output, &args.view)?;
     let options = view_options(&args.view)?;
     if let [base, new] = args.diff.as_slice() {
-        if format != OutputFormat::Collapsed {
+        if !matches!(format, OutputFormat::Collapsed | OutputFormat::Html) {
             bail!(
-                "a differential view is written as folded stacks (.collapsed); {} is not built yet",
+                "a differential view is written as folded stacks (.collapsed) or an HTML flame \
+                 graph (.html), not {}",
                 format.name()
             );
         }
@@ -98,9 +99,15 @@ pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
         let new = read_input(new)?;
         check_event(&base, &options)?;
         check_event(&new, &options)?;
-        let diff = views::diff::fold_diff(&base, &new, &options);
-        return write_file(&args.output, |out| views::diff::write_collapsed(&diff, out))
-            .map(|()| ExitCode::SUCCESS);
+        let written = if format == OutputFormat::Html {
+            write_file(&args.output, |out| {
+                views::html::write_diff(&new, &base, &options, out)
+            })
+        } else {
+            let diff = views::diff::fold_diff(&base, &new, &options);
+            write_file(&args.output, |out| views::diff::write_collapsed(&diff, out))
+        };
+        return written.map(|()| ExitCode::SUCCESS);
     }
     let profile = match (&args.stored, &args.input) {
         (Some(id), _) => {
@@ -232,10 +239,10 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
         OutputFormat::Speedscope => write_file(output, |out| {
             views::speedscope::write(profile, &options, out)
         }),
+        OutputFormat::Html => write_file(output, |out| views::html::write(profile, &options, out)),
         OutputFormat::ChromeTrace => write_file(output, |out| {
             views::timeline::write_chrome_trace(profile, &options, out)
         }),
-        other => bail!("the {} output is not built yet", other.name()),
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod collapsed;
 pub mod diff;
+pub mod html;
 pub mod pprof;
 pub mod speedscope;
 pub mod timeline;

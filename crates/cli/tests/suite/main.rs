@@ -11,6 +11,7 @@ mod mpt_jvm;
 mod mpt_report;
 mod token_files;
 mod views;
+mod views_html;
 mod views_jfr;
 mod views_pprof;
 mod views_trace;

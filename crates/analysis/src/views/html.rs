@@ -1,0 +1,514 @@
+//! The self-contained interactive flame graph and call tree: one HTML file with its own script,
+//! holding the folded stacks of every event the profile has, so that the page switches event,
+//! zooms, searches and reverses without the network.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::{fold, Folded, ViewFrame, ViewFrameKind, ViewOptions};
+use crate::profile::{Event, Profile, Unit};
+
+/// The page: markup, style and script, with the data and the title put in at the marks below.
+const TEMPLATE: &str = include_str!("../../assets/flamegraph.html");
+const DATA_MARK: &str = "/*OPENPROF_DATA*/";
+const TITLE_MARK: &str = "<!--OPENPROF_TITLE-->";
+
+/// Frame kinds in the order the page's data numbers them.
+const KINDS: [ViewFrameKind; 7] = [
+    ViewFrameKind::Java,
+    ViewFrameKind::Jdk,
+    ViewFrameKind::Inlined,
+    ViewFrameKind::Native,
+    ViewFrameKind::Marker,
+    ViewFrameKind::AllocatedClass,
+    ViewFrameKind::Thread,
+];
+
+/// Writes the page: every event of the profile folded with the same options, the one asked for
+/// (or the default) shown first.
+pub fn write(profile: &Profile, options: &ViewOptions, out: &mut impl Write) -> io::Result<()> {
+    write_page(profile, None, options, out)
+}
+
+/// Writes a differential page: `profile`'s stacks, each frame coloured by how its share of the
+/// event changed from `base`'s (folded with the same options): red grew, blue shrank.
+pub fn write_diff(
+    profile: &Profile,
+    base: &Profile,
+    options: &ViewOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    write_page(profile, Some(base), options, out)
+}
+
+fn write_page(
+    profile: &Profile,
+    base: Option<&Profile>,
+    options: &ViewOptions,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let shown = options.event.or_else(|| profile.default_event());
+    let event_options = |event: Option<Event>| ViewOptions {
+        event,
+        ..options.clone()
+    };
+    let mut folds: Vec<Folded> = profile
+        .events()
+        .into_iter()
+        .map(|event| fold(profile, &event_options(Some(event))))
+        .collect();
+    if folds.is_empty() {
+        // No samples at all: the page says so under the title the view would have.
+        folds.push(fold(profile, options));
+    }
+    // The base folded per event of the page; an event the base lacks folds to nothing.
+    let base_folds: Option<Vec<Folded>> = base.map(|base| {
+        folds
+            .iter()
+            .map(|folded| match folded.event {
+                Some(event) => fold(base, &event_options(Some(event))),
+                None => Folded::default(),
+            })
+            .collect()
+    });
+    if let Some(base) = base {
+        if options.title.is_none() {
+            for folded in &mut folds {
+                folded.title = format!("{} vs {}", folded.title, base.source);
+            }
+        }
+    }
+    let mut data = Vec::new();
+    write_data(&folds, base_folds.as_deref(), shown, options, &mut data)?;
+    let title = &folds
+        .iter()
+        .find(|folded| folded.event == shown)
+        .unwrap_or(&folds[0])
+        .title;
+    let (head, tail) = TEMPLATE
+        .split_once(DATA_MARK)
+        .expect("the template has a data mark");
+    out.write_all(head.replace(TITLE_MARK, &escape_html(title)).as_bytes())?;
+    out.write_all(&data)?;
+    out.write_all(tail.as_bytes())
+}
+
+/// The page's data, JSON:
+/// `{"names": [...], "kinds": [...], "frameKinds": [...], "events": [{"name", "unit",
+/// "total", "title", "tree", "base"?}], "shown", "reverse", "byThread", "minWidthPercent",
+/// "diff"}`. Frames are one table for every event (and the base); a tree is its nodes in
+/// preorder, four numbers each: frame (-1 for the root), total, self, number of children;
+/// children heaviest first. A differential page's `base` is `{"total", "tree"}` of the base.
+fn write_data<'a>(
+    folds: &'a [Folded],
+    base_folds: Option<&'a [Folded]>,
+    shown: Option<Event>,
+    options: &ViewOptions,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let mut frames: Vec<&'a ViewFrame> = Vec::new();
+    let mut frame_ids: HashMap<&'a ViewFrame, u32> = HashMap::new();
+    let mut tree_of = |folded: &'a Folded| {
+        let local: Vec<u32> = folded
+            .frames
+            .iter()
+            .map(|frame| {
+                *frame_ids.entry(frame).or_insert_with(|| {
+                    frames.push(frame);
+                    (frames.len() - 1) as u32
+                })
+            })
+            .collect();
+        Tree::of(folded, &local, options.min_width_percent)
+    };
+    let trees: Vec<Tree> = folds.iter().map(&mut tree_of).collect();
+    let base_trees: Option<Vec<Tree>> =
+        base_folds.map(|base_folds| base_folds.iter().map(&mut tree_of).collect());
+    out.write_all(b"{\"names\":[")?;
+    for (index, frame) in frames.iter().enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        write_json_string(&frame.name, out)?;
+    }
+    out.write_all(b"],\"kinds\":[")?;
+    for (index, kind) in KINDS.iter().enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        write!(out, "\"{}\"", kind.name())?;
+    }
+    out.write_all(b"],\"frameKinds\":[")?;
+    for (index, frame) in frames.iter().enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        let kind = KINDS
+            .iter()
+            .position(|kind| *kind == frame.kind)
+            .unwrap_or(0);
+        write!(out, "{kind}")?;
+    }
+    out.write_all(b"],\"events\":[")?;
+    for (index, (folded, tree)) in folds.iter().zip(&trees).enumerate() {
+        if index > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(b"{\"name\":")?;
+        write_json_string(folded.event.map_or("none", Event::name), out)?;
+        out.write_all(b",\"unit\":")?;
+        write_json_string(weight_unit(folded.event, options.total), out)?;
+        write!(out, ",\"total\":{},\"title\":", folded.total)?;
+        write_json_string(&folded.title, out)?;
+        out.write_all(b",\"tree\":[")?;
+        tree.write_preorder(out)?;
+        out.write_all(b"]")?;
+        if let (Some(base_folds), Some(base_trees)) = (base_folds, &base_trees) {
+            write!(
+                out,
+                ",\"base\":{{\"total\":{},\"tree\":[",
+                base_folds[index].total
+            )?;
+            base_trees[index].write_preorder(out)?;
+            out.write_all(b"]}")?;
+        }
+        out.write_all(b"}")?;
+    }
+    out.write_all(b"],\"shown\":")?;
+    write_json_string(shown.map_or("none", Event::name), out)?;
+    let min_width = if options.min_width_percent.is_finite() {
+        options.min_width_percent
+    } else {
+        0.0
+    };
+    write!(
+        out,
+        ",\"reverse\":{},\"byThread\":{},\"minWidthPercent\":{min_width},\"diff\":{}}}",
+        options.reverse,
+        options.by_thread,
+        base_folds.is_some()
+    )
+}
+
+/// What a view's weights count: the event's unit when weighed by value, else samples (sampled
+/// events) or how many events.
+fn weight_unit(event: Option<Event>, by_value: bool) -> &'static str {
+    match event.map(Event::unit) {
+        Some(unit) if by_value => unit.name(),
+        Some(Unit::Samples) | None => "samples",
+        Some(_) => "count",
+    }
+}
+
+/// The folded stacks merged into a tree of calls.
+struct Tree {
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    /// The frame in the page's table; `None` for the root.
+    frame: Option<u32>,
+    total: u64,
+    self_weight: u64,
+    children: Vec<usize>,
+}
+
+impl Tree {
+    /// Merges the stacks, leaving out the frames (and what they call) narrower than
+    /// `min_width_percent` of the total: they would not be drawn, and a page of 100,000 stacks
+    /// loads faster without them.
+    fn of(folded: &Folded, frame_ids: &[u32], min_width_percent: f64) -> Tree {
+        let mut nodes = vec![Node {
+            frame: None,
+            total: 0,
+            self_weight: 0,
+            children: Vec::new(),
+        }];
+        let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
+        for (stack, weight) in &folded.stacks {
+            let mut at = 0;
+            nodes[0].total += weight;
+            for frame in stack {
+                let frame = frame_ids[*frame as usize];
+                let next = nodes.len();
+                let child = *child_of.entry((at, frame)).or_insert(next);
+                if child == next {
+                    nodes.push(Node {
+                        frame: Some(frame),
+                        total: 0,
+                        self_weight: 0,
+                        children: Vec::new(),
+                    });
+                    nodes[at].children.push(child);
+                }
+                nodes[child].total += weight;
+                at = child;
+            }
+            nodes[at].self_weight += weight;
+        }
+        let least = if min_width_percent > 0.0 {
+            (nodes[0].total as f64 * min_width_percent / 100.0).ceil() as u64
+        } else {
+            0
+        };
+        let totals: Vec<u64> = nodes.iter().map(|node| node.total).collect();
+        for node in &mut nodes {
+            node.children.retain(|child| totals[*child] >= least);
+            node.children
+                .sort_by(|a, b| totals[*b].cmp(&totals[*a]).then(a.cmp(b)));
+        }
+        Tree { nodes }
+    }
+
+    /// The nodes in preorder, without recursion: stacks may be thousands of frames deep.
+    fn write_preorder(&self, out: &mut impl Write) -> io::Result<()> {
+        let mut pending = vec![0usize];
+        let mut first = true;
+        while let Some(index) = pending.pop() {
+            let node = &self.nodes[index];
+            if !first {
+                out.write_all(b",")?;
+            }
+            first = false;
+            match node.frame {
+                Some(frame) => write!(out, "{frame}")?,
+                None => out.write_all(b"-1")?,
+            }
+            write!(
+                out,
+                ",{},{},{}",
+                node.total,
+                node.self_weight,
+                node.children.len()
+            )?;
+            pending.extend(node.children.iter().rev());
+        }
+        Ok(())
+    }
+}
+
+/// A JSON string that is safe inside the page's script element: `<` escaped so that no name
+/// can close the element.
+fn write_json_string(text: &str, out: &mut impl Write) -> io::Result<()> {
+    let json = serde_json::to_string(text).map_err(io::Error::other)?;
+    out.write_all(json.replace('<', "\\u003c").as_bytes())
+}
+
+fn escape_html(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for char in text.chars() {
+        match char {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            _ => escaped.push(char),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::profile::{Frame, FrameKind, Sample};
+
+    fn profile() -> Profile {
+        let mut profile = Profile::new("test<script>");
+        let hot = profile.stack_of_frames_leaf_first([
+            Frame::java("Hot.spin</script>"),
+            Frame::java("java.lang.Thread.run"),
+        ]);
+        let cold = profile.stack_of_frames_leaf_first([
+            Frame::java("Hot.rest"),
+            Frame::java("java.lang.Thread.run"),
+        ]);
+        let bytes = profile.stack_of_frames_leaf_first([
+            Frame {
+                name: "byte[]".into(),
+                file: None,
+                line: None,
+                kind: FrameKind::AllocatedClass,
+            },
+            Frame::java("Hot.rest"),
+        ]);
+        for (stack, event, value, count) in [
+            (hot, Event::Cpu, 99, 99),
+            (cold, Event::Cpu, 1, 1),
+            (bytes, Event::AllocBytes, 4096, 2),
+        ] {
+            profile.add_sample(Sample {
+                stack,
+                event,
+                value,
+                count,
+                thread: None,
+                time_ns: None,
+                labels: Vec::new(),
+            });
+        }
+        profile
+    }
+
+    fn page(options: &ViewOptions) -> String {
+        let mut out = Vec::new();
+        write(&profile(), options, &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    fn page_data(page: &str) -> serde_json::Value {
+        let start = page.find("id=\"openprof-data\">").unwrap() + "id=\"openprof-data\">".len();
+        let end = start + page[start..].find("</script>").unwrap();
+        serde_json::from_str(&page[start..end]).unwrap()
+    }
+
+    fn tree(data: &serde_json::Value, event: usize) -> Vec<u64> {
+        data["events"][event]["tree"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|number| number.as_i64().unwrap() as u64)
+            .collect()
+    }
+
+    fn frame_index(data: &serde_json::Value, name: &str) -> u64 {
+        data["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|n| n == name)
+            .unwrap() as u64
+    }
+
+    #[test]
+    fn every_event_as_a_preorder_tree() {
+        let page = page(&ViewOptions::default());
+        let data = page_data(&page);
+        assert_eq!(data["shown"], "cpu");
+        assert_eq!(data["events"][0]["name"], "cpu");
+        assert_eq!(data["events"][0]["total"], 100);
+        assert_eq!(data["events"][1]["name"], "alloc_bytes");
+        assert_eq!(data["events"][1]["unit"], "count");
+        assert_eq!(data["events"][1]["total"], 2);
+        let [run, spin, rest] = ["java.lang.Thread.run", "Hot.spin</script>", "Hot.rest"]
+            .map(|name| frame_index(&data, name));
+        // root, run (99 + 1), spin heavier than rest.
+        assert_eq!(
+            tree(&data, 0),
+            [
+                u64::MAX,
+                100,
+                0,
+                1,
+                run,
+                100,
+                0,
+                2,
+                spin,
+                99,
+                99,
+                0,
+                rest,
+                1,
+                1,
+                0
+            ]
+        );
+        // Hot.rest is one frame of both events' table.
+        assert_eq!(tree(&data, 1)[4], rest);
+        assert_eq!(data["frameKinds"][run as usize], 1, "jdk");
+    }
+
+    #[test]
+    fn names_cannot_close_the_script_and_title_is_escaped() {
+        let page = page(&ViewOptions::default());
+        assert_eq!(page.matches("</script>").count(), 2);
+        assert!(page.contains("<title>test&lt;script&gt; (cpu)</title>"));
+        assert!(page.contains("<h1 id=\"title\">test&lt;script&gt; (cpu)</h1>"));
+    }
+
+    #[test]
+    fn a_profile_without_samples_is_an_empty_page() {
+        let mut out = Vec::new();
+        write(&Profile::new("empty"), &ViewOptions::default(), &mut out).unwrap();
+        let data = page_data(&String::from_utf8(out).unwrap());
+        assert_eq!(data["shown"], "none");
+        assert_eq!(data["events"][0]["name"], "none");
+        assert_eq!(tree(&data, 0), [u64::MAX, 0, 0, 0]);
+    }
+
+    #[test]
+    fn a_diff_carries_the_base_of_each_event() {
+        let mut base = Profile::new("base");
+        let rest = base.stack_of_frames_leaf_first([
+            Frame::java("Hot.rest"),
+            Frame::java("java.lang.Thread.run"),
+        ]);
+        let gone = base.stack_of_frames_leaf_first([Frame::java("Old.gone")]);
+        for (stack, count) in [(rest, 3), (gone, 1)] {
+            base.add_sample(Sample {
+                stack,
+                event: Event::Cpu,
+                value: count,
+                count,
+                thread: None,
+                time_ns: None,
+                labels: Vec::new(),
+            });
+        }
+        let mut out = Vec::new();
+        write_diff(&profile(), &base, &ViewOptions::default(), &mut out).unwrap();
+        let data = page_data(&String::from_utf8(out).unwrap());
+        assert_eq!(data["diff"], true);
+        assert_eq!(data["events"][0]["title"], "test<script> (cpu) vs base");
+        assert_eq!(data["events"][0]["base"]["total"], 4);
+        let [run, rest, gone] =
+            ["java.lang.Thread.run", "Hot.rest", "Old.gone"].map(|name| frame_index(&data, name));
+        let base_tree: Vec<u64> = data["events"][0]["base"]["tree"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|number| number.as_i64().unwrap() as u64)
+            .collect();
+        assert_eq!(
+            base_tree,
+            [
+                u64::MAX,
+                4,
+                0,
+                2,
+                run,
+                3,
+                0,
+                1,
+                rest,
+                3,
+                3,
+                0,
+                gone,
+                1,
+                1,
+                0
+            ]
+        );
+        // The base has no allocations: that event's base is empty.
+        assert_eq!(data["events"][1]["base"]["total"], 0);
+        let plain = page_data(&self::page(&ViewOptions::default()));
+        assert_eq!(plain["diff"], false);
+    }
+
+    #[test]
+    fn narrow_frames_left_out() {
+        let data = page_data(&page(&ViewOptions {
+            min_width_percent: 2.0,
+            event: Some(Event::AllocBytes),
+            ..ViewOptions::default()
+        }));
+        assert_eq!(data["shown"], "alloc_bytes");
+        assert_eq!(data["minWidthPercent"], 2.0);
+        // Hot.rest (1 of 100) is gone, its weight still in its caller's total.
+        let [run, spin] =
+            ["java.lang.Thread.run", "Hot.spin</script>"].map(|name| frame_index(&data, name));
+        assert_eq!(tree(&data, 0)[4..], [run, 100, 0, 1, spin, 99, 99, 0]);
+    }
+}
