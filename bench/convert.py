@@ -12,12 +12,16 @@ Inputs, made here:
 Each input is converted to every output openprof writes (folded stacks, HTML, pprof, speedscope),
 --rounds times; reported: the median wall time, stacks/s (distinct stacks in the input), MB/s of
 input, and the converter's peak resident memory (GNU time). The JFR file is also converted by
-async-profiler's jfrconv (--jfrconv PATH, built outside openprof) to collapsed and HTML.
+async-profiler's jfrconv (--jfrconv PATH, built outside openprof) to collapsed and HTML. Each HTML
+page is then opened in headless Chromium (the test suite's Playwright driver) and the time until
+the flame graph is drawn is reported, median of --rounds.
 
 Usage: bench/convert.py [--jfrconv PATH] [--rounds N] [--classes N] [--stacks N ...]
-Needs: cargo build --release, a JDK (JAVA_HOME or PATH), /usr/bin/time.
+Needs: cargo build --release, a JDK (JAVA_HOME or PATH), /usr/bin/time; for the load times,
+Chromium and target/browser-tests (made by the test suite's first HTML test).
 """
 import argparse
+import json
 import os
 import random
 import re
@@ -71,6 +75,24 @@ def timed(command):
         raise RuntimeError(f"{' '.join(command)}: {result.stderr.strip()[-500:]}")
     peak_kib = int(result.stderr.strip().splitlines()[-1])
     return elapsed, peak_kib / 1024
+
+
+BROWSER_DEPS = os.path.join(ROOT, "target", "browser-tests")
+DRIVER = os.path.join(ROOT, "crates", "cli", "tests", "browser", "flamegraph.mjs")
+
+
+def load_millis(page, rounds):
+    """Median time until the page's flame graph is drawn in headless Chromium, or None."""
+    if not os.path.isdir(os.path.join(BROWSER_DEPS, "node_modules")):
+        return None
+    times = []
+    for _ in range(rounds):
+        result = subprocess.run(["node", DRIVER, page], capture_output=True, text=True,
+                                env={**os.environ, "OPENPROF_BROWSER_DEPS": BROWSER_DEPS})
+        if result.returncode != 0:
+            return None
+        times.append(json.loads(result.stdout)["loadMillis"])
+    return statistics.median(times)
 
 
 def distinct_stacks(collapsed_path):
@@ -128,6 +150,9 @@ def main():
           "peak RSS MiB |")
     print("|---|---|---|---|---|---|---|")
     for name, path in inputs:
+        for output in OUTPUTS:
+            if os.path.exists(os.path.join(work, f"out.{output}")):
+                os.remove(os.path.join(work, f"out.{output}"))
         folded = os.path.join(work, "count.collapsed")
         try:
             subprocess.run([openprof, "convert", path, "-o", folded], check=True,
@@ -144,12 +169,19 @@ def main():
                         options.rounds)
             except RuntimeError as error:
                 print(f"| {name} → openprof .{output} | (refused: {str(error)[-120:]}) |||||")
+        page = os.path.join(work, "out.html")
+        if os.path.isfile(page):
+            millis = load_millis(page, options.rounds)
+            size = os.path.getsize(page) / 1e6
+            print(f"| {name} → openprof .html opened in Chromium | page {size:.1f} MB | {stacks:,} | "
+                  f"drawn in {millis} ms |||", flush=True)
         if path.endswith(".jfr") and options.jfrconv:
             for output in ("collapsed", "html"):
                 target = os.path.join(work, f"ap.{output}")
                 measure(f"{name} → jfrconv .{output}",
                         lambda: [options.jfrconv, "-o", output, path, target], path, stacks,
                         options.rounds)
+
     shutil.rmtree(work, ignore_errors=True)
 
 

@@ -59,7 +59,8 @@ pub struct ViewArgs {
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
-    /// The input: HPROF text (format=a) or binary (format=b), or a trace (format=x).
+    /// The input: HPROF text (format=a) or binary (format=b), a trace (format=x), or a JFR
+    /// recording (the JDK's Flight Recorder, async-profiler).
     #[arg(required_unless_present_any = ["diff", "stored"])]
     pub input: Option<PathBuf>,
     /// Read a profile from a collector's store instead: a trace's id (as `openprof ls` shows),
