@@ -221,3 +221,52 @@ fn help_lists_the_options_without_attaching() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stdout).contains("interval=<ms>"));
 }
+
+/// `openprof attach PID -f FILE` stays until the JVM exits, then writes the profile the agent
+/// named as FILE: here folded stacks with the workload's split, 256 frames deep unless asked.
+#[test]
+fn attach_with_an_output_file_waits_for_the_exit_and_converts() {
+    let target = Target::start("3");
+    let pid = target.pid();
+    let folded = target.dir.join("attached.collapsed");
+    let mut command = crate::helpers::openprof_command(&[
+        "attach",
+        &pid,
+        "cpu=samples,interval=1,file=attached.txt",
+        "-f",
+        folded.to_str().unwrap(),
+    ]);
+    let attach = command.spawn().expect("start openprof attach");
+    // The command stays while the JVM runs: it is still there when the JVM is let go.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let (exited, _) = target.go();
+    assert!(exited.status.success(), "{}", text(&exited.stderr));
+    let attached = wait_with_limit(attach, LIMIT);
+    let said = text(&attached.stdout);
+    assert!(
+        attached.status.success(),
+        "{said}{}",
+        text(&attached.stderr)
+    );
+    assert!(said.contains("waiting for JVM"), "{said}");
+    assert!(
+        text(&attached.stderr).contains("depth=256"),
+        "{}",
+        text(&attached.stderr)
+    );
+    let collapsed = std::fs::read_to_string(&folded).expect("the folded stacks");
+    let leaf = |method: &str| -> f64 {
+        collapsed
+            .lines()
+            .filter_map(|line| line.rsplit_once(' '))
+            .filter(|(stack, _)| stack.ends_with(method))
+            .map(|(_, count)| count.parse::<f64>().unwrap())
+            .sum()
+    };
+    let (heavy, light) = (leaf("AttachTarget.heavy"), leaf("AttachTarget.light"));
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "heavy share {share:.3}, built-in 0.75: {collapsed}"
+    );
+}
