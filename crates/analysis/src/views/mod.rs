@@ -13,7 +13,7 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::profile::{Event, Frame, FrameKind, Profile, Thread, TRUNCATED};
+use crate::profile::{Event, Frame, FrameKind, Profile, Thread};
 
 /// The formats a profile is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -345,11 +345,6 @@ fn intern(
     frames.push(view.clone());
     ids.insert(view, id);
     id
-}
-
-/// Whether a view frame marks a truncated stack.
-pub fn is_truncated_mark(frame: &ViewFrame) -> bool {
-    frame.kind == ViewFrameKind::Marker && frame.name == TRUNCATED
 }
 
 #[cfg(test)]

@@ -41,3 +41,15 @@ pub fn finish(mut command: Command, limit: Duration) -> Output {
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
+
+/// `openprof convert ARGS` in `dir`, which must succeed.
+pub fn convert_in(dir: &Path, args: &[&str]) {
+    let mut all = vec!["convert"];
+    all.extend_from_slice(args);
+    let output = openprof_in(dir, &all);
+    assert!(
+        output.status.success(),
+        "openprof {all:?}: {}",
+        text(&output.stderr)
+    );
+}

@@ -16,7 +16,7 @@ use openprof_format::hprof_text::TextProfile;
 use openprof_testkit::{run_java, samples_by_method, target_dir, workspace_root};
 use serde_json::Value;
 
-use crate::helpers::{finish, openprof_in, text, LIMIT};
+use crate::helpers::{convert_in, finish, openprof_in, text, LIMIT};
 
 /// The browser the script drives; `CHROMIUM` names another.
 fn chromium() -> PathBuf {
@@ -118,17 +118,6 @@ fn number(value: &Value) -> f64 {
         .unwrap_or_else(|| panic!("not a number: {value}"))
 }
 
-fn convert(dir: &Path, args: &[&str]) {
-    let mut all = vec!["convert"];
-    all.extend_from_slice(args);
-    let output = openprof_in(dir, &all);
-    assert!(
-        output.status.success(),
-        "openprof {all:?}: {}",
-        text(&output.stderr)
-    );
-}
-
 /// The total of the HPROF text's CPU SAMPLES tables: samples not listed included, as in the
 /// table's header.
 fn cpu_total(profile: &TextProfile) -> u64 {
@@ -149,7 +138,7 @@ fn the_page_shows_the_cpu_split_of_the_hprof_text() {
     let total = cpu_total(&hprof) as f64;
     let share = |method: &str| 100.0 * by_method[method] as f64 / total;
     let (heavy, light) = (share("CpuSplit.heavy"), share("CpuSplit.light"));
-    convert(&run.dir, &["x.txt", "-o", "x.html"]);
+    convert_in(&run.dir, &["x.txt", "-o", "x.html"]);
 
     let screenshots = screenshot_dir();
     let seen = drive(
@@ -250,7 +239,7 @@ fn the_page_shows_the_cpu_split_of_the_hprof_text() {
     );
 
     // --minwidth: no frame narrower than that is drawn.
-    convert(&run.dir, &["x.txt", "-o", "narrow.html", "--minwidth", "1"]);
+    convert_in(&run.dir, &["x.txt", "-o", "narrow.html", "--minwidth", "1"]);
     let narrow = drive(&run.dir.join("narrow.html"), &[], None);
     let narrowest = number(&narrow["narrowestShare"]);
     assert!(narrowest >= 1.0, "a frame of {narrowest} % is drawn");
@@ -267,7 +256,7 @@ fn the_event_selector_switches_to_each_events_total() {
         sites().map(|row| field(&row.site)).sum::<u64>() as f64
     };
     // Weighed by value: bytes and objects apart.
-    convert(&run.dir, &["x.txt", "-o", "x.html", "--total"]);
+    convert_in(&run.dir, &["x.txt", "-o", "x.html", "--total"]);
     let seen = drive(&run.dir.join("x.html"), &[], None);
     let context = format!("{seen:#}");
     assert_eq!(
@@ -315,7 +304,7 @@ fn a_diff_colours_each_frame_by_the_change_of_its_share() {
     assert!(base.success(), "AllocMix: {}", base.stderr());
     let base_path = base.dir.join("base.txt");
     let base_arg = base_path.to_str().unwrap();
-    convert(&run.dir, &["--diff", base_arg, "x.txt", "-o", "diff.html"]);
+    convert_in(&run.dir, &["--diff", base_arg, "x.txt", "-o", "diff.html"]);
     let seen = drive(
         &run.dir.join("diff.html"),
         &["--click", "CpuSplit.heavy", "--expand", "CpuSplit.main"],
@@ -346,7 +335,7 @@ fn a_diff_colours_each_frame_by_the_change_of_its_share() {
     );
 
     // Against itself, nothing changed anywhere.
-    convert(&run.dir, &["--diff", "x.txt", "x.txt", "-o", "same.html"]);
+    convert_in(&run.dir, &["--diff", "x.txt", "x.txt", "-o", "same.html"]);
     let same = drive(
         &run.dir.join("same.html"),
         &["--click", "CpuSplit.heavy", "--expand", "CpuSplit.main"],

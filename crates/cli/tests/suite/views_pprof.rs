@@ -11,7 +11,7 @@ use openprof_format::hprof_text::{CpuTableKind, TextProfile};
 use openprof_testkit::{run_java, samples_by_method};
 use serde_json::Value;
 
-use crate::helpers::{openprof_in, text, LIMIT};
+use crate::helpers::{convert_in, openprof_in, text, LIMIT};
 
 /// A profile of CpuSplit (with threads) and the HPROF text's own figures, shared by the tests.
 struct Recorded {
@@ -56,14 +56,6 @@ fn recorded() -> &'static Recorded {
             hprof,
         }
     })
-}
-
-/// `openprof convert INPUT ARGS` in `dir`, which must succeed.
-fn convert(dir: &Path, input: &str, args: &[&str]) {
-    let mut all = vec!["convert", input];
-    all.extend_from_slice(args);
-    let output = openprof_in(dir, &all);
-    assert!(output.status.success(), "{}", text(&output.stderr));
 }
 
 /// `go tool pprof ARGS`, which must succeed; its standard output.
@@ -128,7 +120,7 @@ fn row<'a>(rows: &'a [TopRow], name: &str, top: &str) -> &'a TopRow {
 #[test]
 fn go_tool_pprof_reads_the_split() {
     let recorded = recorded();
-    convert(&recorded.dir, "x.txt", &["-o", "x.pb.gz"]);
+    convert_in(&recorded.dir, &["x.txt", "-o", "x.pb.gz"]);
     let top = go_pprof(&recorded.dir, &["-top", "-nodecount=50", "x.pb.gz"]);
     let (rows, total) = parse_top(&top);
     assert_eq!(total, recorded.total(), "{top}");
@@ -159,10 +151,16 @@ fn go_tool_pprof_reads_the_split() {
 #[test]
 fn go_tool_pprof_reads_a_per_thread_view_of_one_event() {
     let recorded = recorded();
-    convert(
+    convert_in(
         &recorded.dir,
-        "x.txt",
-        &["-o", "threads.pb.gz", "--event", "cpu", "--threads"],
+        &[
+            "x.txt",
+            "-o",
+            "threads.pb.gz",
+            "--event",
+            "cpu",
+            "--threads",
+        ],
     );
     let top = go_pprof(
         &recorded.dir,
@@ -204,7 +202,7 @@ fn go_tool_pprof_reads_allocation_sites() {
     let kept_share = 100.0 * kept as f64 / allocated as f64;
     assert!((kept_share - 69.7).abs() <= 5.0, "{kept_share}");
 
-    convert(&run.dir, "sites.txt", &["-o", "sites.pb.gz"]);
+    convert_in(&run.dir, &["sites.txt", "-o", "sites.pb.gz"]);
     let top = go_pprof(
         &run.dir,
         &[
@@ -282,7 +280,7 @@ fn sampled_profile<'a>(file: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn speedscope_json_has_the_split() {
     let recorded = recorded();
-    convert(&recorded.dir, "x.txt", &["-o", "x.json"]);
+    convert_in(&recorded.dir, &["x.txt", "-o", "x.json"]);
     let bytes = std::fs::read(recorded.dir.join("x.json")).unwrap();
     let file: Value = serde_json::from_slice(&bytes).expect("speedscope's JSON");
     let profile = sampled_profile(&file, "cpu");
@@ -321,7 +319,7 @@ fn speedscope_json_has_the_split() {
         .iter()
         .any(|frame| frame["name"] == "CpuSplit.heavy" && frame["file"] == "CpuSplit.java"));
 
-    convert(&recorded.dir, "x.txt", &["-o", "threads.json", "--threads"]);
+    convert_in(&recorded.dir, &["x.txt", "-o", "threads.json", "--threads"]);
     let bytes = std::fs::read(recorded.dir.join("threads.json")).unwrap();
     let file: Value = serde_json::from_slice(&bytes).expect("speedscope's JSON");
     let main = file["profiles"]

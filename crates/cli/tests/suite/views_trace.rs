@@ -3,7 +3,6 @@
 //! and catcher() once per exception, one contended lock, one timed wait, one System.gc().
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 use openprof_analysis::inputs::read_file;
@@ -12,7 +11,7 @@ use openprof_analysis::views::ViewOptions;
 use openprof_testkit::{run_java, Run};
 use serde_json::Value;
 
-use crate::helpers::{openprof_in, text};
+use crate::helpers::{convert_in, openprof_in, text};
 
 const CALLS: usize = 300;
 const EXCEPTIONS: usize = 4;
@@ -45,17 +44,6 @@ fn traced(args: &[&str]) -> Run {
     run
 }
 
-fn convert(dir: &Path, args: &[&str]) {
-    let mut all = vec!["convert"];
-    all.extend_from_slice(args);
-    let output = openprof_in(dir, &all);
-    assert!(
-        output.status.success(),
-        "{args:?}: {}",
-        text(&output.stderr)
-    );
-}
-
 /// Microseconds with three decimals as nanoseconds.
 fn nanos(value: &Value) -> u64 {
     (value.as_f64().expect("a time") * 1000.0).round() as u64
@@ -66,7 +54,7 @@ fn a_traced_runs_calls_are_the_workloads_in_chrome_trace_speedscope_and_folded_s
     let run = traced(&[&CALLS.to_string(), &EXCEPTIONS.to_string(), "extras"]);
 
     // Chrome trace: a complete event per call.
-    convert(&run.dir, &["t.xml", "-o", "t.trace.json"]);
+    convert_in(&run.dir, &["t.xml", "-o", "t.trace.json"]);
     let trace: Value =
         serde_json::from_slice(&std::fs::read(run.dir.join("t.trace.json")).unwrap()).unwrap();
     let events = trace["traceEvents"].as_array().unwrap();
@@ -158,7 +146,7 @@ fn a_traced_runs_calls_are_the_workloads_in_chrome_trace_speedscope_and_folded_s
     }
 
     // Folded stacks of the calls event: each method's calls under their callers.
-    convert(
+    convert_in(
         &run.dir,
         &["t.xml", "-o", "t.collapsed", "--event", "calls"],
     );
