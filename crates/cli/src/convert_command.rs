@@ -57,6 +57,22 @@ pub struct ViewArgs {
     pub title: Option<String>,
 }
 
+impl ViewArgs {
+    /// Whether any option that shapes a view was given (not the output format or the title).
+    pub fn asks_for_a_view(&self) -> bool {
+        self.event.is_some()
+            || !self.include.is_empty()
+            || !self.exclude.is_empty()
+            || self.threads
+            || self.reverse
+            || self.total
+            || self.from.is_some()
+            || self.to.is_some()
+            || self.simple
+            || self.minwidth > 0.0
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
     /// The input: HPROF text (format=a) or binary (format=b), a trace (format=x), or a JFR
@@ -248,7 +264,7 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
 }
 
 /// Refuses an event the profile has no samples of.
-fn check_event(profile: &Profile, options: &ViewOptions) -> Result<()> {
+pub fn check_event(profile: &Profile, options: &ViewOptions) -> Result<()> {
     if let Some(event) = options.event {
         if !profile.events().contains(&event) {
             bail!(

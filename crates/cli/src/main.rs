@@ -121,6 +121,13 @@ enum Commands {
         /// (`alloc`: where the allocation churn is); default: the order the table was written in.
         #[arg(long, value_name = "live|alloc", value_parser = ["live", "alloc"])]
         by: Option<String>,
+        /// With the view options below (or --tree), or for an input that is not HPROF (a trace,
+        /// a JFR recording): one event's hottest methods by self and total, from the same views
+        /// `convert` writes, and with --tree the call tree this many levels deep.
+        #[arg(long, value_name = "LEVELS", num_args = 0..=1, default_missing_value = "32")]
+        tree: Option<usize>,
+        #[command(flatten)]
+        view: convert_command::ViewArgs,
     },
     /// Convert a profile into a flame graph (.html), folded stacks (.collapsed), pprof
     /// (.pb.gz), speedscope (.json) or a Chrome trace (.trace.json).
@@ -176,9 +183,19 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Report {
             file,
             top,
+            tree,
+            view,
+            ..
+        } if tree.is_some() || view.asks_for_a_view() || !report::is_hprof(&file) => {
+            report::report_view(&file, &view, top, tree)
+        }
+        Commands::Report {
+            file,
+            top,
             traces,
             frames,
             by,
+            ..
         } => report::report(
             &file,
             &report::Shown {

@@ -25,6 +25,67 @@ pub fn report(file: &Path, shown: &Shown) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Prints one event of any input openprof reads, after the view options: the hottest methods by
+/// self and total weight, and with `tree` the call tree (`depth` levels at most).
+pub fn report_view(
+    file: &Path,
+    view: &crate::convert_command::ViewArgs,
+    top: usize,
+    tree: Option<usize>,
+) -> Result<ExitCode> {
+    use openprof_analysis::views::{self, tree as call_tree};
+    if view.format.is_some() {
+        anyhow::bail!("report prints text: --format is for `openprof convert`");
+    }
+    let options = crate::convert_command::view_options(view)?;
+    let profile = crate::convert_command::read_input(file)?;
+    crate::convert_command::check_event(&profile, &options)?;
+    let folded = views::fold(&profile, &options);
+    let Some(event) = folded.event else {
+        println!("openprof: {} holds no samples", file.display());
+        return Ok(ExitCode::SUCCESS);
+    };
+    let unit = if options.total {
+        event.unit().name()
+    } else {
+        "samples"
+    };
+    println!(
+        "openprof: {}, {}: {} {unit} in {} distinct stacks",
+        file.display(),
+        event.name(),
+        folded.total,
+        folded.stacks.len()
+    );
+    let share = |weight: u64| 100.0 * weight as f64 / folded.total.max(1) as f64;
+    println!(
+        "
+ rank   self  total  {:>12}  {:>12}  method",
+        "self", "total"
+    );
+    for (rank, method) in call_tree::top_methods(&folded).iter().take(top).enumerate() {
+        println!(
+            "{:5} {:5.2}% {:5.2}%  {:12}  {:12}  {}",
+            rank + 1,
+            share(method.self_weight),
+            share(method.total),
+            method.self_weight,
+            method.total,
+            method.name
+        );
+    }
+    if let Some(depth) = tree {
+        println!(
+            "
+Call tree ({} levels at most):",
+            depth
+        );
+        let mut out = std::io::stdout().lock();
+        call_tree::write_text(&folded, depth, options.min_width_percent, &mut out)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// cpu=times: CPU milliseconds and true entry counts per method, the traces behind them.
 fn render_times(
     out: &mut String,
@@ -111,6 +172,26 @@ fn progress_bar(file_bytes: u64) -> ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+/// Whether a file starts as HPROF (text or binary) does; a file that can't be read counts as
+/// HPROF, so that the HPROF report says why.
+pub fn is_hprof(file: &Path) -> bool {
+    let mut start = [0u8; 64];
+    let read = fs::File::open(file).and_then(|mut input| {
+        use std::io::Read;
+        input.read(&mut start)
+    });
+    match read {
+        Ok(count) => openprof_analysis::inputs::sniff(&start[..count]).is_none_or(|kind| {
+            matches!(
+                kind,
+                openprof_analysis::inputs::InputKind::HprofText
+                    | openprof_analysis::inputs::InputKind::HprofBinary
+            )
+        }),
+        Err(_) => true,
+    }
 }
 
 /// Reads a profile in HPROF text or binary, streaming: heap dumps are summed as they are read.

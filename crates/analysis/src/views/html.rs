@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+use super::tree::CallTree;
 use super::{fold, Folded, ViewFrame, ViewFrameKind, ViewOptions};
 use crate::profile::{Event, Profile, Unit};
 
@@ -119,10 +120,10 @@ fn write_data<'a>(
                 })
             })
             .collect();
-        Tree::of(folded, &local, options.min_width_percent)
+        CallTree::of(folded, &local, options.min_width_percent)
     };
-    let trees: Vec<Tree> = folds.iter().map(&mut tree_of).collect();
-    let base_trees: Option<Vec<Tree>> =
+    let trees: Vec<CallTree> = folds.iter().map(&mut tree_of).collect();
+    let base_trees: Option<Vec<CallTree>> =
         base_folds.map(|base_folds| base_folds.iter().map(&mut tree_of).collect());
     out.write_all(b"{\"names\":[")?;
     for (index, frame) in frames.iter().enumerate() {
@@ -161,7 +162,7 @@ fn write_data<'a>(
         write!(out, ",\"total\":{},\"title\":", folded.total)?;
         write_json_string(&folded.title, out)?;
         out.write_all(b",\"tree\":[")?;
-        tree.write_preorder(out)?;
+        write_preorder(&tree, out)?;
         out.write_all(b"]")?;
         if let (Some(base_folds), Some(base_trees)) = (base_folds, &base_trees) {
             write!(
@@ -169,7 +170,7 @@ fn write_data<'a>(
                 ",\"base\":{{\"total\":{},\"tree\":[",
                 base_folds[index].total
             )?;
-            base_trees[index].write_preorder(out)?;
+            write_preorder(&base_trees[index], out)?;
             out.write_all(b"]}")?;
         }
         out.write_all(b"}")?;
@@ -200,91 +201,31 @@ fn weight_unit(event: Option<Event>, by_value: bool) -> &'static str {
     }
 }
 
-/// The folded stacks merged into a tree of calls.
-struct Tree {
-    nodes: Vec<Node>,
-}
-
-struct Node {
-    /// The frame in the page's table; `None` for the root.
-    frame: Option<u32>,
-    total: u64,
-    self_weight: u64,
-    children: Vec<usize>,
-}
-
-impl Tree {
-    /// Merges the stacks, leaving out the frames (and what they call) narrower than
-    /// `min_width_percent` of the total: they would not be drawn, and a page of 100,000 stacks
-    /// loads faster without them.
-    fn of(folded: &Folded, frame_ids: &[u32], min_width_percent: f64) -> Tree {
-        let mut nodes = vec![Node {
-            frame: None,
-            total: 0,
-            self_weight: 0,
-            children: Vec::new(),
-        }];
-        let mut child_of: HashMap<(usize, u32), usize> = HashMap::new();
-        for (stack, weight) in &folded.stacks {
-            let mut at = 0;
-            nodes[0].total += weight;
-            for frame in stack {
-                let frame = frame_ids[*frame as usize];
-                let next = nodes.len();
-                let child = *child_of.entry((at, frame)).or_insert(next);
-                if child == next {
-                    nodes.push(Node {
-                        frame: Some(frame),
-                        total: 0,
-                        self_weight: 0,
-                        children: Vec::new(),
-                    });
-                    nodes[at].children.push(child);
-                }
-                nodes[child].total += weight;
-                at = child;
-            }
-            nodes[at].self_weight += weight;
+/// The call tree's nodes in preorder, without recursion (stacks may be thousands of frames
+/// deep): frame (-1 for the root), total, self, number of children.
+fn write_preorder(tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
+    let mut pending = vec![0usize];
+    let mut first = true;
+    while let Some(index) = pending.pop() {
+        let node = &tree.nodes[index];
+        if !first {
+            out.write_all(b",")?;
         }
-        let least = if min_width_percent > 0.0 {
-            (nodes[0].total as f64 * min_width_percent / 100.0).ceil() as u64
-        } else {
-            0
-        };
-        let totals: Vec<u64> = nodes.iter().map(|node| node.total).collect();
-        for node in &mut nodes {
-            node.children.retain(|child| totals[*child] >= least);
-            node.children
-                .sort_by(|a, b| totals[*b].cmp(&totals[*a]).then(a.cmp(b)));
+        first = false;
+        match node.frame {
+            Some(frame) => write!(out, "{frame}")?,
+            None => out.write_all(b"-1")?,
         }
-        Tree { nodes }
+        write!(
+            out,
+            ",{},{},{}",
+            node.total,
+            node.self_weight,
+            node.children.len()
+        )?;
+        pending.extend(node.children.iter().rev());
     }
-
-    /// The nodes in preorder, without recursion: stacks may be thousands of frames deep.
-    fn write_preorder(&self, out: &mut impl Write) -> io::Result<()> {
-        let mut pending = vec![0usize];
-        let mut first = true;
-        while let Some(index) = pending.pop() {
-            let node = &self.nodes[index];
-            if !first {
-                out.write_all(b",")?;
-            }
-            first = false;
-            match node.frame {
-                Some(frame) => write!(out, "{frame}")?,
-                None => out.write_all(b"-1")?,
-            }
-            write!(
-                out,
-                ",{},{},{}",
-                node.total,
-                node.self_weight,
-                node.children.len()
-            )?;
-            pending.extend(node.children.iter().rev());
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// A JSON string that is safe inside the page's script element: `<` escaped so that no name

@@ -7,6 +7,7 @@ pub mod html;
 pub mod pprof;
 pub mod speedscope;
 pub mod timeline;
+pub mod tree;
 
 use std::collections::HashMap;
 use std::path::Path;

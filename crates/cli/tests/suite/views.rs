@@ -76,6 +76,42 @@ fn run_writes_folded_stacks_that_agree_with_the_hprof_text() {
         "{collapsed}"
     );
     assert!(!collapsed.contains("[truncated]"), "{collapsed}");
+
+    // The same view as text: heavy's self share of every sample, and the tree under main.
+    let report = openprof_in(
+        &dir,
+        &["report", "java.hprof.txt", "--event", "cpu", "--tree", "3"],
+    );
+    let printed = text(&report.stdout);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let heavy_row = printed
+        .lines()
+        .find(|line| line.ends_with(" CpuSplit.heavy"))
+        .unwrap_or_else(|| panic!("{printed}"));
+    let self_share: f64 = heavy_row
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .trim_end_matches('%')
+        .parse()
+        .unwrap();
+    let expected = 100.0 * from_text["CpuSplit.heavy"] as f64 / text_total as f64;
+    assert!(
+        (self_share - expected).abs() < 0.01,
+        "{heavy_row}: {expected:.2} % in the text"
+    );
+    let tree_at = printed
+        .find("Call tree")
+        .unwrap_or_else(|| panic!("{printed}"));
+    let tree: Vec<&str> = printed[tree_at..].lines().collect();
+    let main = tree
+        .iter()
+        .position(|line| line.ends_with("  CpuSplit.main"))
+        .unwrap();
+    assert!(
+        tree[main + 1].ends_with("    CpuSplit.heavy"),
+        "heavy first under main: {printed}"
+    );
 }
 
 #[test]
