@@ -162,7 +162,7 @@ fn write_data<'a>(
         write!(out, ",\"total\":{},\"title\":", folded.total)?;
         write_json_string(&folded.title, out)?;
         out.write_all(b",\"tree\":[")?;
-        write_preorder(&tree, out)?;
+        write_preorder(tree, out)?;
         out.write_all(b"]")?;
         if let (Some(base_folds), Some(base_trees)) = (base_folds, &base_trees) {
             write!(
