@@ -3,6 +3,7 @@
 //! (`inputs`) is read into it and every view (`views`) is written from it.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 
 /// What a frame is, for colouring and filtering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -240,7 +241,8 @@ pub struct Profile {
     frame_ids: HashMap<Frame, FrameId>,
     /// Each stack root first.
     stacks: Vec<Vec<FrameId>>,
-    stack_ids: HashMap<Vec<FrameId>, StackId>,
+    /// Stacks by the hash of their frames (each stack is kept once, in `stacks`).
+    stack_ids: HashMap<u64, Vec<StackId>>,
     pub threads: Vec<Thread>,
     pub samples: Vec<Sample>,
     pub spans: Vec<Span>,
@@ -272,12 +274,21 @@ impl Profile {
 
     /// The id of a stack given root first.
     pub fn stack_id(&mut self, frames_root_first: &[FrameId]) -> StackId {
-        if let Some(id) = self.stack_ids.get(frames_root_first) {
+        let hash = {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            frames_root_first.hash(&mut hasher);
+            hasher.finish()
+        };
+        let same_hash = self.stack_ids.entry(hash).or_default();
+        if let Some(id) = same_hash
+            .iter()
+            .find(|id| self.stacks[**id as usize] == frames_root_first)
+        {
             return *id;
         }
         let id = self.stacks.len() as StackId;
         self.stacks.push(frames_root_first.to_vec());
-        self.stack_ids.insert(frames_root_first.to_vec(), id);
+        same_hash.push(id);
         id
     }
 

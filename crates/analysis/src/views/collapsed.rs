@@ -10,32 +10,42 @@ use super::Folded;
 /// becomes `:` so that it cannot split the frame. Stacks whose frames differ only in kind (a
 /// method inlined in one, not in the other) read the same here and are written as one line.
 pub fn write(folded: &Folded, out: &mut impl Write) -> io::Result<()> {
-    let mut lines: Vec<(String, u64)> = Vec::with_capacity(folded.stacks.len());
-    let mut index: HashMap<String, usize> = HashMap::with_capacity(folded.stacks.len());
+    // Frames by name alone, so that such stacks merge; kept as numbers, not text, until written.
+    let mut by_name: HashMap<&str, u32> = HashMap::new();
+    let mut names: Vec<String> = Vec::new();
+    let canonical: Vec<u32> = folded
+        .frames
+        .iter()
+        .map(|frame| {
+            let next = names.len() as u32;
+            *by_name.entry(frame.name.as_str()).or_insert_with(|| {
+                names.push(frame.name.replace([';', '\n'], ":"));
+                next
+            })
+        })
+        .collect();
+    let mut weights: HashMap<Vec<u32>, u64> = HashMap::with_capacity(folded.stacks.len());
+    let mut order: Vec<Vec<u32>> = Vec::with_capacity(folded.stacks.len());
     for (stack, weight) in &folded.stacks {
-        let mut line = String::new();
-        for (position, id) in stack.iter().enumerate() {
-            if position > 0 {
-                line.push(';');
-            }
-            let name = &folded.frame(*id).name;
-            if name.contains([';', '\n']) {
-                line.push_str(&name.replace([';', '\n'], ":"));
-            } else {
-                line.push_str(name);
-            }
-        }
-        match index.get(&line) {
-            Some(at) => lines[*at].1 += weight,
+        let key: Vec<u32> = stack.iter().map(|id| canonical[*id as usize]).collect();
+        match weights.get_mut(&key) {
+            Some(sum) => *sum += weight,
             None => {
-                index.insert(line.clone(), lines.len());
-                lines.push((line, *weight));
+                weights.insert(key.clone(), *weight);
+                order.push(key);
             }
         }
     }
-    lines.sort_by(|(a_line, a), (b_line, b)| b.cmp(a).then_with(|| a_line.cmp(b_line)));
-    for (line, weight) in lines {
-        writeln!(out, "{line} {weight}")?;
+    // Heaviest first; `folded.stacks` came so, and merging only makes some heavier.
+    order.sort_by(|a, b| weights[b].cmp(&weights[a]));
+    for stack in &order {
+        for (position, id) in stack.iter().enumerate() {
+            if position > 0 {
+                out.write_all(b";")?;
+            }
+            out.write_all(names[*id as usize].as_bytes())?;
+        }
+        writeln!(out, " {}", weights[stack])?;
     }
     Ok(())
 }
