@@ -334,3 +334,72 @@ fn a_differential_view_pairs_both_profiles_stacks() {
         text(&refused.stderr)
     );
 }
+
+/// inferno (flamegraph.pl's Rust port, a reader we did not write) draws our folded stacks and
+/// its differential mode reads our `stack base new` lines: the shares it prints are the HPROF
+/// text's.
+#[test]
+fn inferno_draws_our_folded_stacks_with_the_texts_shares() {
+    let dir = kept_temp_dir("openprof-views-");
+    let output = run_cpu_split(&dir, "cpu=samples,interval=1", &["-f", "cpu.collapsed"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let hprof = openprof_testkit::read_profile(&dir.join("java.hprof.txt"));
+    let from_text = samples_by_method(&hprof);
+    let text_total: u64 = hprof.cpu_tables.iter().map(|table| table.total).sum();
+    let collapsed = std::fs::read_to_string(dir.join("cpu.collapsed")).unwrap();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(
+        &mut inferno::flamegraph::Options::default(),
+        collapsed.lines(),
+        &mut svg,
+    )
+    .expect("inferno reads the folded stacks");
+    let svg = String::from_utf8(svg).unwrap();
+    // Each frame's title: `NAME (N samples, P%)`.
+    let share_in_svg = |method: &str| -> f64 {
+        let start = svg
+            .find(&format!("<title>{method} ("))
+            .unwrap_or_else(|| panic!("{method} not drawn"));
+        let title = &svg[start..svg[start..].find("</title>").unwrap() + start];
+        let percent = title.rsplit(", ").next().unwrap().trim_end_matches("%)");
+        percent.parse().unwrap_or_else(|_| panic!("{title}"))
+    };
+    for method in ["CpuSplit.heavy", "CpuSplit.light"] {
+        let expected = 100.0 * from_text[method] as f64 / text_total as f64;
+        let drawn = share_in_svg(method);
+        // inferno prints two decimals.
+        assert!(
+            (drawn - expected).abs() <= 0.006,
+            "{method}: {drawn} % drawn, {expected:.3} % in the text"
+        );
+    }
+    // The differential form, as inferno's differential folder reads it.
+    let output = openprof_in(
+        &dir,
+        &[
+            "convert",
+            "--diff",
+            "java.hprof.txt",
+            "java.hprof.txt",
+            "-o",
+            "same.collapsed",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let diff = std::fs::read_to_string(dir.join("same.collapsed")).unwrap();
+    let mut svg = Vec::new();
+    inferno::flamegraph::from_lines(
+        &mut inferno::flamegraph::Options::default(),
+        diff.lines(),
+        &mut svg,
+    )
+    .expect("inferno reads the differential folded stacks");
+    std::fs::write(dir.join("same.svg"), &svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    // Against itself, every frame is unchanged: inferno writes `+0.00%` (or no change) for each.
+    assert!(svg.contains("CpuSplit.heavy"), "heavy drawn");
+    assert!(
+        !svg.contains("-0.0") || svg.contains("+0.00%"),
+        "no change drawn as a change"
+    );
+}
