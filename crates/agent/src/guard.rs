@@ -56,9 +56,21 @@ pub fn callback(what: &str, admit: Admit, body: impl FnOnce()) {
     }
 }
 
+/// The agent's thread's kernel id, once it has marked itself (0 before).
+static AGENT_KERNEL_ID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
 /// Marks the calling thread as the agent's own.
 pub fn mark_agent_thread() {
     IS_AGENT_THREAD.with(|flag| flag.set(true));
+    signals::never_sample_this_thread();
+    // SAFETY: gettid has no arguments and cannot fail.
+    let kernel_id = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+    AGENT_KERNEL_ID.store(kernel_id, Ordering::Release);
+}
+
+/// Whether `kernel_id` is the agent's thread (known once that thread has marked itself).
+pub fn is_agent_kernel_id(kernel_id: i32) -> bool {
+    kernel_id != 0 && AGENT_KERNEL_ID.load(Ordering::Acquire) == kernel_id
 }
 
 pub fn is_agent_thread() -> bool {

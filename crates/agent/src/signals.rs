@@ -8,6 +8,7 @@
 //! Everything the handler touches is set up before it is installed and never freed, and the
 //! handler itself only reads atomics, makes raw syscalls and writes into the ring.
 
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::ptr;
@@ -280,7 +281,23 @@ extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *
     unsafe { *libc::__errno_location() = errno };
 }
 
+thread_local! {
+    /// True on a thread whose samples are dropped (the agent's own).
+    static NEVER_SAMPLED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The calling thread's samples are dropped from now on.
+pub fn never_sample_this_thread() {
+    NEVER_SAMPLED.with(|flag| flag.set(true));
+}
+
 fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
+    // The agent's own thread is never profiled. With vmthreads=y every thread of the process is
+    // timed, and a scan may see the agent's thread before it has named itself; its samples are
+    // dropped here, where the thread itself answers (a thread-local flag, set first thing).
+    if NEVER_SAMPLED.with(Cell::get) {
+        return;
+    }
     let mut env: *mut c_void = ptr::null_mut();
     // SAFETY: GetEnv only reads the VM's thread-local current thread, which HotSpot makes safe in
     // signal handlers; async-profiler relies on the same.

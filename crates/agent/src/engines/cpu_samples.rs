@@ -139,7 +139,9 @@ impl CpuSamples {
                 .map(|name| name.trim_end().to_string())
                 .unwrap_or_default();
             names.insert(kernel_id, Arc::from(name.as_str()));
-            if name != crate::context::AGENT_THREAD_NAME {
+            if name != crate::context::AGENT_THREAD_NAME
+                && !crate::guard::is_agent_kernel_id(kernel_id)
+            {
                 self.time_thread(context, kernel_id);
             }
         }

@@ -95,6 +95,22 @@ fn the_jvms_own_threads_are_sampled_with_their_native_stacks() {
             .take(3)
             .collect::<Vec<_>>()
     );
+    // The agent's own thread is never among them. Its code runs on the JVM's threads too (the
+    // Service Thread calls its CompiledMethodLoad callback), but only its own thread starts in
+    // Rust's thread entry, and only it is named `openprof`.
+    let agents: u64 = vm
+        .iter()
+        .filter(|(trace, _)| {
+            vm_thread_of(trace) == Some("[openprof]")
+                || trace.frames.iter().any(|frame| {
+                    frame.line == FrameLine::NativeCode
+                        && frame.class_name.contains("libopenprof_agent")
+                        && frame.method_name.contains("std::sys::thread")
+                })
+        })
+        .map(|(_, count)| count)
+        .sum();
+    assert_eq!(agents, 0, "samples of the agent's own thread");
     // Their native stacks are whole: down to the function that starts the JVM's threads.
     let whole = names_in(&vm, "thread_native_entry");
     assert!(
