@@ -8,11 +8,10 @@
 //! Everything the handler touches is set up before it is installed and never freed, and the
 //! handler itself only reads atomics, makes raw syscalls and writes into the ring.
 
-use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
 
 use crate::jvmti::{jint, JNIEnv, JavaVM};
 use crate::ring::{CallFrame, SampleRing};
@@ -281,21 +280,22 @@ extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *
     unsafe { *libc::__errno_location() = errno };
 }
 
-thread_local! {
-    /// True on a thread whose samples are dropped (the agent's own).
-    static NEVER_SAMPLED: Cell<bool> = const { Cell::new(false) };
-}
+/// The kernel id of the thread whose samples are dropped (the agent's own); 0 for none.
+static NEVER_SAMPLED: AtomicI32 = AtomicI32::new(0);
 
 /// The calling thread's samples are dropped from now on.
 pub fn never_sample_this_thread() {
-    NEVER_SAMPLED.with(|flag| flag.set(true));
+    NEVER_SAMPLED.store(current_thread_id(), Ordering::Release);
 }
 
 fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
     // The agent's own thread is never profiled. With vmthreads=y every thread of the process is
     // timed, and a scan may see the agent's thread before it has named itself; its samples are
-    // dropped here, where the thread itself answers (a thread-local flag, set first thing).
-    if NEVER_SAMPLED.with(Cell::get) {
+    // dropped here, by its kernel id. Not by a thread-local: in a library the JVM loaded with
+    // dlopen, a thread's first use of a thread-local may allocate its block, and the
+    // interrupted code may hold the allocator's lock.
+    let thread_id = current_thread_id();
+    if thread_id == NEVER_SAMPLED.load(Ordering::Acquire) {
         return;
     }
     let mut env: *mut c_void = ptr::null_mut();
@@ -308,7 +308,6 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
             jvmti_bindings::sys::jni::JNI_VERSION_1_6,
         )
     };
-    let thread_id = current_thread_id();
     sampler.ring.record(|frames, depth| {
         if status != 0 || env.is_null() {
             if !VM_THREADS.load(Ordering::Acquire) {
