@@ -1,6 +1,6 @@
 //! HPROF's profiles (text, or binary read into the same records) as the profile model: CPU
-//! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, SITES as live and allocated bytes and
-//! objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
+//! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, MONITOR TIME as `lock`, SITES as live
+//! and allocated bytes and objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
 //! sampler reports is marked `[truncated]` at its root: it may have been cut there.
 //!
 //! Traces are interned as they are read ([`HprofIngest::trace`]), so a large text file is never
@@ -85,6 +85,28 @@ impl HprofIngest {
                     .profile
                     .stack_of_frames_leaf_first([Frame::marker(BELOW_CUTOFF)]);
                 self.add(stack, None, Event::Cpu, rest, rest);
+            }
+        }
+        // HPROF's monitor=y: time blocked per trace and monitor class, as `lock` with the class
+        // as a label (each row's share of the table's milliseconds is its own).
+        for table in &hprof.monitor_tables {
+            for row in &table.rows {
+                let (stack, thread) = self.stack_of_trace(hprof, row.trace, None, depth);
+                let nanoseconds =
+                    (row.self_percent / 100.0 * table.total_ms as f64 * 1e6).round() as u64;
+                self.profile.add_sample(Sample {
+                    stack,
+                    event: Event::Lock,
+                    value: nanoseconds,
+                    count: row.count,
+                    thread,
+                    time_ns: None,
+                    labels: row
+                        .method
+                        .iter()
+                        .map(|class| ("lock_class".to_string(), class.clone()))
+                        .collect(),
+                });
             }
         }
         for table in &hprof.sites {
@@ -191,5 +213,35 @@ pub fn frame(frame: &hprof_text::Frame) -> Frame {
         file: frame.source_file.clone(),
         line,
         kind,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn monitor_time_becomes_lock_time_by_monitor_class() {
+        let text = "JAVA PROFILE 1.0.1\n--------\n\
+            TRACE 300010:\n\tCalls.contend(Calls.java:40)\n\tCalls.main(Calls.java:10)\n\
+            MONITOR TIME BEGIN (total = 250 ms) Mon Nov 23 10:00:00 2026\n\
+            rank   self  accum   count trace monitor\n   \
+            1 80.00% 80.00%       4 300010 java.lang.Object (Java)\n   \
+            2 20.00% 100.00%       1 300010 Calls$Lock (Java)\n\
+            MONITOR TIME END\n";
+        let hprof = hprof_text::read(text.as_bytes()).unwrap();
+        let profile = from_hprof(&hprof, "monitor.txt");
+        assert_eq!(profile.events(), [Event::Lock]);
+        assert_eq!(profile.total(Event::Lock), 250_000_000);
+        let object = profile
+            .samples
+            .iter()
+            .find(|sample| {
+                sample.labels == [("lock_class".to_string(), "java.lang.Object".to_string())]
+            })
+            .unwrap();
+        assert_eq!((object.value, object.count), (200_000_000, 4));
+        let leaf = *profile.stack(object.stack).last().unwrap();
+        assert_eq!(profile.frame(leaf).name, "Calls.contend");
     }
 }

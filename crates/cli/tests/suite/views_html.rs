@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::helpers::{convert_in, finish, openprof_in, text, LIMIT};
 
 /// The browser the script drives; `CHROMIUM` names another.
-fn chromium() -> PathBuf {
+pub(crate) fn chromium() -> PathBuf {
     let path = std::env::var_os("CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
@@ -34,7 +34,7 @@ fn chromium() -> PathBuf {
 
 /// `playwright-core` installed once per test process from the committed lock file, into
 /// `target/browser-tests` (reinstalled when the lock file changes).
-fn browser_deps() -> &'static Path {
+pub(crate) fn browser_deps() -> &'static Path {
     static DEPS: OnceLock<PathBuf> = OnceLock::new();
     DEPS.get_or_init(|| {
         let source = workspace_root().join("crates/cli/tests/browser");
@@ -66,6 +66,50 @@ fn browser_deps() -> &'static Path {
         }
         deps
     })
+}
+
+/// A profile opened in speedscope's own app (`tests/browser/speedscope.mjs`): the page's errors
+/// and its Sandwich view's rows, `[total, self, name]` with times like `2.23s (73%)`.
+pub(crate) fn open_in_speedscope(profile: &Path) -> Value {
+    let output = finish(
+        {
+            let mut command = Command::new("node");
+            command
+                .arg(workspace_root().join("crates/cli/tests/browser/speedscope.mjs"))
+                .arg(profile)
+                .env("OPENPROF_BROWSER_DEPS", browser_deps())
+                .env("CHROMIUM", chromium())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            command
+        },
+        LIMIT,
+    );
+    assert!(
+        output.status.success(),
+        "speedscope on {}: {}",
+        profile.display(),
+        text(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the driver's JSON");
+    assert_eq!(
+        seen["errors"],
+        serde_json::json!([]),
+        "speedscope's errors: {seen}"
+    );
+    seen
+}
+
+/// The share in parentheses of a speedscope Sandwich cell: `2.23s (73%)` is 73.
+pub(crate) fn speedscope_share(cell: &Value) -> f64 {
+    let text = cell.as_str().expect("a cell");
+    let inside = text
+        .rsplit_once('(')
+        .and_then(|(_, rest)| rest.strip_suffix("%)"))
+        .unwrap_or_else(|| panic!("no share in {text}"));
+    inside
+        .parse()
+        .unwrap_or_else(|_| panic!("no share in {text}"))
 }
 
 /// Where to save screenshots, when asked for.

@@ -319,6 +319,22 @@ fn speedscope_json_has_the_split() {
         .iter()
         .any(|frame| frame["name"] == "CpuSplit.heavy" && frame["file"] == "CpuSplit.java"));
 
+    // speedscope's own app reads the file: its Sandwich view gives each method's self share.
+    let seen = crate::views_html::open_in_speedscope(&recorded.dir.join("x.json"));
+    let rows = seen["rows"].as_array().expect("the Sandwich view's rows");
+    for method in ["CpuSplit.heavy", "CpuSplit.light"] {
+        let row = rows
+            .iter()
+            .find(|row| row[2] == method)
+            .unwrap_or_else(|| panic!("{method} not in speedscope's view: {seen}"));
+        let shown = crate::views_html::speedscope_share(&row[1]);
+        let expected = recorded.share(method);
+        assert!(
+            (shown - expected).abs() <= 1.0,
+            "{method}: {shown}% self in speedscope, {expected:.2}% of all samples in the text"
+        );
+    }
+
     convert_in(&recorded.dir, &["x.txt", "-o", "threads.json", "--threads"]);
     let bytes = std::fs::read(recorded.dir.join("threads.json")).unwrap();
     let file: Value = serde_json::from_slice(&bytes).expect("speedscope's JSON");

@@ -195,6 +195,17 @@ pub struct CpuTable {
     pub rows: Vec<CpuRow>,
 }
 
+/// A `MONITOR TIME BEGIN … END` table (HPROF's `monitor=y`): time threads spent blocked on
+/// contended monitors, by trace and monitor class. Its rows have a CPU table's columns; a row's
+/// `method` holds the monitor's class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MonitorTable {
+    /// Milliseconds blocked, over all rows.
+    pub total_ms: u64,
+    pub date: String,
+    pub rows: Vec<CpuRow>,
+}
+
 /// One trace's cost for a CPU table: samples (cost = hits) or CPU time with entry counts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CpuEntry {
@@ -312,6 +323,8 @@ pub struct TextProfile {
     pub sites: Vec<SitesTable>,
     /// Every heap dump, summed by class as it was read, in file order.
     pub heap_dumps: Vec<HeapHistogram>,
+    /// MONITOR TIME tables, in file order.
+    pub monitor_tables: Vec<MonitorTable>,
     /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
     pub skipped_sections: Vec<String>,
     /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run

@@ -4,8 +4,8 @@
 use std::io::{self, BufRead};
 
 use super::{
-    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, SamplerReport,
-    SitesTable, TextProfile, ThreadStart, Trace,
+    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, MonitorTable,
+    SamplerReport, SitesTable, TextProfile, ThreadStart, Trace,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -445,6 +445,29 @@ fn parse<R: BufRead>(
                 date,
                 rows,
             });
+        } else if let Some(rest) = line.strip_prefix("MONITOR TIME BEGIN (total = ") {
+            let (total, date) = rest
+                .split_once(" ms)")
+                .ok_or_else(|| malformed(number, "MONITOR TIME: no ' ms)' after the total"))?;
+            let total_ms = parse_number(total, number, "MONITOR TIME total")?;
+            let date = date.trim().to_string();
+            let mut rows = Vec::new();
+            lines.section("MONITOR TIME END", number, |row, number| {
+                if !row.starts_with("rank ") {
+                    let mut row = parse_cpu_row(row, number)?;
+                    // `java.lang.Object (Java)`: the class, and the kind HPROF prints after it.
+                    row.method = row
+                        .method
+                        .map(|class| class.trim_end_matches(" (Java)").to_string());
+                    rows.push(row);
+                }
+                Ok(())
+            })?;
+            profile.monitor_tables.push(MonitorTable {
+                total_ms,
+                date,
+                rows,
+            });
         } else if line.starts_with("SITES BEGIN") {
             let (ordered_by, date) = sites::parse_sites_header(line, number)?;
             let mut rows = Vec::new();
@@ -608,6 +631,33 @@ mod tests {
                 Frame::failed_walk("[GC active]")
             ]
         );
+    }
+
+    /// HPROF's own `monitor=y` table: `%4u %5.2f%% %5.2f%% %7u %5u %s (Java)` rows.
+    #[test]
+    fn monitor_time_tables_are_read() {
+        let text = "JAVA PROFILE 1.0.1\n--------\n\
+            MONITOR TIME BEGIN (total = 250 ms) Mon Nov 23 10:00:00 2026\n\
+            rank   self  accum   count trace monitor\n   \
+            1 80.00% 80.00%       4 300010 java.lang.Object (Java)\n   \
+            2 20.00% 100.00%       1 300011 Calls$Lock (Java)\n\
+            MONITOR TIME END\n\
+            MONITOR TIME BEGIN (total = 0 ms) Mon Nov 23 10:00:01 2026\n\
+            MONITOR TIME END\n";
+        let profile = read(text.as_bytes()).unwrap();
+        assert_eq!(profile.monitor_tables.len(), 2);
+        let table = &profile.monitor_tables[0];
+        assert_eq!((table.total_ms, table.rows.len()), (250, 2));
+        assert_eq!(table.rows[0].method.as_deref(), Some("java.lang.Object"));
+        assert_eq!((table.rows[1].count, table.rows[1].trace), (1, 300011));
+        assert_eq!(table.rows[1].self_percent, 20.0);
+        assert!(profile.monitor_tables[1].rows.is_empty());
+        let bad =
+            "JAVA PROFILE 1.0.1\n--------\nMONITOR TIME BEGIN (total = x ms) d\nMONITOR TIME END\n";
+        assert!(read(bad.as_bytes())
+            .unwrap_err()
+            .to_string()
+            .contains("line 3"));
     }
 
     #[test]
