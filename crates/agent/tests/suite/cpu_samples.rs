@@ -352,13 +352,14 @@ fn samples_in_vm_code_are_walked_or_shown_in_the_vm() {
 /// A real program openprof did not write: javac compiling generated classes. Its walks fail
 /// where AsyncGetCallTrace gives up (dispatch stubs, method entries, VM code, runtime stubs);
 /// after the second walks, few do, and every way of recovering is used.
-#[test]
-fn javac_is_walked() {
+/// javac compiling `classes` generated classes under the agent with `options` (a file= is
+/// added): a real program openprof did not write.
+pub(crate) fn javac_profile(classes: usize, options: &str) -> TextProfile {
     let dir = openprof_testkit::kept_temp_dir("openprof-javac-");
     let sources = dir.join("generated");
     std::fs::create_dir_all(&sources).unwrap();
     let mut files = Vec::new();
-    for class in 0..150 {
+    for class in 0..classes {
         let mut text = format!("import java.util.*;\npublic class Generated{class} {{\n");
         for method in 0..20 {
             text.push_str(&format!(
@@ -377,7 +378,7 @@ fn javac_is_walked() {
     let profile_file = dir.join("javac.txt");
     let child = std::process::Command::new(openprof_testkit::jdk().javac().expect("javac"))
         .arg(format!(
-            "-J-agentpath:{}=cpu=samples,interval=1,file={}",
+            "-J-agentpath:{}={options},file={}",
             openprof_testkit::agent_library().display(),
             profile_file.display()
         ))
@@ -394,7 +395,12 @@ fn javac_is_walked() {
         "javac: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let profile = openprof_testkit::read_profile(&profile_file);
+    openprof_testkit::read_profile(&profile_file)
+}
+
+#[test]
+fn javac_is_walked() {
+    let profile = javac_profile(150, "cpu=samples,interval=1");
     let sampler = &profile.samplers[0];
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
     assert!(total >= 1000, "too few samples: {total}");
