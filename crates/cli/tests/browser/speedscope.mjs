@@ -42,10 +42,29 @@ try {
   await page.waitForFunction(() => document.title.includes(" - speedscope"), null, { timeout: 20000 });
   result.title = await page.title();
   await page.getByText("Sandwich").click();
-  await page.waitForSelector("tr td", { timeout: 20000 });
-  // Rows of [total, self, name]: `2.23s (73%)`, `763.00ms (25%)`, ...
-  result.rows = await page.$$eval("tr", (rows) => rows.slice(1).map((row) =>
-    Array.from(row.children).map((cell) => cell.textContent)));
+  await page.getByText("Symbol Name").first().waitFor({ timeout: 20000 });
+  // A file of several profiles (threads, events) shows `(1/N)` in the toolbar; `n` shows the
+  // next one. Every profile's Sandwich rows are taken, with the profile's toolbar title.
+  const toolbar = async () => (await page.textContent("body")).match(/\((\d+)\/(\d+)\)/);
+  const position = await toolbar();
+  const count = position ? Number(position[2]) : 1;
+  result.profiles = [];
+  for (let index = 0; index < count; index++) {
+    // The Sandwich table's rows of [total, self, name], after its header: `2.23s (73%)`, ...
+    // (the profile selector's rows come before it).
+    const rows = await page.$$eval("tr", (rows) => {
+      const cells = rows.map((row) => Array.from(row.children).map((cell) => cell.textContent));
+      const header = cells.findIndex((row) => row.join("|") === "Total|Self|Symbol Name");
+      return header < 0 ? [] : cells.slice(header + 1).filter((row) => row.length === 3);
+    });
+    result.profiles.push(rows);
+    if (index + 1 < count) {
+      await page.keyboard.press("n");
+      await page.waitForFunction((next) => document.body.textContent.includes(`(${next}/`),
+        index + 2, { timeout: 20000 });
+    }
+  }
+  result.rows = result.profiles.flat();
 } finally {
   await browser.close();
   fs.rmSync(path.dirname(loader), { recursive: true, force: true });

@@ -5,9 +5,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use openprof_analysis::inputs::read_file;
-use openprof_analysis::views::timeline::write_speedscope_evented;
-use openprof_analysis::views::ViewOptions;
 use openprof_testkit::{run_java, Run};
 use serde_json::Value;
 
@@ -114,11 +111,11 @@ fn a_traced_runs_calls_are_the_workloads_in_chrome_trace_speedscope_and_folded_s
         }
     }
 
-    // speedscope, evented: a frame opened and closed per call, closes matching opens.
-    let profile = read_file(&run.dir.join("t.xml"), &mut |_| {}).unwrap();
-    let mut written = Vec::new();
-    write_speedscope_evented(&profile, &ViewOptions::default(), &mut written).unwrap();
-    let speedscope: Value = serde_json::from_slice(&written).unwrap();
+    // speedscope, evented (a trace's .json): a frame opened and closed per call, closes
+    // matching opens.
+    convert_in(&run.dir, &["t.xml", "-o", "t.json"]);
+    let speedscope: Value =
+        serde_json::from_slice(&std::fs::read(run.dir.join("t.json")).unwrap()).unwrap();
     let frames = speedscope["shared"]["frames"].as_array().unwrap();
     let (mut opens, mut closes) = (HashMap::<String, u64>::new(), HashMap::<String, u64>::new());
     for thread in speedscope["profiles"].as_array().unwrap() {
@@ -143,6 +140,24 @@ fn a_traced_runs_calls_are_the_workloads_in_chrome_trace_speedscope_and_folded_s
     for (method, count) in expected_calls() {
         assert_eq!(opens.get(&method), Some(&count), "{method}");
         assert_eq!(closes.get(&method), Some(&count), "{method}");
+    }
+
+    // speedscope's own app reads both files (its Chrome trace importer, its own format's): the
+    // traced methods are in its Sandwich view, main's work the heaviest of Calls' own.
+    for file in ["t.json", "t.trace.json"] {
+        let seen = crate::views_html::open_in_speedscope(&run.dir.join(file));
+        let names: Vec<&str> = seen["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|row| row[2].as_str())
+            .collect();
+        for method in expected_calls().keys() {
+            assert!(
+                names.contains(&method.as_str()),
+                "{file}: no {method} in {names:?}"
+            );
+        }
     }
 
     // Folded stacks of the calls event: each method's calls under their callers.
