@@ -4,7 +4,8 @@
 Inputs, made here:
 - an HPROF text profile of javac compiling --classes generated classes under openprof
   (cpu=samples,interval=1,depth=256,cutoff=0, thread=y);
-- a JFR recording of the same javac job by the JDK's Flight Recorder (settings=profile);
+- a JFR recording of the same javac job by the JDK's Flight Recorder (settings=profile, execution
+  samples every 1 ms);
 - synthetic HPROF text profiles of --stacks distinct stacks (default 10,000 and 100,000), each 20
   to 60 frames deep over a pool of 5,000 methods, which is what a large real profile looks like to
   the converter.
@@ -139,7 +140,8 @@ def main():
                     f"cutoff=0,thread=y,verbose=n,file={hprof}", "-d", os.path.join(work, "c1"),
                     *files], check=True, capture_output=True)
     jfr = os.path.join(work, "javac.jfr")
-    subprocess.run([jdk_tool("javac"), f"-J-XX:StartFlightRecording=filename={jfr},settings=profile",
+    subprocess.run([jdk_tool("javac"), f"-J-XX:StartFlightRecording=filename={jfr},settings=profile,"
+                    "jdk.ExecutionSample#period=1ms",
                     "-d", os.path.join(work, "c2"), *files], check=True, capture_output=True)
     inputs = [("javac, HPROF text", hprof), ("javac, JFR", jfr)]
     for stacks in options.stacks:

@@ -59,9 +59,6 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
     }
     let (options_text, depth_added) = crate::run_command::with_view_depth(&args.options);
     let agent = crate::agent_library::find_agent(args.agent)?;
-    if depth_added {
-        crate::run_command::say_view_depth();
-    }
     // The JVM resolves the path in its own working directory: give it an absolute one.
     let agent = agent
         .canonicalize()
@@ -79,6 +76,9 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
     let said = take_report(&report, target.uid);
     match outcome {
         Ok(_) => {
+            if depth_added {
+                crate::run_command::say_view_depth();
+            }
             println!("openprof: attached to JVM {pid} ({})", agent.display());
             match &said {
                 Some(said) => print!("{said}"),
