@@ -15,3 +15,21 @@ def jdk_tool(name):
     if not found:
         sys.exit(f"{os.path.basename(sys.argv[0])}: no {name}: set JAVA_HOME or put a JDK on PATH")
     return found
+
+
+def javac_sources(work, classes):
+    """Writes `classes` generated classes under WORK/generated for javac to compile (each 20
+    methods of collections, string building and boxing); returns their paths."""
+    sources = os.path.join(work, "generated")
+    os.makedirs(sources)
+    for i in range(classes):
+        with open(os.path.join(sources, f"Generated{i}.java"), "w") as out:
+            out.write(f"import java.util.*;\npublic class Generated{i} {{\n")
+            for m in range(20):
+                out.write(f"  public List<String> m{m}(Map<String, Integer> in) {{\n"
+                          f"    List<String> out = new ArrayList<>();\n"
+                          f"    for (Map.Entry<String, Integer> e : in.entrySet())\n"
+                          f"      if (e.getValue() > {m}) out.add(e.getKey() + \"{i}\" + e.getValue());\n"
+                          f"    return out;\n  }}\n")
+            out.write("}\n")
+    return sorted(os.path.join(sources, name) for name in os.listdir(sources))

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, jdk_tool
+from benchlib import ROOT, javac_sources, jdk_tool
 
 OUTPUTS = ["collapsed", "html", "pb.gz", "json"]
 
@@ -122,19 +122,7 @@ def main():
     if not (os.path.isfile(openprof) and os.path.isfile(agent)):
         sys.exit("convert: build first: cargo build --release")
     work = tempfile.mkdtemp(prefix="openprof-convert-bench-")
-    sources = os.path.join(work, "generated")
-    os.makedirs(sources)
-    for i in range(options.classes):
-        with open(os.path.join(sources, f"Generated{i}.java"), "w") as out:
-            out.write(f"import java.util.*;\npublic class Generated{i} {{\n")
-            for m in range(20):
-                out.write(f"  public List<String> m{m}(Map<String, Integer> in) {{\n"
-                          f"    List<String> out = new ArrayList<>();\n"
-                          f"    for (Map.Entry<String, Integer> e : in.entrySet())\n"
-                          f"      if (e.getValue() > {m}) out.add(e.getKey() + \"{i}\" + e.getValue());\n"
-                          f"    return out;\n  }}\n")
-            out.write("}\n")
-    files = sorted(os.path.join(sources, name) for name in os.listdir(sources))
+    files = javac_sources(work, options.classes)
     hprof = os.path.join(work, "javac.hprof.txt")
     subprocess.run([jdk_tool("javac"), f"-J-agentpath:{agent}=cpu=samples,interval=1,depth=256,"
                     f"cutoff=0,thread=y,verbose=n,file={hprof}", "-d", os.path.join(work, "c1"),

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import ROOT, jdk_tool
+from benchlib import ROOT, javac_sources, jdk_tool
 
 FAILED_MARKERS = ("[unknown", "[not_walkable", "[break_", "[deoptimization")
 # async-profiler's `ann` suffixes of Java frames: compiled, inlined, interpreted, C1.
@@ -207,19 +207,7 @@ def main():
     work = tempfile.mkdtemp(prefix="openprof-stack-walk-")
     subprocess.run([jdk_tool("javac"), "-d", work, os.path.join(ROOT, "java", "workloads", "Megamorphic.java")],
                    check=True)
-    sources = os.path.join(work, "generated")
-    os.makedirs(sources)
-    for i in range(options.classes):
-        with open(os.path.join(sources, f"Generated{i}.java"), "w") as out:
-            out.write(f"import java.util.*;\npublic class Generated{i} {{\n")
-            for m in range(20):
-                out.write(f"  public List<String> m{m}(Map<String, Integer> in) {{\n"
-                          f"    List<String> out = new ArrayList<>();\n"
-                          f"    for (Map.Entry<String, Integer> e : in.entrySet())\n"
-                          f"      if (e.getValue() > {m}) out.add(e.getKey() + \"{i}\" + e.getValue());\n"
-                          f"    return out;\n  }}\n")
-            out.write("}\n")
-    files = sorted(os.path.join(sources, name) for name in os.listdir(sources))
+    files = javac_sources(work, options.classes)
     openprof_file = os.path.join(work, "openprof.txt")
     async_file = os.path.join(work, "async.collapsed")
     openprof_option = f"{agent}=cpu=samples,interval=1,verbose=n,file={openprof_file}"
