@@ -255,14 +255,8 @@ fn attach_with_an_output_file_waits_for_the_exit_and_converts() {
         text(&attached.stderr)
     );
     let collapsed = std::fs::read_to_string(&folded).expect("the folded stacks");
-    let leaf = |method: &str| -> f64 {
-        collapsed
-            .lines()
-            .filter_map(|line| line.rsplit_once(' '))
-            .filter(|(stack, _)| stack.ends_with(method))
-            .map(|(_, count)| count.parse::<f64>().unwrap())
-            .sum()
-    };
+    let leaves = crate::helpers::leaf_samples(&collapsed);
+    let leaf = |method: &str| leaves.get(method).copied().unwrap_or(0) as f64;
     let (heavy, light) = (leaf("AttachTarget.heavy"), leaf("AttachTarget.light"));
     let share = heavy / (heavy + light);
     assert!(

@@ -1093,14 +1093,8 @@ fn a_jvm_attached_to_while_running_streams_its_profile_to_the_collector() {
     ]);
     assert!(converted.status.success(), "{}", text(&converted.stderr));
     let folded = std::fs::read_to_string(&folded_file).unwrap();
-    let leaf_samples = |method: &str| -> f64 {
-        folded
-            .lines()
-            .filter_map(|line| line.rsplit_once(' '))
-            .filter(|(stack, _)| stack.ends_with(method))
-            .map(|(_, count)| count.parse::<f64>().unwrap())
-            .sum()
-    };
+    let leaves = crate::helpers::leaf_samples(&folded);
+    let leaf_samples = |method: &str| leaves.get(method).copied().unwrap_or(0) as f64;
     let (folded_heavy, folded_light) = (
         leaf_samples("AttachTarget.heavy"),
         leaf_samples("AttachTarget.light"),

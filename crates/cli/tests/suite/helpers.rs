@@ -53,3 +53,15 @@ pub fn convert_in(dir: &Path, args: &[&str]) {
         text(&output.stderr)
     );
 }
+
+/// Each method's weight in folded stacks (`frame;frame;leaf count` lines), summed at the
+/// stack's leaf.
+pub fn leaf_samples(collapsed: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut samples = std::collections::BTreeMap::new();
+    for line in collapsed.lines() {
+        let (stack, count) = line.rsplit_once(' ').expect("stack and count");
+        let leaf = stack.rsplit(';').next().unwrap().to_string();
+        *samples.entry(leaf).or_insert(0) += count.parse::<u64>().expect("count");
+    }
+    samples
+}

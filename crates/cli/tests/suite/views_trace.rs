@@ -166,12 +166,7 @@ fn a_traced_runs_calls_are_the_workloads_in_chrome_trace_speedscope_and_folded_s
         &["t.xml", "-o", "t.collapsed", "--event", "calls"],
     );
     let folded = std::fs::read_to_string(run.dir.join("t.collapsed")).unwrap();
-    let mut leaves: HashMap<String, u64> = HashMap::new();
-    for line in folded.lines() {
-        let (stack, count) = line.rsplit_once(' ').unwrap();
-        let leaf = stack.rsplit(';').next().unwrap();
-        *leaves.entry(leaf.to_string()).or_default() += count.parse::<u64>().unwrap();
-    }
+    let leaves: HashMap<String, u64> = crate::helpers::leaf_samples(&folded).into_iter().collect();
     assert_eq!(leaves, expected_calls());
     assert!(
         folded.contains(&format!("Calls.main;Calls.work {CALLS}\n")),
