@@ -368,12 +368,26 @@ fn inferno_draws_our_folded_stacks_with_the_texts_shares() {
         &mut svg,
     )
     .expect("inferno reads the differential folded stacks");
-    std::fs::write(dir.join("same.svg"), &svg).unwrap();
     let svg = String::from_utf8(svg).unwrap();
-    // Against itself, every frame is unchanged: inferno writes `+0.00%` (or no change) for each.
-    assert!(svg.contains("CpuSplit.heavy"), "heavy drawn");
+    // Against itself, every frame's change is nothing: `NAME (N samples, P%; 0.00%)`.
+    let titles: Vec<&str> = svg
+        .split("<title>")
+        .skip(1)
+        .map(|rest| &rest[..rest.find("</title>").unwrap()])
+        .filter(|title| title.contains(" samples, "))
+        .collect();
     assert!(
-        !svg.contains("-0.0") || svg.contains("+0.00%"),
-        "no change drawn as a change"
+        titles
+            .iter()
+            .any(|title| title.starts_with("CpuSplit.heavy (")),
+        "{titles:?}"
     );
+    // The root, `all`, carries no change.
+    for title in titles.iter().filter(|title| !title.starts_with("all (")) {
+        let change = title.rsplit("; ").next().unwrap().trim_end_matches(')');
+        assert!(
+            ["0.00%", "+0.00%", "-0.00%"].contains(&change),
+            "a change where there is none: {title}"
+        );
+    }
 }
