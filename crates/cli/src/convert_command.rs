@@ -49,6 +49,9 @@ pub struct ViewArgs {
     /// Class names without their packages.
     #[arg(long)]
     pub simple: bool,
+    /// A method's source lines as frames of their own (`Method:LINE`); pprof always has them.
+    #[arg(long)]
+    pub lines: bool,
     /// Leave out of flame graphs the frames narrower than this percentage of the total.
     #[arg(long, value_name = "PERCENT", default_value_t = 0.0)]
     pub minwidth: f64,
@@ -69,6 +72,7 @@ impl ViewArgs {
             || self.from.is_some()
             || self.to.is_some()
             || self.simple
+            || self.lines
             || self.minwidth > 0.0
     }
 }
@@ -205,6 +209,7 @@ pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
         min_width_percent: args.minwidth,
         title: args.title.clone(),
         with_labels: false,
+        with_lines: args.lines,
     })
 }
 

@@ -1,6 +1,7 @@
 //! Folded stacks (Brendan Gregg's collapsed format): one line per stack, frames root first
 //! separated by `;`, then a space and the weight. flamegraph.pl, inferno and speedscope read it.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -11,15 +12,16 @@ use super::Folded;
 /// method inlined in one, not in the other) read the same here and are written as one line.
 pub fn write(folded: &Folded, out: &mut impl Write) -> io::Result<()> {
     // Frames by name alone, so that such stacks merge; kept as numbers, not text, until written.
-    let mut by_name: HashMap<&str, u32> = HashMap::new();
+    let mut by_name: HashMap<Cow<'_, str>, u32> = HashMap::new();
     let mut names: Vec<String> = Vec::new();
     let canonical: Vec<u32> = folded
         .frames
         .iter()
         .map(|frame| {
             let next = names.len() as u32;
-            *by_name.entry(frame.name.as_str()).or_insert_with(|| {
-                names.push(frame.name.replace([';', '\n'], ":"));
+            let label = frame.label();
+            *by_name.entry(label.clone()).or_insert_with(|| {
+                names.push(label.replace([';', '\n'], ":"));
                 next
             })
         })

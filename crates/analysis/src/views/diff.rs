@@ -82,7 +82,7 @@ pub fn write_collapsed(diff: &FoldedDiff, out: &mut impl Write) -> io::Result<()
     for (stack, base, new) in &diff.stacks {
         let names: Vec<String> = stack
             .iter()
-            .map(|id| diff.frame(*id).name.replace([';', '\n'], ":"))
+            .map(|id| diff.frame(*id).label().replace([';', '\n'], ":"))
             .collect();
         writeln!(out, "{} {base} {new}", names.join(";"))?;
     }

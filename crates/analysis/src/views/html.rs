@@ -130,7 +130,7 @@ fn write_data<'a>(
         if index > 0 {
             out.write_all(b",")?;
         }
-        write_json_string(&frame.name, out)?;
+        write_json_string(&frame.label(), out)?;
     }
     out.write_all(b"],\"kinds\":[")?;
     for (index, kind) in KINDS.iter().enumerate() {

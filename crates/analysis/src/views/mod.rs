@@ -9,6 +9,7 @@ pub mod speedscope;
 pub mod timeline;
 pub mod tree;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -103,13 +104,18 @@ pub struct ViewOptions {
     /// Samples with different labels kept apart, each stack with its labels
     /// (`Folded::labels`): for the outputs that show labels.
     pub with_labels: bool,
+    /// A method's lines kept apart (`ViewFrame::line`): for the outputs that show lines.
+    pub with_lines: bool,
 }
 
-/// A frame as a view shows it: merged by name and kind (lines apart).
+/// A frame as a view shows it: merged by name and kind, and by line too unless the view keeps
+/// lines apart (`ViewOptions::with_lines`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ViewFrame {
     pub name: String,
     pub kind: ViewFrameKind,
+    /// The source line, with `ViewOptions::with_lines` and where the profile knows it.
+    pub line: Option<u32>,
 }
 
 /// A view frame's kind: the profile's kinds, with JDK methods told apart from the program's and
@@ -157,6 +163,16 @@ pub struct Folded {
 /// A sample's labels: (name, value).
 pub type Labels = Vec<(String, String)>;
 
+impl ViewFrame {
+    /// The frame as outputs name it: the method, and `:LINE` when lines are kept apart.
+    pub fn label(&self) -> Cow<'_, str> {
+        match self.line {
+            Some(line) => Cow::Owned(format!("{}:{line}", self.name)),
+            None => Cow::Borrowed(&self.name),
+        }
+    }
+}
+
 impl Folded {
     pub fn frame(&self, id: u32) -> &ViewFrame {
         &self.frames[id as usize]
@@ -196,7 +212,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
                 .iter()
                 .any(|regex| regex.is_match(&frame.name)),
         );
-        let view = view_frame(frame, options.simple);
+        let view = view_frame(frame, options);
         let next = view_ids.len() as u32;
         let id = *view_ids.entry(view.clone()).or_insert_with(|| {
             folded.frames.push(view);
@@ -280,7 +296,7 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
 }
 
 /// The view frame a profile frame is shown as.
-fn view_frame(frame: &Frame, simple: bool) -> ViewFrame {
+fn view_frame(frame: &Frame, options: &ViewOptions) -> ViewFrame {
     let kind = match frame.kind {
         FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
         FrameKind::Java => ViewFrameKind::Java,
@@ -289,12 +305,13 @@ fn view_frame(frame: &Frame, simple: bool) -> ViewFrame {
         FrameKind::Marker => ViewFrameKind::Marker,
         FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
     };
-    let name = if simple {
+    let name = if options.simple {
         frame.simple_name().to_string()
     } else {
         frame.name.clone()
     };
-    ViewFrame { name, kind }
+    let line = frame.line.filter(|_| options.with_lines);
+    ViewFrame { name, kind, line }
 }
 
 /// The name of a thread's root frame in per-thread views.
@@ -316,7 +333,7 @@ pub fn source_files(profile: &Profile, options: &ViewOptions) -> HashMap<ViewFra
     for frame in profile.frames() {
         if let Some(file) = &frame.file {
             files
-                .entry(view_frame(frame, options.simple))
+                .entry(view_frame(frame, options))
                 .or_insert_with(|| file.clone());
         }
     }
@@ -338,7 +355,11 @@ fn intern(
     name: String,
     kind: ViewFrameKind,
 ) -> u32 {
-    let view = ViewFrame { name, kind };
+    let view = ViewFrame {
+        name,
+        kind,
+        line: None,
+    };
     if let Some(id) = ids.get(&view) {
         return *id;
     }

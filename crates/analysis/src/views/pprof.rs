@@ -234,9 +234,16 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
         columns.extend(event_columns);
     }
 
+    // pprof shows lines: a location is a method at a line, a function the method.
+    let options = &ViewOptions {
+        with_lines: true,
+        ..options.clone()
+    };
     let files = source_files(profile, options);
     let mut function_ids: HashMap<ViewFrame, u64> = HashMap::new();
     let mut functions: Vec<proto::Function> = Vec::new();
+    let mut location_ids: HashMap<ViewFrame, u64> = HashMap::new();
+    let mut locations: Vec<proto::Location> = Vec::new();
     // (locations leaf first, thread root, labels) -> a value per column.
     type Key = (Vec<u64>, ViewFrame, Labels);
     let mut samples: HashMap<Key, Vec<i64>> = HashMap::new();
@@ -259,29 +266,52 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
             };
             let thread = folded.frame(*root).clone();
             let frames = if options.by_thread { &stack[..] } else { rest };
-            let locations: Vec<u64> = frames
+            let stack_locations: Vec<u64> = frames
                 .iter()
                 .rev()
                 .map(|id| {
                     let frame = folded.frame(*id);
-                    if let Some(id) = function_ids.get(frame) {
+                    if let Some(id) = location_ids.get(frame) {
                         return *id;
                     }
-                    let id = functions.len() as u64 + 1;
-                    let name = strings.id(&frame.name);
-                    let filename = files.get(frame).map_or(0, |file| strings.id(file));
-                    functions.push(proto::Function {
+                    let method = ViewFrame {
+                        line: None,
+                        ..frame.clone()
+                    };
+                    let function_id = match function_ids.get(&method) {
+                        Some(id) => *id,
+                        None => {
+                            let id = functions.len() as u64 + 1;
+                            let name = strings.id(&method.name);
+                            let filename = files.get(frame).map_or(0, |file| strings.id(file));
+                            functions.push(proto::Function {
+                                id,
+                                name,
+                                system_name: name,
+                                filename,
+                                start_line: 0,
+                            });
+                            function_ids.insert(method, id);
+                            id
+                        }
+                    };
+                    // A frame is a method's line at an unknown address.
+                    let id = locations.len() as u64 + 1;
+                    locations.push(proto::Location {
                         id,
-                        name,
-                        system_name: name,
-                        filename,
-                        start_line: 0,
+                        mapping_id: 1,
+                        line: vec![proto::Line {
+                            function_id,
+                            line: frame.line.map_or(0, i64::from),
+                            column: 0,
+                        }],
+                        ..proto::Location::default()
                     });
-                    function_ids.insert(frame.clone(), id);
+                    location_ids.insert(frame.clone(), id);
                     id
                 })
                 .collect();
-            let key = (locations, thread, labels.clone());
+            let key = (stack_locations, thread, labels.clone());
             let values = samples.entry(key.clone()).or_insert_with(|| {
                 order.push(key);
                 vec![0; columns.len()]
@@ -334,25 +364,13 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
             }
         })
         .collect();
-    // A frame is a function at an unknown address: one location per function, sharing its id.
-    let location = functions
-        .iter()
-        .map(|function| proto::Location {
-            id: function.id,
-            mapping_id: 1,
-            line: vec![proto::Line {
-                function_id: function.id,
-                ..proto::Line::default()
-            }],
-            ..proto::Location::default()
-        })
-        .collect();
     // The mapping says the functions are known, so that pprof does not try to symbolize.
     let mapping = vec![proto::Mapping {
         id: 1,
         filename: strings.id("[jvm]"),
         has_functions: true,
         has_filenames: !files.is_empty(),
+        has_line_numbers: locations.iter().any(|location| location.line[0].line > 0),
         ..proto::Mapping::default()
     }];
     let sample_type = columns
@@ -384,7 +402,7 @@ pub fn to_proto(profile: &Profile, options: &ViewOptions) -> proto::Profile {
         sample_type,
         sample,
         mapping,
-        location,
+        location: locations,
         function: functions,
         time_nanos: profile
             .start_epoch_ns

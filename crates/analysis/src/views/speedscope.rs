@@ -123,7 +123,7 @@ pub fn to_file(profile: &Profile, options: &ViewOptions) -> File {
                     let frame = folded.frame(*id);
                     *frame_ids.entry(frame.clone()).or_insert_with(|| {
                         frames.push(FrameEntry {
-                            name: frame.name.clone(),
+                            name: frame.label().into_owned(),
                             file: files.get(frame).cloned(),
                         });
                         frames.len() as u32 - 1

@@ -2,10 +2,11 @@
 //! HTML page draws and `openprof report` prints, and the hottest methods of a view by self and
 //! total weight.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::Folded;
+use super::{Folded, ViewFrame};
 
 /// The folded stacks merged into a tree of calls: node 0 is the root, each node's children
 /// heaviest first.
@@ -81,11 +82,12 @@ pub struct MethodWeight {
 
 /// The methods of a view, most self weight first (then most total, then by name).
 pub fn top_methods(folded: &Folded) -> Vec<MethodWeight> {
+    let labels: Vec<Cow<'_, str>> = folded.frames.iter().map(ViewFrame::label).collect();
     let mut by_name: HashMap<&str, (u64, u64)> = HashMap::new();
     for (stack, weight) in &folded.stacks {
         let mut seen: Vec<&str> = Vec::with_capacity(stack.len());
         for (position, id) in stack.iter().enumerate() {
-            let name = folded.frame(*id).name.as_str();
+            let name = labels[*id as usize].as_ref();
             let entry = by_name.entry(name).or_insert((0, 0));
             if position + 1 == stack.len() {
                 entry.0 += weight;
@@ -136,7 +138,7 @@ pub fn write_text(
         let node = &tree.nodes[index];
         let name = node
             .frame
-            .map_or("", |frame| folded.frame(frame).name.as_str());
+            .map_or(Cow::Borrowed(""), |frame| folded.frame(frame).label());
         writeln!(
             out,
             "{:6.2}% {:6.2}%  {}{name}",
@@ -154,12 +156,13 @@ pub fn write_text(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::views::{ViewFrame, ViewFrameKind};
+    use crate::views::ViewFrameKind;
 
     fn folded() -> Folded {
         let frame = |name: &str| ViewFrame {
             name: name.into(),
             kind: ViewFrameKind::Java,
+            line: None,
         };
         Folded {
             frames: vec![frame("main"), frame("heavy"), frame("light"), frame("mix")],

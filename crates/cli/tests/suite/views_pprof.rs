@@ -11,7 +11,7 @@ use openprof_format::hprof_text::{CpuTableKind, TextProfile};
 use openprof_testkit::{run_java, samples_by_method};
 use serde_json::Value;
 
-use crate::helpers::{convert_in, openprof_in, text, LIMIT};
+use crate::helpers::{convert_in, leaf_samples, openprof_in, text, LIMIT};
 
 /// A profile of CpuSplit (with threads) and the HPROF text's own figures, shared by the tests.
 struct Recorded {
@@ -146,6 +146,109 @@ fn go_tool_pprof_reads_the_split() {
     // The thread is a label pprof can group by.
     let tags = go_pprof(&recorded.dir, &["-tags", "x.pb.gz"]);
     assert!(tags.contains("thread:") && tags.contains("main"), "{tags}");
+}
+
+/// The line numbers of a workload's source: where `method`'s body starts and ends, and the line
+/// that holds `text`.
+struct Source(Vec<String>);
+
+impl Source {
+    fn of(workload: &str) -> Source {
+        let path =
+            openprof_testkit::workspace_root().join(format!("java/workloads/{workload}.java"));
+        let text = std::fs::read_to_string(&path).expect("the workload's source");
+        Source(text.lines().map(str::to_string).collect())
+    }
+
+    fn line_of(&self, text: &str) -> u32 {
+        let index = self.0.iter().position(|line| line.contains(text));
+        index.unwrap_or_else(|| panic!("no {text:?} in the source")) as u32 + 1
+    }
+
+    /// The lines from a method's declaration to its closing brace (the first line that is
+    /// only `    }`, at the declaration's indentation).
+    fn body_of(&self, declaration: &str) -> std::ops::RangeInclusive<u32> {
+        let start = self.line_of(declaration);
+        let end = self.0[start as usize..]
+            .iter()
+            .position(|line| line == "    }")
+            .expect("the method's end") as u32
+            + start
+            + 1;
+        start..=end
+    }
+}
+
+#[test]
+fn go_tool_pprof_shows_the_source_lines() {
+    let recorded = recorded();
+    convert_in(&recorded.dir, &["x.txt", "-o", "lines.pb.gz"]);
+    let top = go_pprof(
+        &recorded.dir,
+        &["-lines", "-top", "-nodecount=200", "lines.pb.gz"],
+    );
+    let (rows, _) = parse_top(&top);
+    let source = Source::of("CpuSplit");
+    // Every sample of heavy and light is on a line of its own body, and the lines add up to
+    // the method's share.
+    for (method, declaration) in [
+        ("CpuSplit.heavy", "static long heavy("),
+        ("CpuSplit.light", "static long light("),
+    ] {
+        let body = source.body_of(declaration);
+        let mut flat = 0.0;
+        for row in rows
+            .iter()
+            .filter(|row| row.name.starts_with(&format!("{method} ")))
+        {
+            let line: u32 = row
+                .name
+                .rsplit_once("CpuSplit.java:")
+                .and_then(|(_, line)| line.parse().ok())
+                .unwrap_or_else(|| panic!("no line in {:?}\n{top}", row.name));
+            assert!(
+                body.contains(&line),
+                "{method} at line {line}, outside {body:?}\n{top}"
+            );
+            flat += row.flat_percent;
+        }
+        let expected = recorded.share(method);
+        assert!(
+            (flat - expected).abs() <= 1.0,
+            "{method}: {flat}% on its lines, {expected:.2}% in the HPROF text\n{top}"
+        );
+    }
+    // The same lines in folded stacks with --lines, as `Method:LINE` frames.
+    convert_in(
+        &recorded.dir,
+        &["x.txt", "--lines", "-o", "lines.collapsed"],
+    );
+    let collapsed = std::fs::read_to_string(recorded.dir.join("lines.collapsed")).unwrap();
+    let body = source.body_of("static long heavy(");
+    let mut heavy_samples = 0;
+    for (leaf, samples) in leaf_samples(&collapsed) {
+        if let Some(line) = leaf.strip_prefix("CpuSplit.heavy:") {
+            let line: u32 = line.parse().expect("a line number");
+            assert!(body.contains(&line), "{leaf} outside {body:?}");
+            heavy_samples += samples;
+        }
+    }
+    assert_eq!(
+        Some(&heavy_samples),
+        samples_by_method(&recorded.hprof).get("CpuSplit.heavy"),
+        "{collapsed}"
+    );
+    // main calls each from one line: heavy's whole share is under that line's call.
+    let call_to_heavy = format!(
+        "CpuSplit.main CpuSplit.java:{}",
+        source.line_of("sink += heavy(")
+    );
+    let cum = row(&rows, &call_to_heavy, &top).cum_percent;
+    let heavy = recorded.share("CpuSplit.heavy");
+    assert!(
+        (cum - heavy).abs() <= 1.0,
+        "{call_to_heavy}: {cum}% against {heavy:.2}%\n{top}"
+    );
 }
 
 #[test]
