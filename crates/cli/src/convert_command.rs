@@ -2,13 +2,12 @@
 //! folded stacks, pprof, speedscope or a Chrome trace.
 
 use std::fs;
-use std::io::{BufWriter, IsTerminal, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use openprof_analysis::inputs;
 use openprof_analysis::profile::{Event, Profile};
 use openprof_analysis::views::{self, OutputFormat, ViewOptions};
@@ -149,17 +148,7 @@ pub fn read_input(input: &Path) -> Result<Profile> {
     let bytes = fs::metadata(input)
         .with_context(|| format!("can't read {}", input.display()))?
         .len();
-    let bar = if bytes >= 64 << 20 && std::io::stderr().is_terminal() {
-        let bar = ProgressBar::with_draw_target(Some(bytes), ProgressDrawTarget::stderr());
-        if let Ok(style) = ProgressStyle::with_template(
-            "reading {wide_bar} {bytes}/{total_bytes} {bytes_per_sec} {eta}",
-        ) {
-            bar.set_style(style);
-        }
-        bar
-    } else {
-        ProgressBar::hidden()
-    };
+    let bar = crate::report::progress_bar(bytes);
     let profile = inputs::read_file(input, &mut |read| bar.set_position(read));
     bar.finish_and_clear();
     Ok(profile?)

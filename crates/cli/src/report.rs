@@ -161,7 +161,9 @@ fn is_hprof_binary(start: &[u8]) -> bool {
     start.starts_with(b"JAVA PROFILE ") && start.iter().take(64).any(|&byte| byte == 0)
 }
 
-fn progress_bar(file_bytes: u64) -> ProgressBar {
+/// A bar of a file's bytes read, drawn on standard error for large files when it is a terminal;
+/// hidden otherwise.
+pub(crate) fn progress_bar(file_bytes: u64) -> ProgressBar {
     if file_bytes < PROGRESS_BAR_BYTES || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }

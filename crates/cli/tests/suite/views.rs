@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use std::process::Command;
+
 use openprof_testkit::{kept_temp_dir, runtime, samples_by_method, workload_classes};
 
-use crate::helpers::{convert_in, leaf_samples, openprof_in, text};
+use crate::helpers::{convert_in, leaf_samples, openprof_in, text, LIMIT};
 
 fn share(samples: &BTreeMap<String, u64>, method: &str, of: &[&str]) -> f64 {
     let total: u64 = of
@@ -390,4 +392,102 @@ fn inferno_draws_our_folded_stacks_with_the_texts_shares() {
             "a change where there is none: {title}"
         );
     }
+}
+
+/// Writes an HPROF text profile of `traces` traces, 40 frames each, that share only
+/// `distinct` stacks (each serial a stack of its own, as a long run's traces are), with a CPU
+/// SAMPLES row per trace. Returns the samples' total.
+fn write_many_traces(path: &Path, traces: u32, distinct: u32) -> u64 {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    writeln!(
+        out,
+        "JAVA PROFILE 1.0.1, created Mon Nov 23 10:00:00 2026\n\n--------\n"
+    )
+    .unwrap();
+    for serial in 0..traces {
+        writeln!(out, "TRACE {}:", 300_001 + serial).unwrap();
+        let stack = serial % distinct;
+        // Leaf first, as HPROF lists a trace's frames; the leaf tells the stacks apart.
+        writeln!(out, "\tcom.example.Leaf.m{stack}(Leaf.java:1)").unwrap();
+        for level in 1..40 {
+            writeln!(
+                out,
+                "\tcom.example.p{}.Class{}.method{level}(Class.java:{})",
+                level % 7,
+                (stack + level) % 300,
+                10 + level
+            )
+            .unwrap();
+        }
+    }
+    let count = |serial: u32| u64::from(serial % 5 + 1);
+    let total: u64 = (0..traces).map(count).sum();
+    writeln!(
+        out,
+        "CPU SAMPLES BEGIN (total = {total}) Mon Nov 23 10:00:10 2026"
+    )
+    .unwrap();
+    writeln!(out, "rank   self  accum   count trace method").unwrap();
+    for serial in 0..traces {
+        let share = 100.0 * count(serial) as f64 / total as f64;
+        writeln!(
+            out,
+            "{:4} {share:5.2}% {share:5.2}% {:7} {} com.example.method0",
+            serial + 1,
+            count(serial),
+            300_001 + serial
+        )
+        .unwrap();
+    }
+    writeln!(out, "CPU SAMPLES END").unwrap();
+    out.flush().unwrap();
+    total
+}
+
+#[test]
+fn a_large_input_converts_with_a_progress_bar_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("large.txt");
+    let total = write_many_traces(&input, 60_000, 2_000);
+    let bytes = std::fs::metadata(&input).unwrap().len();
+    assert!(bytes > 96 << 20, "the input is {bytes} bytes");
+    // `script` gives the command a terminal, where the bar is drawn; `time`, its peak memory.
+    let command = format!(
+        "/usr/bin/time -f 'peak-kib %M' {} convert large.txt -o large.collapsed",
+        env!("CARGO_BIN_EXE_openprof")
+    );
+    let mut script = Command::new("script");
+    script
+        .args(["-qec", &command, "/dev/null"])
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let output = crate::helpers::finish(script, LIMIT);
+    let terminal = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{terminal}{}",
+        text(&output.stderr)
+    );
+    // The bar counts the input's bytes, in indicatif's binary units.
+    let size = format!("{:.2} MiB", bytes as f64 / f64::from(1 << 20));
+    assert!(
+        terminal.contains("reading") && terminal.contains(&size),
+        "no progress bar of {size} on the terminal:\n{terminal:?}"
+    );
+    // Nothing lost, and memory held by the distinct stacks, not by the input's size.
+    let collapsed = std::fs::read_to_string(dir.path().join("large.collapsed")).unwrap();
+    assert_eq!(leaf_samples(&collapsed).values().sum::<u64>(), total);
+    assert_eq!(collapsed.lines().count(), 2_000);
+    // The bar clears its line with an escape, so time's line may follow it on one line.
+    let peak_kib: u64 = terminal
+        .rsplit_once("peak-kib ")
+        .and_then(|(_, rest)| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no peak memory in {terminal:?}"));
+    assert!(
+        peak_kib * 1024 < bytes / 2,
+        "{peak_kib} KiB at the peak, reading {bytes} bytes"
+    );
 }
