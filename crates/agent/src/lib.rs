@@ -35,6 +35,7 @@ mod output;
 mod plan;
 mod profile;
 mod ring;
+mod sampled;
 mod signals;
 mod sync;
 mod threads;

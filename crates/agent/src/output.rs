@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use openprof_format::hprof_text::{
     SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray, TextPrimitiveArray,
-    TextRoot, TextWriter, Trace, TRACE_SERIAL_START,
+    TextRoot, TextWriter, Trace, WallSampler, TRACE_SERIAL_START,
 };
 use openprof_format::options::{Options, OutputFormat};
 use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
@@ -142,6 +142,21 @@ impl Output {
                 text.writer.flush()
             }
             Output::Binary(binary) => binary.cpu_samples(&dump.new_traces, &dump.table),
+        }
+    }
+
+    /// A wall-clock dump (text only: format=b refuses wall=).
+    pub fn wall_dump(&mut self, dump: &CpuDump, sampler: &WallSampler) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in &dump.new_traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.wall_sampler(sampler)?;
+                text.writer.cpu_table(&dump.table)?;
+                text.writer.flush()
+            }
+            Output::Binary(_) => Ok(()),
         }
     }
 

@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use crate::context::Phase;
 use crate::engine::{need, Engine, Need};
-use crate::engines::{cpu_samples, cpu_times, heap_dump, heap_sites, monitors, mpt, trace};
+use crate::engines::{
+    cpu_samples, cpu_times, heap_dump, heap_sites, monitors, mpt, trace, wall_samples,
+};
 use crate::error::AgentResult;
 use crate::jvmti::{JavaVM, Jvmti};
 use crate::net::NetSink;
@@ -19,6 +21,8 @@ pub enum EngineKind {
     /// cpu=times with HPROF output (with format=x the trace engine times methods).
     CpuTimes,
     CpuSamples,
+    /// wall=.
+    WallSamples,
     HeapSites,
     HeapDump,
     /// mpt=, or net= (specifications may arrive from the collector).
@@ -35,6 +39,7 @@ impl EngineKind {
         match self {
             EngineKind::CpuTimes => cpu_times::CpuTimes::needs(options),
             EngineKind::CpuSamples => cpu_samples::CpuSamples::needs(options),
+            EngineKind::WallSamples => wall_samples::WallSamples::needs(options),
             EngineKind::HeapSites => heap_sites::HeapSites::needs(options),
             EngineKind::HeapDump => heap_dump::HeapDump::needs(options),
             EngineKind::ParameterTracing => mpt::Mpt::needs(options),
@@ -66,6 +71,7 @@ impl Plan {
                 EngineKind::CpuSamples,
                 options.cpu == Some(CpuMode::Samples),
             ),
+            (EngineKind::WallSamples, options.wall_ms.is_some()),
             (
                 EngineKind::HeapSites,
                 matches!(heap, Some(HeapMode::Sites | HeapMode::All)),
@@ -119,6 +125,7 @@ pub fn build_engine(
             ))
         }
         EngineKind::CpuSamples => Box::new(cpu_samples::CpuSamples::new(vm, options, phase)?),
+        EngineKind::WallSamples => Box::new(wall_samples::WallSamples::new(vm, options)?),
         EngineKind::HeapSites => Box::new(heap_sites::HeapSites::new(jvmti, options)?),
         EngineKind::HeapDump => Box::new(heap_dump::HeapDump),
         EngineKind::ParameterTracing => {
@@ -168,6 +175,11 @@ mod tests {
     fn options_choose_the_engines() {
         use EngineKind::*;
         assert_eq!(plan("cpu=samples").engines, vec![CpuSamples]);
+        assert_eq!(
+            plan("cpu=samples,wall=10").engines,
+            vec![CpuSamples, WallSamples]
+        );
+        assert_eq!(plan("wall=5ms").engines, vec![WallSamples]);
         assert_eq!(plan("cpu=times").engines, vec![CpuTimes]);
         assert_eq!(plan("heap=all").engines, vec![HeapSites, HeapDump]);
         assert_eq!(

@@ -76,6 +76,8 @@ pub struct CpuProfile {
     traces: HashMap<u32, Trace>,
     /// (hits, cost) per trace since the last dump: samples, or entries and CPU nanoseconds.
     counts: HashMap<u32, (u64, u64)>,
+    /// Wall-clock samples per trace and thread state since the last dump.
+    wall_counts: HashMap<(u32, &'static str), u64>,
     printed: HashSet<u32>,
     failed: BTreeMap<String, u64>,
     dropped: u64,
@@ -91,6 +93,7 @@ impl CpuProfile {
             serial_by_key: HashMap::new(),
             traces: HashMap::new(),
             counts: HashMap::new(),
+            wall_counts: HashMap::new(),
             printed: HashSet::new(),
             failed: BTreeMap::new(),
             dropped: 0,
@@ -151,6 +154,25 @@ impl CpuProfile {
         let counted = self.counts.entry(serial).or_default();
         counted.0 += 1;
         counted.1 += 1;
+    }
+
+    /// Counts one wall-clock sample of `frames` (innermost first) taken in `vm_state`
+    /// (`JavaThread::_thread_state`, 0 when unknown).
+    pub fn add_wall_sampled(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = SampledFrame>,
+        vm_state: i32,
+    ) {
+        let serial = self.intern_sampled(jvmti, thread, frames);
+        let top = self.traces[&serial]
+            .frames
+            .iter()
+            .find(|frame| frame.is_java())
+            .map(Frame::qualified_method);
+        let state = wall_state(vm_state, top.as_deref());
+        *self.wall_counts.entry((serial, state)).or_default() += 1;
     }
 
     fn intern_sampled(
@@ -250,23 +272,40 @@ impl CpuProfile {
     /// The table of the samples since the last dump, cut at `cutoff`, and the TRACEs it needs
     /// that no earlier dump printed. Counts start again from zero afterwards, as in HPROF.
     pub fn take_dump(&mut self, kind: CpuTableKind, date: String, cutoff: f64) -> CpuDump {
-        let entries: Vec<CpuEntry> = self
-            .counts
-            .drain()
-            .map(|(serial, (hits, cost))| CpuEntry {
-                trace: serial,
-                cost,
-                hits,
-                method: self.traces[&serial]
-                    .frames
-                    .first()
-                    .map(|f| f.qualified_method()),
-            })
-            .collect();
+        let method = |serial: u32| {
+            self.traces[&serial]
+                .frames
+                .first()
+                .map(|f| f.qualified_method())
+        };
+        let entries: Vec<CpuEntry> = match kind {
+            CpuTableKind::Wall => self
+                .wall_counts
+                .drain()
+                .map(|((serial, state), count)| CpuEntry {
+                    trace: serial,
+                    cost: count,
+                    hits: count,
+                    state: Some(state.to_string()),
+                    method: method(serial),
+                })
+                .collect(),
+            _ => self
+                .counts
+                .drain()
+                .map(|(serial, (hits, cost))| CpuEntry {
+                    trace: serial,
+                    cost,
+                    hits,
+                    state: None,
+                    method: method(serial),
+                })
+                .collect(),
+        };
         let total_cost: u64 = entries.iter().map(|entry| entry.cost).sum();
         // CPU TIME's total is in milliseconds; CPU SAMPLES' in samples.
         let total = match kind {
-            CpuTableKind::Samples => total_cost,
+            CpuTableKind::Samples | CpuTableKind::Wall => total_cost,
             CpuTableKind::Time => total_cost / 1_000_000,
         };
         let table = CpuTable::rank_by_cost(kind, date, entries, cutoff, total);
@@ -277,5 +316,33 @@ impl CpuProfile {
             failed: std::mem::take(&mut self.failed),
             dropped: std::mem::take(&mut self.dropped),
         }
+    }
+}
+
+/// What a thread was doing when a wall-clock sample interrupted it, from its VM state
+/// (HotSpot's `JavaThreadState`: in native 4, in VM 6, in Java 8, blocked 10; odd values are the
+/// transitions out of each) and the Java method on top of its stack: a blocked thread is parked,
+/// sleeping or waiting when that method is the JDK's park, sleep or wait, else it is blocked
+/// entering a monitor. Without the VM state (VMStructs missing), the top method alone tells.
+pub fn wall_state(vm_state: i32, top_method: Option<&str>) -> &'static str {
+    const IN_NATIVE: i32 = 4;
+    const IN_VM: i32 = 6;
+    const IN_JAVA: i32 = 8;
+    const BLOCKED: i32 = 10;
+    let method = top_method.unwrap_or("");
+    let waiting_kind = if method.ends_with("Unsafe.park") {
+        Some("parked")
+    } else if method.starts_with("java.lang.Thread.sleep") {
+        Some("sleeping")
+    } else if method == "java.lang.Object.wait" || method == "java.lang.Object.wait0" {
+        Some("waiting")
+    } else {
+        None
+    };
+    match vm_state & !1 {
+        IN_JAVA | IN_VM => "running",
+        IN_NATIVE => waiting_kind.unwrap_or("native"),
+        BLOCKED => waiting_kind.unwrap_or("blocked"),
+        _ => waiting_kind.unwrap_or("unknown"),
     }
 }

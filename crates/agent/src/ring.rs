@@ -45,6 +45,8 @@ impl CallFrame {
 
 struct Slot {
     sequence: AtomicUsize,
+    /// What the sample is (its signal's meaning; see `signals::SampleTag`).
+    tag: UnsafeCell<u32>,
     thread_id: UnsafeCell<i32>,
     /// Frames written, or AsyncGetCallTrace's error code (zero or negative).
     num_frames: UnsafeCell<i32>,
@@ -80,6 +82,7 @@ impl SampleRing {
             slots: (0..capacity)
                 .map(|index| Slot {
                     sequence: AtomicUsize::new(index),
+                    tag: UnsafeCell::new(0),
                     thread_id: UnsafeCell::new(0),
                     num_frames: UnsafeCell::new(0),
                 })
@@ -102,9 +105,9 @@ impl SampleRing {
     }
 
     /// Claims a slot, lets `fill` write up to `depth` frames into it and say (thread id, frames
-    /// or error code), and publishes it. Async-signal-safe: no allocation, no lock, no wait.
-    /// Returns false, counting a drop, when the ring is full.
-    pub fn record(&self, fill: impl FnOnce(*mut CallFrame, usize) -> (i32, i32)) -> bool {
+    /// or error code), and publishes it with `tag`. Async-signal-safe: no allocation, no lock,
+    /// no wait. Returns false, counting a drop, when the ring is full.
+    pub fn record(&self, tag: u32, fill: impl FnOnce(*mut CallFrame, usize) -> (i32, i32)) -> bool {
         let mut position = self.tail.load(Ordering::Relaxed);
         let slot = loop {
             let slot = &self.slots[position & self.mask];
@@ -132,6 +135,7 @@ impl SampleRing {
         let (thread_id, num_frames) = fill(frames, self.depth);
         // SAFETY: this producer owns the slot until the Release store below publishes it.
         unsafe {
+            *slot.tag.get() = tag;
             *slot.thread_id.get() = thread_id;
             *slot.num_frames.get() = num_frames;
         }
@@ -139,9 +143,9 @@ impl SampleRing {
         true
     }
 
-    /// Hands every published sample to `visit` as (thread id, frames or error code, frames) and
-    /// frees its slot. One consumer at a time: a second concurrent caller returns at once.
-    pub fn drain(&self, mut visit: impl FnMut(i32, i32, &[CallFrame])) -> usize {
+    /// Hands every published sample to `visit` as (tag, thread id, frames or error code, frames)
+    /// and frees its slot. One consumer at a time: a second concurrent caller returns at once.
+    pub fn drain(&self, mut visit: impl FnMut(u32, i32, i32, &[CallFrame])) -> usize {
         if self.draining.swap(true, Ordering::Acquire) {
             return 0;
         }
@@ -155,8 +159,13 @@ impl SampleRing {
             }
             // SAFETY: the Acquire load above saw the producer's Release publish of this slot, and
             // no producer touches it again until we hand it back below.
-            let (thread_id, num_frames) =
-                unsafe { (*slot.thread_id.get(), *slot.num_frames.get()) };
+            let (tag, thread_id, num_frames) = unsafe {
+                (
+                    *slot.tag.get(),
+                    *slot.thread_id.get(),
+                    *slot.num_frames.get(),
+                )
+            };
             let count = (num_frames.max(0) as usize).min(self.depth);
             // SAFETY: as above; the slot's frames are the `depth` cells starting at index*depth.
             let frames = unsafe {
@@ -165,7 +174,7 @@ impl SampleRing {
                     count,
                 )
             };
-            visit(thread_id, num_frames, frames);
+            visit(tag, thread_id, num_frames, frames);
             slot.sequence
                 .store(position + self.mask + 1, Ordering::Release);
             position += 1;
@@ -201,18 +210,18 @@ mod tests {
     fn full_ring_drops_and_counts() {
         let ring = SampleRing::new(4, 2);
         for _ in 0..4 {
-            assert!(ring.record(fill_with(1, 2)));
+            assert!(ring.record(0, fill_with(1, 2)));
         }
-        assert!(!ring.record(fill_with(1, 2)));
+        assert!(!ring.record(0, fill_with(1, 2)));
         assert_eq!(ring.take_dropped(), 1);
         let mut seen = 0;
-        ring.drain(|thread, frames, slice| {
+        ring.drain(|_, thread, frames, slice| {
             assert_eq!((thread, frames, slice.len()), (1, 2, 2));
             seen += 1;
         });
         assert_eq!(seen, 4);
-        assert!(ring.record(fill_with(2, -2)));
-        ring.drain(|_, frames, slice| assert_eq!((frames, slice.len()), (-2, 0)));
+        assert!(ring.record(0, fill_with(2, -2)));
+        ring.drain(|_, _, frames, slice| assert_eq!((frames, slice.len()), (-2, 0)));
     }
 
     #[test]
@@ -223,7 +232,7 @@ mod tests {
                 let ring = Arc::clone(&ring);
                 std::thread::spawn(move || {
                     (0..20_000)
-                        .filter(|_| ring.record(fill_with(thread, 3)))
+                        .filter(|_| ring.record(0, fill_with(thread, 3)))
                         .count()
                 })
             })
@@ -231,7 +240,7 @@ mod tests {
         let mut per_thread = [0usize; 4];
         let mut consumed = 0;
         while producers.iter().any(|p| !p.is_finished()) {
-            consumed += ring.drain(|thread, frames, slice| {
+            consumed += ring.drain(|_, thread, frames, slice| {
                 assert_eq!(frames, 3);
                 assert!(slice
                     .iter()
@@ -240,7 +249,7 @@ mod tests {
             });
         }
         let recorded: usize = producers.into_iter().map(|p| p.join().unwrap()).sum();
-        consumed += ring.drain(|thread, _, _| per_thread[thread as usize] += 1);
+        consumed += ring.drain(|_, thread, _, _| per_thread[thread as usize] += 1);
         assert_eq!(consumed, recorded);
         assert_eq!(recorded as u64 + ring.take_dropped(), 80_000);
     }

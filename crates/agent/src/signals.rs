@@ -5,6 +5,10 @@
 //! (at ThreadStart) or, for the threads already running when the agent is attached, by the
 //! attaching thread for each of them: both clocks can name any thread of the process.
 //!
+//! Wall-clock samples (`wall=`) take the same walk into the same ring on another signal,
+//! SIGVTALRM, which the agent's thread sends to the Java threads it picks (running or not, as
+//! async-profiler's wall mode does); the handler tags them with the thread's VM state.
+//!
 //! Everything the handler touches is set up before it is installed and never freed, and the
 //! handler itself only reads atomics, makes raw syscalls and writes into the ring.
 
@@ -197,6 +201,54 @@ pub fn install(vm: *mut JavaVM, ring: SampleRing, java_depth: usize) -> Result<(
     Ok(())
 }
 
+/// The tag of a CPU sample in the ring.
+pub const CPU_SAMPLE: u32 = 0;
+/// The tag bit of a wall-clock sample; the bits below it hold the thread's
+/// `JavaThread::_thread_state` when VMStructs gave its place, else 0.
+pub const WALL_SAMPLE: u32 = 1 << 31;
+/// The signal of wall-clock samples: HotSpot does not use it on Linux.
+pub const WALL_SIGNAL: c_int = libc::SIGVTALRM;
+
+/// Whether the handler is installed: the ring exists.
+pub fn installed() -> bool {
+    !SAMPLER.load(Ordering::Acquire).is_null()
+}
+
+/// Installs the wall-clock signal's handler (after [`install`]).
+pub fn install_wall_signal() -> io::Result<()> {
+    // SAFETY: as in `install`: a fully initialised struct with an SA_SIGINFO handler.
+    let status = unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_wall_signal as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(WALL_SIGNAL, &action, ptr::null_mut())
+    };
+    if status != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether some other code already handles the wall-clock signal.
+pub fn wall_signal_taken() -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one.
+    unsafe {
+        let mut current: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(WALL_SIGNAL, ptr::null(), &mut current) == 0
+            && current.sa_sigaction != libc::SIG_DFL
+            && current.sa_sigaction != libc::SIG_IGN
+            && current.sa_sigaction != on_wall_signal as *const () as usize
+    }
+}
+
+/// Sends the wall-clock signal to a thread of this process; false if it has ended.
+pub fn signal_for_wall_sample(kernel_id: i32) -> bool {
+    // SAFETY: tgkill with our own pid and a thread id; a thread that ended is an error (ESRCH),
+    // and a reused id is a thread of this process whose handler is ours.
+    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), kernel_id, WALL_SIGNAL) == 0 }
+}
+
 /// The ring the handler writes to, once installed.
 pub fn ring() -> Option<&'static SampleRing> {
     let sampler = SAMPLER.load(Ordering::Acquire);
@@ -264,6 +316,14 @@ pub fn process_threads() -> io::Result<Vec<i32>> {
 }
 
 extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    on_sample_signal(context, CPU_SAMPLE);
+}
+
+extern "C" fn on_wall_signal(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    on_sample_signal(context, WALL_SAMPLE);
+}
+
+fn on_sample_signal(context: *mut c_void, tag: u32) {
     // SAFETY: errno is thread-local; we put it back so the interrupted code never sees our use.
     let errno = unsafe { *libc::__errno_location() };
     if ENABLED.load(Ordering::Acquire) {
@@ -271,7 +331,7 @@ extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *
         if !sampler.is_null() {
             let started = clock_nanos(libc::CLOCK_MONOTONIC);
             // SAFETY: the sampler is never freed once stored.
-            take_sample(unsafe { &*sampler }, context);
+            take_sample(unsafe { &*sampler }, context, tag);
             let spent = clock_nanos(libc::CLOCK_MONOTONIC).saturating_sub(started);
             HANDLER_NANOS.fetch_add(spent, Ordering::Relaxed);
         }
@@ -288,7 +348,7 @@ pub fn never_sample_this_thread() {
     NEVER_SAMPLED.store(current_thread_id(), Ordering::Release);
 }
 
-fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
+fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
     // The agent's own thread is never profiled. With vmthreads=y every thread of the process is
     // timed, and a scan may see the agent's thread before it has named itself; its samples are
     // dropped here, by its kernel id. Not by a thread-local: in a library the JVM loaded with
@@ -308,7 +368,22 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void) {
             jvmti_bindings::sys::jni::JNI_VERSION_1_6,
         )
     };
-    sampler.ring.record(|frames, depth| {
+    // A wall sample says what the thread was doing: its VM state, read from its JavaThread.
+    let tag = match (tag, crate::vm_structs::thread_layout()) {
+        (WALL_SAMPLE, Some(layout)) if status == 0 && !env.is_null() => {
+            match layout.thread_of(env.cast()) {
+                Some(thread) => {
+                    // SAFETY: the JavaThread of this thread's own JNIEnv is live; the state
+                    // field is at the offset VMStructs gave.
+                    let state = unsafe { ((thread + layout.state) as *const i32).read_volatile() };
+                    WALL_SAMPLE | (state as u32 & 0xff)
+                }
+                None => WALL_SAMPLE,
+            }
+        }
+        (tag, _) => tag,
+    };
+    sampler.ring.record(tag, |frames, depth| {
         if status != 0 || env.is_null() {
             if !VM_THREADS.load(Ordering::Acquire) {
                 return (thread_id, NOT_A_VM_THREAD);

@@ -135,6 +135,18 @@ impl Threads {
             .filter(|serial| !self.ended.contains(serial))
     }
 
+    /// The kernel ids of the Java threads known and not ended, in order.
+    pub fn live_kernel_ids(&self) -> Vec<i32> {
+        let mut ids: Vec<i32> = self
+            .serial_by_kernel_id
+            .iter()
+            .filter(|(_, serial)| !self.ended.contains(serial))
+            .map(|(kernel_id, _)| *kernel_id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
     pub fn take_pending(&mut self) -> Vec<ThreadEvent> {
         std::mem::take(&mut self.pending)
     }

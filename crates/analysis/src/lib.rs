@@ -73,13 +73,13 @@ pub fn summarize(profile: &TextProfile, kind: CpuTableKind) -> CpuSummary {
     for table in profile.cpu_tables.iter().filter(|table| table.kind == kind) {
         summary.dumps += 1;
         let table_cost = match kind {
-            CpuTableKind::Samples => table.total,
+            CpuTableKind::Samples | CpuTableKind::Wall => table.total,
             CpuTableKind::Time => table.total * 1000,
         };
         summary.total_samples += table_cost;
         for row in &table.rows {
             let cost = match kind {
-                CpuTableKind::Samples => row.count,
+                CpuTableKind::Samples | CpuTableKind::Wall => row.count,
                 CpuTableKind::Time => (row.self_percent / 100.0 * table_cost as f64).round() as u64,
             };
             *per_trace.entry(row.trace).or_default() += cost;

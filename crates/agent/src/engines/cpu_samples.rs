@@ -22,7 +22,7 @@ use crate::jvmti::{jmethodID, JNIEnv, JavaVM};
 use crate::methods::Location;
 use crate::output::hprof_date;
 use crate::profile::{CpuDump, SampledFrame};
-use crate::ring::{SampleRing, FAILED_WALK_LINENO, NATIVE_PC_LINENO};
+use crate::ring::SampleRing;
 use crate::signals::{self, CpuClock, InstallError, ThreadTimer};
 use crate::sync::lock;
 
@@ -34,14 +34,6 @@ pub enum SamplerKind {
     Jvmti {
         note: String,
     },
-}
-
-/// A sample as it left the ring.
-struct RawSample {
-    kernel_id: i32,
-    /// AsyncGetCallTrace's failure code when the Java stack could not be walked.
-    failure: Option<i32>,
-    frames: Vec<SampledFrame>,
 }
 
 /// What the collector's commands changed in CPU sampling.
@@ -338,24 +330,7 @@ impl Engine for CpuSamples {
     }
 
     fn start(&self, context: &Context, jni: *mut JNIEnv) -> Option<String> {
-        if self.with_signals(context) && !jni.is_null() {
-            // For the walks in VM code AsyncGetCallTrace gives up on; without it they stay
-            // failures.
-            let learnt = crate::vm_structs::learn(context.jvmti, jni);
-            if let (Err(why), true) = (learnt, context.options.verbose) {
-                eprintln!("openprof: samples in VM code are not walked: {why}");
-            }
-        }
-        if context.phase == Phase::Live {
-            // The methods compiled before the attach: where their code is.
-            let _ = context
-                .jvmti
-                .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_COMPILED_METHOD_LOAD);
-        }
-        // Where the interpreter is: generated before the agent's events may have been on.
-        let _ = context
-            .jvmti
-            .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+        prepare_walks(context, jni, self.with_signals(context));
         let line = if context.phase == Phase::Live {
             self.time_running_threads(context)
         } else {
@@ -405,31 +380,7 @@ impl Engine for CpuSamples {
         let Some(ring) = signals::ring() else {
             return;
         };
-        let mut raw: Vec<RawSample> = Vec::new();
-        ring.drain(|kernel_id, num_frames, frames| {
-            let mut failure = (num_frames <= 0).then_some(num_frames);
-            let frames = frames
-                .iter()
-                .map(|frame| match frame.lineno {
-                    NATIVE_PC_LINENO => SampledFrame::NativeCode(frame.method_id as usize),
-                    FAILED_WALK_LINENO => {
-                        let code = frame.failure_code().unwrap_or(num_frames);
-                        failure = Some(code);
-                        SampledFrame::FailedWalk(code)
-                    }
-                    bci if bci >= 0 => {
-                        SampledFrame::Java(frame.method_id, Location::Bytecode(bci.into()))
-                    }
-                    -3 => SampledFrame::Java(frame.method_id, Location::Native),
-                    _ => SampledFrame::Java(frame.method_id, Location::Unknown),
-                })
-                .collect();
-            raw.push(RawSample {
-                kernel_id,
-                failure,
-                frames,
-            });
-        });
+        let raw = crate::sampled::take(crate::sampled::Kind::Cpu);
         // Only the agent's thread reads the libraries and builds their unwind tables: it is not
         // sampled, and no application thread waits for it (a collect may come on one).
         if self.native_frames && crate::guard::is_agent_thread() {
@@ -538,6 +489,54 @@ impl Engine for CpuSamples {
     }
 }
 
+/// What the signal handler's walks need once the VM runs, done once whichever sampling engine
+/// (CPU or wall clock) starts first: VMStructs' thread layout (for the walks in VM code
+/// AsyncGetCallTrace gives up on, and the wall samples' thread states) and where the code of
+/// compiled methods and the interpreter is.
+pub(crate) fn prepare_walks(context: &Context, jni: *mut JNIEnv, with_signals: bool) {
+    static PREPARED: std::sync::Once = std::sync::Once::new();
+    PREPARED.call_once(|| {
+        if with_signals && !jni.is_null() {
+            let learnt = crate::vm_structs::learn(context.jvmti, jni);
+            if let (Err(why), true) = (learnt, context.options.verbose) {
+                eprintln!("openprof: samples in VM code are not walked: {why}");
+            }
+        }
+        if context.phase == Phase::Live {
+            // The methods compiled before the attach: where their code is.
+            let _ = context
+                .jvmti
+                .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_COMPILED_METHOD_LOAD);
+        }
+        // Where the interpreter is: generated before the agent's events may have been on.
+        let _ = context
+            .jvmti
+            .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_DYNAMIC_CODE_GENERATED);
+    });
+}
+
+/// Installs the signal handler and its ring, once, for whichever sampling engine comes first.
+pub(crate) fn install_signal_sampler(
+    vm: *mut JavaVM,
+    options: &Options,
+) -> Result<(), InstallError> {
+    if signals::installed() {
+        return Ok(());
+    }
+    // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
+    // worth), fewer for deep stacks so that the ring stays within 16 MiB.
+    // A slot holds `depth` Java frames and the native frames above them.
+    let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
+    let native = match options.cstack {
+        CStack::FramePointers | CStack::Dwarf => crate::native_stack::MAX_NATIVE_FRAMES,
+        CStack::No => 0,
+    };
+    let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
+    let slots = (16 << 20) / ((depth + native) * frame_bytes);
+    let ring = SampleRing::new(slots.clamp(64, 4096), depth + native);
+    signals::install(vm, ring, depth)
+}
+
 fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResult<SamplerKind> {
     if options.sampler == Sampler::GetAllStackTraces {
         return Ok(SamplerKind::Jvmti {
@@ -553,18 +552,7 @@ fn choose_sampler(vm: *mut JavaVM, options: &Options, phase: Phase) -> AgentResu
                 .into(),
         });
     }
-    // Up to 4096 samples (two seconds of two cores sampled every millisecond, a hundred drains'
-    // worth), fewer for deep stacks so that the ring stays within 16 MiB.
-    // A slot holds `depth` Java frames and the native frames above them.
-    let depth = options.depth.clamp(1, MAX_DEPTH) as usize;
-    let native = match options.cstack {
-        CStack::FramePointers | CStack::Dwarf => crate::native_stack::MAX_NATIVE_FRAMES,
-        CStack::No => 0,
-    };
-    let frame_bytes = std::mem::size_of::<crate::ring::CallFrame>();
-    let slots = (16 << 20) / ((depth + native) * frame_bytes);
-    let ring = SampleRing::new(slots.clamp(64, 4096), depth + native);
-    match signals::install(vm, ring, depth) {
+    match install_signal_sampler(vm, options) {
         Ok(()) => Ok(SamplerKind::Signals),
         Err(InstallError::NoAsyncGetCallTrace) => Ok(SamplerKind::Jvmti {
             note: "AsyncGetCallTrace not found in this JVM; samples are biased towards safepoints"

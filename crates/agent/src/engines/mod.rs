@@ -7,3 +7,4 @@ pub mod heap_sites;
 pub mod monitors;
 pub mod mpt;
 pub mod trace;
+pub mod wall_samples;

@@ -77,14 +77,35 @@ impl HprofIngest {
                         self.add(stack, thread, Event::CpuTime, nanoseconds, row.count);
                         self.add(stack, thread, Event::Calls, row.count, row.count);
                     }
+                    CpuTableKind::Wall => {
+                        listed += row.count;
+                        self.profile.add_sample(Sample {
+                            stack,
+                            event: Event::Wall,
+                            value: row.count,
+                            count: row.count,
+                            thread,
+                            time_ns: None,
+                            labels: row
+                                .state
+                                .iter()
+                                .map(|state| ("state".to_string(), state.clone()))
+                                .collect(),
+                        });
+                    }
                 }
             }
-            if table.kind == CpuTableKind::Samples && table.total > listed {
+            let sampled = match table.kind {
+                CpuTableKind::Samples => Some(Event::Cpu),
+                CpuTableKind::Wall => Some(Event::Wall),
+                CpuTableKind::Time => None,
+            };
+            if let (Some(event), true) = (sampled, table.total > listed) {
                 let rest = table.total - listed;
                 let stack = self
                     .profile
                     .stack_of_frames_leaf_first([Frame::marker(BELOW_CUTOFF)]);
-                self.add(stack, None, Event::Cpu, rest, rest);
+                self.add(stack, None, event, rest, rest);
             }
         }
         // HPROF's monitor=y: time blocked per trace and monitor class, as `lock` with the class

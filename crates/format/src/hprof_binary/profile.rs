@@ -455,6 +455,7 @@ impl State {
                     trace: serial,
                     cost: count.into(),
                     hits: count.into(),
+                    state: None,
                     method: profile
                         .traces
                         .get(&serial)

@@ -157,11 +157,13 @@ pub struct ThreadStart {
     pub group: String,
 }
 
-/// Which table a [`CpuTable`] is: sampled (`CPU SAMPLES`) or timed (`CPU TIME (ms)`).
+/// Which table a [`CpuTable`] is: sampled (`CPU SAMPLES`), timed (`CPU TIME (ms)`), or
+/// openprof's wall-clock samples (`WALL SAMPLES`: every thread, running or not, with its state).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CpuTableKind {
     Samples,
     Time,
+    Wall,
 }
 
 impl CpuTableKind {
@@ -169,6 +171,7 @@ impl CpuTableKind {
         match self {
             CpuTableKind::Samples => "CPU SAMPLES",
             CpuTableKind::Time => "CPU TIME (ms)",
+            CpuTableKind::Wall => "WALL SAMPLES",
         }
     }
 }
@@ -181,6 +184,9 @@ pub struct CpuRow {
     pub accum_percent: f64,
     pub count: u64,
     pub trace: u32,
+    /// The thread's state in a WALL SAMPLES row (`running`, `native`, `blocked`, `waiting`,
+    /// `parked`, `sleeping`, `unknown`); `None` in the other tables.
+    pub state: Option<String>,
     /// The trace's top frame as `class.method`, or `None` for an empty trace.
     pub method: Option<String>,
 }
@@ -214,6 +220,8 @@ pub struct CpuEntry {
     pub cost: u64,
     /// What its count column shows: samples, or the true number of entries.
     pub hits: u64,
+    /// The thread state of a wall-clock entry.
+    pub state: Option<String>,
     pub method: Option<String>,
 }
 
@@ -233,6 +241,7 @@ impl CpuTable {
                 trace,
                 cost: count,
                 hits: count,
+                state: None,
                 method,
             })
             .collect();
@@ -249,7 +258,12 @@ impl CpuTable {
         total: u64,
     ) -> CpuTable {
         let total_cost: u64 = entries.iter().map(|entry| entry.cost).sum();
-        entries.sort_by(|a, b| b.cost.cmp(&a.cost).then(a.trace.cmp(&b.trace)));
+        entries.sort_by(|a, b| {
+            b.cost
+                .cmp(&a.cost)
+                .then(a.trace.cmp(&b.trace))
+                .then_with(|| a.state.cmp(&b.state))
+        });
         let mut rows = Vec::new();
         let mut accum = 0.0;
         for entry in entries {
@@ -264,6 +278,7 @@ impl CpuTable {
                 accum_percent: accum * 100.0,
                 count: entry.hits,
                 trace: entry.trace,
+                state: entry.state,
                 method: entry.method,
             });
         }
@@ -274,6 +289,19 @@ impl CpuTable {
             rows,
         }
     }
+}
+
+/// openprof's `WALL SAMPLER` record, before each WALL SAMPLES table: how the wall-clock samples
+/// were taken and how many were not.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WallSampler {
+    pub interval_ms: u32,
+    /// At most this many threads are sampled per interval, round robin.
+    pub threads_per_tick: u32,
+    /// Thread-intervals not sampled because of that bound, since the last dump.
+    pub skipped: u64,
+    /// Signals the kernel refused (the thread had ended), since the last dump.
+    pub lost: u64,
 }
 
 /// openprof's `CPU SAMPLER` record: how samples were taken and what could not be walked.
@@ -317,6 +345,8 @@ pub struct TextProfile {
     pub traces: BTreeMap<u32, Trace>,
     /// Every sampler record, one per dump.
     pub samplers: Vec<SamplerReport>,
+    /// Every wall sampler record, one per dump.
+    pub wall_samplers: Vec<WallSampler>,
     /// Every CPU table, one per dump, in file order.
     pub cpu_tables: Vec<CpuTable>,
     /// Every SITES table, one per dump, in file order.

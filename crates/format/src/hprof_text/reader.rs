@@ -5,7 +5,7 @@ use std::io::{self, BufRead};
 
 use super::{
     heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, MonitorTable,
-    SamplerReport, SitesTable, TextProfile, ThreadStart, Trace,
+    SamplerReport, SitesTable, TextProfile, ThreadStart, Trace, WallSampler,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -248,6 +248,8 @@ fn parse_cpu_header(
         (CpuTableKind::Samples, rest)
     } else if let Some(rest) = text.strip_prefix("CPU TIME (ms) BEGIN (total = ") {
         (CpuTableKind::Time, rest)
+    } else if let Some(rest) = text.strip_prefix("WALL SAMPLES BEGIN (total = ") {
+        (CpuTableKind::Wall, rest)
     } else {
         return Err(malformed(
             number,
@@ -274,7 +276,9 @@ fn after_fields(text: &str, count: usize) -> &str {
     rest.trim_end()
 }
 
-fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, TextReadError> {
+/// A row of a CPU table; a WALL SAMPLES row (`with_state`) has the thread's state before the
+/// method.
+fn parse_cpu_row(text: &str, number: usize, with_state: bool) -> Result<CpuRow, TextReadError> {
     let mut fields = text.split_whitespace();
     let mut next = |what: &str| {
         fields
@@ -292,15 +296,20 @@ fn parse_cpu_row(text: &str, number: usize) -> Result<CpuRow, TextReadError> {
     let accum_percent = percent(next("accum")?, "accum")?;
     let count = parse_number(next("count")?, number, "CPU count")?;
     let trace = parse_number(next("trace")?, number, "CPU trace")?;
+    let state = match with_state {
+        true => Some(next("state")?.to_string()),
+        false => None,
+    };
     next("method")?;
     // The method is the rest of the line: a native symbol may hold spaces (`operator new`).
-    let method = after_fields(text, 5).to_string();
+    let method = after_fields(text, 5 + usize::from(with_state)).to_string();
     Ok(CpuRow {
         rank,
         self_percent,
         accum_percent,
         count,
         trace,
+        state,
         method: (method != "<empty trace>").then_some(method),
     })
 }
@@ -429,13 +438,36 @@ fn parse<R: BufRead>(
                 parse_sampler_line(&mut report, line, number)
             })?;
             profile.samplers.push(report);
-        } else if line.starts_with("CPU SAMPLES BEGIN") || line.starts_with("CPU TIME (ms) BEGIN") {
+        } else if line == "WALL SAMPLER BEGIN" {
+            let mut sampler = WallSampler::default();
+            lines.section("WALL SAMPLER END", number, |line, number| {
+                let (key, value) = line.split_once(' ').ok_or_else(|| {
+                    malformed(number, format!("WALL SAMPLER: '{line}' is not 'key value'"))
+                })?;
+                let value = value.strip_suffix(" ms").unwrap_or(value);
+                match key {
+                    "interval" => sampler.interval_ms = parse_number(value, number, key)?,
+                    "threads_per_tick" => {
+                        sampler.threads_per_tick = parse_number(value, number, key)?
+                    }
+                    "skipped" => sampler.skipped = parse_number(value, number, key)?,
+                    "lost" => sampler.lost = parse_number(value, number, key)?,
+                    // A newer agent may add keys; older readers go on.
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            profile.wall_samplers.push(sampler);
+        } else if line.starts_with("CPU SAMPLES BEGIN")
+            || line.starts_with("CPU TIME (ms) BEGIN")
+            || line.starts_with("WALL SAMPLES BEGIN")
+        {
             let (kind, total, date) = parse_cpu_header(line, number)?;
             let end = format!("{} END", kind.record_name());
             let mut rows = Vec::new();
             lines.section(&end, number, |row, number| {
                 if !row.starts_with("rank ") {
-                    rows.push(parse_cpu_row(row, number)?);
+                    rows.push(parse_cpu_row(row, number, kind == CpuTableKind::Wall)?);
                 }
                 Ok(())
             })?;
@@ -454,7 +486,7 @@ fn parse<R: BufRead>(
             let mut rows = Vec::new();
             lines.section("MONITOR TIME END", number, |row, number| {
                 if !row.starts_with("rank ") {
-                    let mut row = parse_cpu_row(row, number)?;
+                    let mut row = parse_cpu_row(row, number, false)?;
                     // `java.lang.Object (Java)`: the class, and the kind HPROF prints after it.
                     row.method = row
                         .method

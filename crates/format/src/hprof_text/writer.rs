@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{CpuTable, SamplerReport, ThreadStart, Trace};
+use super::{CpuTable, CpuTableKind, SamplerReport, ThreadStart, Trace, WallSampler};
 
 /// Writes HPROF text records to any byte sink.
 pub struct TextWriter<W: Write> {
@@ -93,6 +93,15 @@ impl<W: Write> TextWriter<W> {
         writeln!(self.out, "CPU SAMPLER END")
     }
 
+    pub fn wall_sampler(&mut self, sampler: &WallSampler) -> io::Result<()> {
+        writeln!(self.out, "WALL SAMPLER BEGIN")?;
+        writeln!(self.out, "interval {} ms", sampler.interval_ms)?;
+        writeln!(self.out, "threads_per_tick {}", sampler.threads_per_tick)?;
+        writeln!(self.out, "skipped {}", sampler.skipped)?;
+        writeln!(self.out, "lost {}", sampler.lost)?;
+        writeln!(self.out, "WALL SAMPLER END")
+    }
+
     pub fn cpu_table(&mut self, table: &CpuTable) -> io::Result<()> {
         let name = table.kind.record_name();
         writeln!(
@@ -100,8 +109,10 @@ impl<W: Write> TextWriter<W> {
             "{name} BEGIN (total = {}) {}",
             table.total, table.date
         )?;
+        let wall = table.kind == CpuTableKind::Wall;
         if !table.rows.is_empty() {
-            writeln!(self.out, "rank   self  accum   count trace method")?;
+            let state = if wall { " state" } else { "" };
+            writeln!(self.out, "rank   self  accum   count trace{state} method")?;
         }
         for row in &table.rows {
             write!(
@@ -109,6 +120,9 @@ impl<W: Write> TextWriter<W> {
                 "{:4} {:5.2}% {:5.2}% {:7} {:5}",
                 row.rank, row.self_percent, row.accum_percent, row.count, row.trace
             )?;
+            if wall {
+                write!(self.out, " {}", row.state.as_deref().unwrap_or("unknown"))?;
+            }
             match &row.method {
                 Some(method) => writeln!(self.out, " {method}")?,
                 None => writeln!(self.out, " <empty trace>")?,

@@ -153,6 +153,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "n",
     },
     OptionRow {
+        name: "wall",
+        values: "<ms>",
+        meaning: "wall-clock samples of every thread",
+        default: "off",
+    },
+    OptionRow {
         name: "mpt",
         values: "@<file>",
         meaning: "method parameter tracing specs",
@@ -225,6 +231,10 @@ impl Options {
             "  - vmthreads= is an openprof extension: y samples the JVM's own threads too (JIT\n",
             "    compilers, GC workers, the VM thread) with cpu=samples, each sample their\n",
             "    native frames under a [thread name] root frame.\n",
+            "  - wall= is an openprof extension: every Java thread, running or not, is\n",
+            "    interrupted every <ms> of wall time (at most 16 threads per interval, round\n",
+            "    robin) and its stack and state (running, native, blocked, waiting, parked,\n",
+            "    sleeping) recorded in WALL SAMPLES tables; it works with or without cpu=.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",
             "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",

@@ -100,6 +100,9 @@ pub struct Options {
     pub cstack: CStack,
     /// `vmthreads=y`: the JVM's own threads (JIT compilers, GC workers) are sampled too.
     pub vmthreads: bool,
+    /// `wall=MS`: every Java thread, running or not, sampled every MS milliseconds of wall
+    /// time with its state (an openprof extension).
+    pub wall_ms: Option<u32>,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
@@ -142,6 +145,7 @@ impl Default for Options {
             cputimer: CpuTimer::Perf,
             cstack: CStack::Dwarf,
             vmthreads: false,
+            wall_ms: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
@@ -380,6 +384,9 @@ impl fmt::Display for Options {
         };
         parts.push(format!("cstack={cstack}"));
         parts.push(format!("vmthreads={}", yes_no(self.vmthreads)));
+        if let Some(wall) = self.wall_ms {
+            parts.push(format!("wall={wall}"));
+        }
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
         }

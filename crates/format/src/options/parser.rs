@@ -213,6 +213,10 @@ impl Options {
                 "force" => options.force = parse_yes_no(name, value)?,
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
+                "wall" => {
+                    let millis = value.strip_suffix("ms").unwrap_or(value);
+                    options.wall_ms = Some(parse_whole(name, millis, 1, MAX_INTERVAL_MS)?)
+                }
                 "gc_okay" => {
                     return Err(bad(
                         name,
@@ -247,6 +251,24 @@ impl Options {
             return Err(bad(
                 "format",
                 "format=x cannot be used with cpu=samples|old: the trace format has no element for samples; use cpu=times, or format=a",
+            ));
+        }
+        if self.wall_ms.is_some() && self.format == OutputFormat::Xml {
+            return Err(bad(
+                "wall",
+                "format=x cannot be used with wall=: the trace format has no element for samples; use format=a",
+            ));
+        }
+        if self.wall_ms.is_some() && self.format == OutputFormat::Binary {
+            return Err(bad(
+                "wall",
+                "format=b cannot be used with wall=: HPROF's binary format has no record for wall-clock samples; use format=a",
+            ));
+        }
+        if self.wall_ms.is_some() && self.sampler == Sampler::GetAllStackTraces {
+            return Err(bad(
+                "wall",
+                "wall= needs sampler=asgct: it interrupts each thread where it is",
             ));
         }
         if self.vmthreads && self.sampler == Sampler::GetAllStackTraces {
