@@ -157,14 +157,16 @@ impl CpuProfile {
     }
 
     /// Counts one wall-clock sample of `frames` (innermost first) taken in `vm_state`
-    /// (`JavaThread::_thread_state`, 0 when unknown).
+    /// (`JavaThread::_thread_state`, 0 when unknown), standing for `intervals` intervals of its
+    /// thread's wall time. Returns the state it was counted in.
     pub fn add_wall_sampled(
         &mut self,
         jvmti: Jvmti,
         thread: Option<u32>,
         frames: impl Iterator<Item = SampledFrame>,
         vm_state: i32,
-    ) {
+        intervals: u64,
+    ) -> &'static str {
         let serial = self.intern_sampled(jvmti, thread, frames);
         let top = self.traces[&serial]
             .frames
@@ -172,7 +174,8 @@ impl CpuProfile {
             .find(|frame| frame.is_java())
             .map(Frame::qualified_method);
         let state = wall_state(vm_state, top.as_deref());
-        *self.wall_counts.entry((serial, state)).or_default() += 1;
+        *self.wall_counts.entry((serial, state)).or_default() += intervals;
+        state
     }
 
     fn intern_sampled(

@@ -1,11 +1,18 @@
 //! wall=: every Java thread, running or not, sampled every interval of wall time with what it
 //! was doing. Each interval the agent's thread sends the wall-clock signal to a bounded number
-//! of Java threads, round robin; the signal handler walks the interrupted thread's stack as a
-//! CPU sample's (no safepoint: a running thread is caught where it is) and tags it with the
-//! thread's VM state, which the collect turns into running, native, blocked, waiting, parked or
-//! sleeping. Owns the WALL SAMPLER record and the WALL SAMPLES table of each dump.
+//! of Java threads; the signal handler walks the interrupted thread's stack as a CPU sample's
+//! (no safepoint: a running thread is caught where it is) and tags it with the thread's VM
+//! state, which the collect turns into running, native, blocked, waiting, parked or sleeping.
+//!
+//! With more threads than the bound, the threads last seen running (or in native code) are
+//! sampled every interval, up to half the bound, and the others take turns, round robin, in
+//! the rest. A sample counts for the intervals since its thread's previous one, so the shares
+//! stay those of wall time whichever threads were picked, while the busy threads, whose stacks
+//! change, get the samples. Owns the WALL SAMPLER record and the WALL SAMPLES table of a dump.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use openprof_format::hprof_text::{CpuTableKind, WallSampler};
@@ -26,10 +33,69 @@ use crate::sync::lock;
 /// of threads (mostly idle ones), each of which is then sampled less often.
 pub const THREADS_PER_TICK: usize = 16;
 
+/// Which threads were sampled when, and what each was last seen doing.
+#[derive(Default)]
+struct Turns {
+    /// Intervals so far.
+    tick: u64,
+    /// Where the next round robin of the other threads starts.
+    next: usize,
+    /// The interval each thread was last signalled in, by kernel id.
+    last_signalled: HashMap<i32, u64>,
+    /// The intervals each signalled sample stands for, oldest first, by kernel id: the collect
+    /// takes them in the order the samples arrive.
+    weights: HashMap<i32, VecDeque<u64>>,
+    /// Threads whose last sample found them running or in native code.
+    busy: HashSet<i32>,
+}
+
+impl Turns {
+    /// The threads of this interval, each with the intervals its sample will stand for.
+    fn choose(&mut self, threads: &[i32], bound: usize) -> Vec<(i32, u64)> {
+        self.tick += 1;
+        let busy: Vec<i32> = threads
+            .iter()
+            .copied()
+            .filter(|id| self.busy.contains(id))
+            .collect();
+        let idle: Vec<i32> = threads
+            .iter()
+            .copied()
+            .filter(|id| !self.busy.contains(id))
+            .collect();
+        // Busy threads first, up to half the bound (in turns too when there are more).
+        let busy_share = if idle.is_empty() { bound } else { bound / 2 };
+        let mut chosen = round_robin(&busy, self.tick as usize * busy_share, busy_share);
+        let rest = bound - chosen.len();
+        let turn = round_robin(&idle, self.next, rest);
+        self.next = (self.next + turn.len()) % idle.len().max(1);
+        chosen.extend(turn);
+        let tick = self.tick;
+        chosen
+            .into_iter()
+            .map(|id| {
+                let since = self.last_signalled.insert(id, tick);
+                (id, since.map_or(1, |last| tick - last))
+            })
+            .collect()
+    }
+
+    /// Forgets threads that are gone.
+    fn keep_only(&mut self, threads: &[i32]) {
+        let alive: HashSet<i32> = threads.iter().copied().collect();
+        self.last_signalled.retain(|id, _| alive.contains(id));
+        self.weights.retain(|id, _| alive.contains(id));
+        self.busy.retain(|id| alive.contains(id));
+    }
+}
+
 pub struct WallSamples {
     interval: Duration,
-    /// Where the next round robin starts, as an index into the sorted kernel ids.
-    next: AtomicUsize,
+    turns: Mutex<Turns>,
+    /// Intervals since the last dump.
+    intervals: AtomicU64,
+    /// Threads signalled since the last dump.
+    sampled: AtomicU64,
     /// Thread-intervals not sampled because of the bound, since the last dump.
     skipped: AtomicU64,
     /// Signals the kernel refused (the thread had ended), since the last dump.
@@ -63,7 +129,9 @@ impl WallSamples {
         })?;
         Ok(WallSamples {
             interval: Duration::from_millis(interval_ms.into()),
-            next: AtomicUsize::new(0),
+            turns: Mutex::new(Turns::default()),
+            intervals: AtomicU64::new(0),
+            sampled: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             lost: AtomicU64::new(0),
         })
@@ -73,6 +141,8 @@ impl WallSamples {
         WallSampler {
             interval_ms: self.interval.as_millis() as u32,
             threads_per_tick: THREADS_PER_TICK as u32,
+            intervals: self.intervals.swap(0, Ordering::Relaxed),
+            sampled: self.sampled.swap(0, Ordering::Relaxed),
             skipped: self.skipped.swap(0, Ordering::Relaxed),
             lost: self.lost.swap(0, Ordering::Relaxed),
         }
@@ -114,16 +184,23 @@ impl Engine for WallSamples {
             .into_iter()
             .filter(|kernel_id| !crate::guard::is_agent_kernel_id(*kernel_id))
             .collect();
-        let start = self.next.load(Ordering::Relaxed);
-        let chosen = round_robin(&threads, start, THREADS_PER_TICK);
-        self.next.store(
-            (start + chosen.len()) % threads.len().max(1),
-            Ordering::Relaxed,
-        );
+        let mut turns = lock(&self.turns);
+        if turns.tick % 100 == 0 {
+            turns.keep_only(&threads);
+        }
+        let chosen = turns.choose(&threads, THREADS_PER_TICK);
+        self.intervals.fetch_add(1, Ordering::Relaxed);
         self.skipped
             .fetch_add((threads.len() - chosen.len()) as u64, Ordering::Relaxed);
-        for kernel_id in chosen {
-            if !signals::signal_for_wall_sample(kernel_id) {
+        for (kernel_id, intervals) in chosen {
+            if signals::signal_for_wall_sample(kernel_id) {
+                self.sampled.fetch_add(1, Ordering::Relaxed);
+                turns
+                    .weights
+                    .entry(kernel_id)
+                    .or_default()
+                    .push_back(intervals);
+            } else {
                 self.lost.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -141,7 +218,13 @@ impl Engine for WallSamples {
                 .map(|sample| threads.serial_of_kernel_id(sample.kernel_id))
                 .collect()
         };
+        let mut turns = lock(&self.turns);
         for (sample, serial) in samples.into_iter().zip(serials) {
+            let intervals = turns
+                .weights
+                .get_mut(&sample.kernel_id)
+                .and_then(VecDeque::pop_front)
+                .unwrap_or(1);
             // Only Java threads are signalled; a sample of another thread is a reused id.
             let Some(serial) = serial else { continue };
             let thread = context.options.thread.then_some(serial);
@@ -154,12 +237,18 @@ impl Engine for WallSamples {
                     .collect(),
                 None => sample.frames,
             };
-            report.profile.add_wall_sampled(
+            let state = report.profile.add_wall_sampled(
                 context.jvmti,
                 thread,
                 frames.into_iter(),
                 sample.vm_state,
+                intervals,
             );
+            if matches!(state, "running" | "native") {
+                turns.busy.insert(sample.kernel_id);
+            } else {
+                turns.busy.remove(&sample.kernel_id);
+            }
         }
     }
 
@@ -204,5 +293,26 @@ mod tests {
         assert_eq!(seen.len(), 40);
         assert_eq!(round_robin(&threads[..3], 2, 16), vec![102, 100, 101]);
         assert!(round_robin(&[], 0, 16).is_empty());
+    }
+
+    #[test]
+    fn busy_threads_come_every_interval_and_samples_stand_for_the_intervals_between() {
+        let threads: Vec<i32> = (1..=100).collect();
+        let mut turns = Turns::default();
+        turns.busy.extend([7, 8]);
+        let mut intervals_of: HashMap<i32, u64> = HashMap::new();
+        for _ in 0..1000 {
+            let chosen = turns.choose(&threads, 16);
+            assert_eq!(chosen.len(), 16);
+            assert!(chosen.iter().any(|(id, _)| *id == 7) && chosen.iter().any(|(id, _)| *id == 8));
+            for (id, intervals) in chosen {
+                *intervals_of.entry(id).or_default() += intervals;
+            }
+        }
+        // Every thread's samples add up to (about) the 1000 intervals, busy or not.
+        for id in &threads {
+            let seen = intervals_of[id];
+            assert!((950..=1000).contains(&seen), "thread {id}: {seen}");
+        }
     }
 }

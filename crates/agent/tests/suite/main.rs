@@ -15,3 +15,4 @@ mod stress;
 mod threads;
 mod trace;
 mod vm_threads;
+mod wall_samples;

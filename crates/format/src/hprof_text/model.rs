@@ -292,12 +292,17 @@ impl CpuTable {
 }
 
 /// openprof's `WALL SAMPLER` record, before each WALL SAMPLES table: how the wall-clock samples
-/// were taken and how many were not.
+/// were taken and how many were not. A WALL SAMPLES row counts thread-intervals: a sample
+/// stands for the intervals since its thread's previous sample.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WallSampler {
     pub interval_ms: u32,
-    /// At most this many threads are sampled per interval, round robin.
+    /// At most this many threads are sampled per interval.
     pub threads_per_tick: u32,
+    /// Intervals (rounds of signals) since the last dump.
+    pub intervals: u64,
+    /// Samples taken (threads signalled) since the last dump.
+    pub sampled: u64,
     /// Thread-intervals not sampled because of that bound, since the last dump.
     pub skipped: u64,
     /// Signals the kernel refused (the thread had ended), since the last dump.

@@ -450,6 +450,8 @@ fn parse<R: BufRead>(
                     "threads_per_tick" => {
                         sampler.threads_per_tick = parse_number(value, number, key)?
                     }
+                    "intervals" => sampler.intervals = parse_number(value, number, key)?,
+                    "sampled" => sampler.sampled = parse_number(value, number, key)?,
                     "skipped" => sampler.skipped = parse_number(value, number, key)?,
                     "lost" => sampler.lost = parse_number(value, number, key)?,
                     // A newer agent may add keys; older readers go on.

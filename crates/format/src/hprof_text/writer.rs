@@ -97,6 +97,8 @@ impl<W: Write> TextWriter<W> {
         writeln!(self.out, "WALL SAMPLER BEGIN")?;
         writeln!(self.out, "interval {} ms", sampler.interval_ms)?;
         writeln!(self.out, "threads_per_tick {}", sampler.threads_per_tick)?;
+        writeln!(self.out, "intervals {}", sampler.intervals)?;
+        writeln!(self.out, "sampled {}", sampler.sampled)?;
         writeln!(self.out, "skipped {}", sampler.skipped)?;
         writeln!(self.out, "lost {}", sampler.lost)?;
         writeln!(self.out, "WALL SAMPLER END")

@@ -218,9 +218,10 @@ impl Options {
     pub fn heap_profile(&self) -> Option<HeapMode> {
         match (self.heap, self.cpu, self.monitor, self.format) {
             (Some(mode), ..) => Some(mode),
-            // HPROF's default profile, unless parameter tracing was asked for (alone).
+            // HPROF's default profile, unless parameter tracing or wall-clock samples were
+            // asked for (alone).
             (None, None, false, OutputFormat::Ascii | OutputFormat::Binary)
-                if self.mpt.is_none() =>
+                if self.mpt.is_none() && self.wall_ms.is_none() =>
             {
                 Some(HeapMode::All)
             }

@@ -1,0 +1,143 @@
+//! wall= against ground truth: WallStates' workers spend known shares of their wall time
+//! sleeping, blocked on a monitor, parked on a ReentrantLock and computing, and measure them
+//! themselves; IdleCrowd has thousands of idle threads beside a few busy ones.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use openprof_format::hprof_text::{CpuTableKind, TextProfile};
+use openprof_testkit::run_java;
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The samples of one kind of table whose trace's thread has a name starting with `prefix`,
+/// by state (wall) or by whether the stack holds `method` (CPU: "in" and "out").
+fn by_thread_prefix(
+    profile: &TextProfile,
+    kind: CpuTableKind,
+    prefix: &str,
+    key: impl Fn(&openprof_format::hprof_text::CpuRow) -> String,
+) -> BTreeMap<String, u64> {
+    let names: BTreeMap<u32, &str> = profile
+        .threads_started
+        .iter()
+        .map(|thread| (thread.serial, thread.name.as_str()))
+        .collect();
+    let mut counts = BTreeMap::new();
+    for table in profile.cpu_tables.iter().filter(|table| table.kind == kind) {
+        for row in &table.rows {
+            let thread = profile
+                .traces
+                .get(&row.trace)
+                .and_then(|trace| trace.thread);
+            let name = thread.and_then(|serial| names.get(&serial)).copied();
+            if name.is_some_and(|name| name.starts_with(prefix)) {
+                *counts.entry(key(row)).or_insert(0) += row.count;
+            }
+        }
+    }
+    counts
+}
+
+/// The shares the workload printed: `sleeping=0.2970 blocked=0.1992 ...`.
+fn measured_shares(stdout: &str) -> BTreeMap<String, f64> {
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("sleeping="))
+        .unwrap_or_else(|| panic!("no shares in the workload's output: {stdout}"));
+    line.split_whitespace()
+        .map(|pair| {
+            let (state, share) = pair.split_once('=').unwrap();
+            (state.to_string(), share.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn states_of_the_workers_wall_time() {
+    let run = run_java(
+        Some("cpu=samples,interval=2,wall=10,thread=y,depth=16,cutoff=0,file=wall.txt"),
+        "WallStates",
+        &["4", "40"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let measured = measured_shares(&run.stdout());
+    let profile = run.profile("wall.txt");
+    let wall = by_thread_prefix(&profile, CpuTableKind::Wall, "worker-", |row| {
+        row.state.clone().unwrap_or_default()
+    });
+    let total: u64 = wall.values().sum();
+    // 4 workers sampled every 10 ms for about 4 s.
+    assert!(
+        total > 1000,
+        "{total} wall samples of the workers: {wall:?}"
+    );
+    for (state, share) in &measured {
+        let sampled = 100.0 * *wall.get(state).unwrap_or(&0) as f64 / total as f64;
+        assert!(
+            (sampled - 100.0 * share).abs() <= 5.0,
+            "{state}: {sampled:.1} % of the wall samples, {:.1} % measured; {wall:?}",
+            100.0 * share
+        );
+    }
+    // CPU samples of the workers: the computing phase only.
+    let cpu = by_thread_prefix(&profile, CpuTableKind::Samples, "worker-", |row| {
+        let computing = profile.traces.get(&row.trace).is_some_and(|trace| {
+            trace
+                .frames
+                .iter()
+                .any(|frame| frame.qualified_method() == "WallStates.compute")
+        });
+        if computing { "compute" } else { "other" }.to_string()
+    });
+    let computing = *cpu.get("compute").unwrap_or(&0) as f64;
+    let all: u64 = cpu.values().sum();
+    assert!(
+        computing >= 0.9 * all as f64 && all > 100,
+        "CPU samples of the workers: {cpu:?}"
+    );
+    // The sampler says how it sampled: every thread fits in one interval's bound here.
+    let sampler = profile.wall_samplers.last().expect("a WALL SAMPLER record");
+    assert_eq!(
+        (sampler.interval_ms, sampler.skipped),
+        (10, 0),
+        "{sampler:?}"
+    );
+}
+
+#[test]
+fn thousands_of_idle_threads_cost_a_bounded_tick() {
+    // 2,000 sleeping threads and 4 busy ones; the busy ones spend 3:1 in heavy and light.
+    let run = run_java(
+        Some("wall=10,thread=y,depth=8,cutoff=0,file=crowd.txt"),
+        "IdleCrowd",
+        &["2000", "4", "3"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let profile = run.profile("crowd.txt");
+    let sampler = profile.wall_samplers.last().expect("a WALL SAMPLER record");
+    assert_eq!(sampler.threads_per_tick, 16, "{sampler:?}");
+    // Each interval signals at most 16 of the 2,000-odd threads and skips the rest.
+    assert!(sampler.intervals > 100, "{sampler:?}");
+    assert!(
+        sampler.sampled > 0 && sampler.sampled <= 16 * sampler.intervals,
+        "{sampler:?}"
+    );
+    assert!(sampler.skipped > 1000 * sampler.intervals, "{sampler:?}");
+    // The busy threads' running samples split 3:1 between heavy and light.
+    let busy = by_thread_prefix(&profile, CpuTableKind::Wall, "busy-", |row| {
+        format!(
+            "{} {}",
+            row.state.as_deref().unwrap_or(""),
+            row.method.as_deref().unwrap_or("")
+        )
+    });
+    let heavy = *busy.get("running IdleCrowd.heavy").unwrap_or(&0) as f64;
+    let light = *busy.get("running IdleCrowd.light").unwrap_or(&0) as f64;
+    // Busy threads are sampled every interval: 4 of them for about 3 s.
+    assert!(heavy + light > 400.0, "{busy:?}");
+    let split = 100.0 * heavy / (heavy + light);
+    assert!((split - 75.0).abs() <= 5.0, "heavy {split:.1} %: {busy:?}");
+}

@@ -1,0 +1,60 @@
+/**
+ * Many idle threads beside a few busy ones, for wall-clock profiling's bounded cost: IDLE
+ * threads sleep the whole run; BUSY threads each spend three times as long in heavy() as in
+ * light() (the same loop, 3:1 trip counts) for SECONDS of wall time.
+ *
+ * Usage: java IdleCrowd IDLE BUSY SECONDS
+ */
+public class IdleCrowd {
+    static volatile long sink;
+
+    static long heavy(long x) {
+        for (int i = 0; i < 3_000_000; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+        }
+        return x;
+    }
+
+    static long light(long x) {
+        for (int i = 0; i < 1_000_000; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+        }
+        return x;
+    }
+
+    public static void main(String[] args) throws Exception {
+        int idle = Integer.parseInt(args[0]);
+        int busy = Integer.parseInt(args[1]);
+        long until = System.nanoTime() + (long) (Double.parseDouble(args[2]) * 1e9);
+        Object never = new Object();
+        for (int i = 0; i < idle; i++) {
+            Thread thread = new Thread(() -> {
+                synchronized (never) {
+                    try {
+                        never.wait();
+                    } catch (InterruptedException e) {
+                        // the end of the run
+                    }
+                }
+            }, "idle-" + i);
+            thread.setDaemon(true);
+            thread.start();
+        }
+        Thread[] workers = new Thread[busy];
+        for (int i = 0; i < busy; i++) {
+            workers[i] = new Thread(() -> {
+                long x = 1;
+                while (System.nanoTime() < until) {
+                    x = heavy(x);
+                    x = light(x);
+                }
+                sink += x;
+            }, "busy-" + i);
+            workers[i].start();
+        }
+        for (Thread worker : workers) {
+            worker.join();
+        }
+        System.out.println("done");
+    }
+}
