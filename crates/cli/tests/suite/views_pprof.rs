@@ -466,3 +466,39 @@ fn unwritable_outputs_are_named() {
         );
     }
 }
+
+#[test]
+fn wall_samples_carry_their_states_into_the_views() {
+    let run = run_java(
+        Some("wall=10,thread=y,depth=16,cutoff=0,file=wall.txt"),
+        "WallStates",
+        &["2", "15"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let hprof = run.profile("wall.txt");
+    let total: u64 = hprof.cpu_tables.iter().map(|table| table.total).sum();
+    // Folded stacks of the wall event: every thread-interval of the WALL SAMPLES tables.
+    convert_in(
+        &run.dir,
+        &["wall.txt", "--event", "wall", "-o", "wall.collapsed"],
+    );
+    let collapsed = std::fs::read_to_string(run.dir.join("wall.collapsed")).unwrap();
+    assert_eq!(leaf_samples(&collapsed).values().sum::<u64>(), total);
+    // pprof: the state of each sample as a label pprof groups by.
+    convert_in(&run.dir, &["wall.txt", "-o", "wall.pb.gz"]);
+    let tags = go_pprof(&run.dir, &["-tags", "wall.pb.gz"]);
+    for state in ["sleeping", "blocked", "parked", "running"] {
+        assert!(tags.contains(state), "no {state} in\n{tags}");
+    }
+    let parked = go_pprof(
+        &run.dir,
+        &[
+            "-top",
+            "-tagfocus=state=parked",
+            "-nodecount=5",
+            "wall.pb.gz",
+        ],
+    );
+    assert!(parked.contains("Unsafe.park"), "{parked}");
+}
