@@ -1,6 +1,9 @@
-//! The profiled JVM must never crash or hang because of the agent: this test tries hard.
+//! The profiled JVM must never crash or hang because of the agent: this test tries hard, with
+//! CPU and wall-clock samples (every thread signalled every millisecond) at once.
 
 use std::time::Duration;
+
+use openprof_format::hprof_text::CpuTableKind;
 
 use openprof_testkit::{
     java_command, send_signal, wait_until_ready_keeping_output, wait_with_limit,
@@ -9,7 +12,7 @@ use openprof_testkit::{
 #[test]
 fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
     let (mut command, dir) = java_command(
-        Some("cpu=samples,interval=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt"),
+        Some("cpu=samples,interval=1,wall=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt"),
         "Stress",
         &["8"],
     );
@@ -39,11 +42,11 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
 
     let text = std::fs::read(dir.join("stress.txt")).unwrap();
     let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
-    assert_eq!(
-        profile.cpu_tables.len(),
-        6,
-        "five dumps on SIGQUIT and one at exit"
-    );
+    // Five dumps on SIGQUIT and one at exit, each with its CPU and its wall samples.
+    for kind in [CpuTableKind::Samples, CpuTableKind::Wall] {
+        let tables = profile.cpu_tables.iter().filter(|table| table.kind == kind);
+        assert_eq!(tables.count(), 6, "{kind:?} tables");
+    }
     let deepest = profile
         .traces
         .values()
