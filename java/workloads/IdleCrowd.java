@@ -1,12 +1,14 @@
 /**
  * Many idle threads beside a few busy ones, for wall-clock profiling's bounded cost: IDLE
  * threads sleep the whole run; BUSY threads each spend three times as long in heavy() as in
- * light() (the same loop, 3:1 trip counts) for SECONDS of wall time.
+ * light() (the same loop, 3:1 trip counts) for SECONDS of wall time. Prints how many rounds of
+ * heavy and light the busy threads made: the throughput a profiler's cost lowers.
  *
  * Usage: java IdleCrowd IDLE BUSY SECONDS
  */
 public class IdleCrowd {
     static volatile long sink;
+    static final java.util.concurrent.atomic.AtomicLong rounds = new java.util.concurrent.atomic.AtomicLong();
 
     static long heavy(long x) {
         for (int i = 0; i < 3_000_000; i++) {
@@ -44,17 +46,20 @@ public class IdleCrowd {
         for (int i = 0; i < busy; i++) {
             workers[i] = new Thread(() -> {
                 long x = 1;
+                long done = 0;
                 while (System.nanoTime() < until) {
                     x = heavy(x);
                     x = light(x);
+                    done++;
                 }
                 sink += x;
+                rounds.addAndGet(done);
             }, "busy-" + i);
             workers[i].start();
         }
         for (Thread worker : workers) {
             worker.join();
         }
-        System.out.println("done");
+        System.out.println("rounds=" + rounds.get());
     }
 }
