@@ -145,7 +145,11 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Agen
         phase,
         jvmti,
         vm,
-        threads: Mutex::new(Threads::new(!plan.tracing)),
+        threads: Mutex::new({
+            let mut threads = Threads::new(!plan.tracing);
+            threads.sample_only(options.threads.clone());
+            threads
+        }),
         report,
         net,
         agent_thread_cpu_nanos: AtomicU64::new(0),

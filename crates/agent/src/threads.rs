@@ -8,6 +8,8 @@
 
 use std::collections::HashMap;
 
+use openprof_format::options::ThreadNames;
+
 use openprof_format::hprof_text::{ThreadStart, THREAD_SERIAL_START};
 
 use crate::signals::ThreadTimer;
@@ -33,6 +35,10 @@ pub struct Threads {
     closed: bool,
     /// Whether THREAD START/END records are queued (HPROF text output).
     records: bool,
+    /// `threads=`: the names of the threads sampled; `None`, all.
+    sampled_names: Option<ThreadNames>,
+    /// Threads whose names `threads=` leaves out, by serial.
+    not_sampled: std::collections::HashSet<u32>,
     ended: std::collections::HashSet<u32>,
 }
 
@@ -46,10 +52,25 @@ impl Threads {
         }
     }
 
+    /// Samples only the threads of these names from now on (`threads=`).
+    pub fn sample_only(&mut self, names: Option<ThreadNames>) {
+        self.sampled_names = names;
+    }
+
+    /// Whether `threads=` lets this thread be sampled.
+    pub fn is_sampled(&self, serial: u32) -> bool {
+        !self.not_sampled.contains(&serial)
+    }
+
     /// Numbers a newly seen thread and queues its THREAD START record.
     pub fn start(&mut self, name: String, group: String, kernel_id: Option<i32>) -> u32 {
         self.last_serial += 1;
         let serial = self.last_serial;
+        if let Some(names) = &self.sampled_names {
+            if !names.matches(&name) {
+                self.not_sampled.insert(serial);
+            }
+        }
         if let Some(kernel_id) = kernel_id {
             self.serial_by_kernel_id.insert(kernel_id, serial);
         }
@@ -135,12 +156,12 @@ impl Threads {
             .filter(|serial| !self.ended.contains(serial))
     }
 
-    /// The kernel ids of the Java threads known and not ended, in order.
+    /// The kernel ids of the Java threads known, not ended and sampled (`threads=`), in order.
     pub fn live_kernel_ids(&self) -> Vec<i32> {
         let mut ids: Vec<i32> = self
             .serial_by_kernel_id
             .iter()
-            .filter(|(_, serial)| !self.ended.contains(serial))
+            .filter(|(_, serial)| !self.ended.contains(serial) && self.is_sampled(**serial))
             .map(|(kernel_id, _)| *kernel_id)
             .collect();
         ids.sort_unstable();

@@ -346,7 +346,10 @@ impl Engine for CpuSamples {
         line
     }
 
-    fn thread_started(&self, context: &Context, _serial: u32, _name: &str, _group: &str) {
+    fn thread_started(&self, context: &Context, serial: u32, _name: &str, _group: &str) {
+        if !lock(&context.threads).is_sampled(serial) {
+            return;
+        }
         if self.native_frames {
             // Before its timer starts: the native walk reads only inside the thread's stack.
             crate::native_stack::remember_current_thread_stack(signals::current_thread_id());
@@ -421,8 +424,16 @@ impl Engine for CpuSamples {
             serials
         };
         let depth = self.control.max_depth.load(Ordering::Relaxed) as usize;
+        let sampled_names = context.options.threads.is_some();
         for (sample, serial) in raw.into_iter().zip(serials) {
             if !self.control.samples(serial) {
+                continue;
+            }
+            // threads=: threads timed at attach before their names were known, and samples of
+            // threads the JVM owns, are left out unless their names match.
+            if sampled_names
+                && !serial.is_some_and(|serial| lock(&context.threads).is_sampled(serial))
+            {
                 continue;
             }
             let thread = serial.filter(|_| context.options.thread);

@@ -56,7 +56,7 @@ fn measured_shares(stdout: &str) -> BTreeMap<String, f64> {
 #[test]
 fn states_of_the_workers_wall_time() {
     let run = run_java(
-        Some("cpu=samples,interval=2,wall=10,thread=y,depth=16,cutoff=0,file=wall.txt"),
+        Some("cpu=samples,interval=2,wall=10,threads=worker-*,thread=y,depth=16,cutoff=0,file=wall.txt"),
         "WallStates",
         &["4", "40"],
         LIMIT,
@@ -97,6 +97,15 @@ fn states_of_the_workers_wall_time() {
         computing >= 0.9 * all as f64 && all > 100,
         "CPU samples of the workers: {cpu:?}"
     );
+    // threads=worker-*: no sample of any other thread (the holders, main), CPU or wall.
+    for kind in [CpuTableKind::Samples, CpuTableKind::Wall] {
+        let others = by_thread_prefix(&profile, kind, "", |_| "any".into());
+        let workers = by_thread_prefix(&profile, kind, "worker-", |_| "any".into());
+        assert_eq!(
+            others, workers,
+            "{kind:?}: samples of threads not named worker-*"
+        );
+    }
     // The sampler says how it sampled: every thread fits in one interval's bound here.
     let sampler = profile.wall_samplers.last().expect("a WALL SAMPLER record");
     assert_eq!(

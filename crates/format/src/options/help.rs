@@ -159,6 +159,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "off",
     },
     OptionRow {
+        name: "threads",
+        values: "<glob>[|<glob>]",
+        meaning: "only threads of these names sampled",
+        default: "all",
+    },
+    OptionRow {
         name: "mpt",
         values: "@<file>",
         meaning: "method parameter tracing specs",
@@ -235,6 +241,8 @@ impl Options {
             "    interrupted every <ms> of wall time (at most 16 threads per interval, round\n",
             "    robin) and its stack and state (running, native, blocked, waiting, parked,\n",
             "    sleeping) recorded in WALL SAMPLES tables; it works with or without cpu=.\n",
+            "  - threads= is an openprof extension: only threads whose names match one of the\n",
+            "    patterns (* and ?, apart by |) are sampled by cpu=samples and wall=.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",
             "    threads, classes, GC, exceptions; with cpu=times method entries and exits and\n",
             "    method counts; with monitor=y monitor contention and waits; filter= limits\n",

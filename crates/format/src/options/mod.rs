@@ -10,6 +10,44 @@ mod parser;
 
 use std::fmt;
 
+/// `threads=`'s thread name patterns: `*` any run of characters, `?` one, alternatives apart
+/// by `|`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadNames(pub Vec<String>);
+
+impl ThreadNames {
+    /// Whether a thread of this name is one of those asked for.
+    pub fn matches(&self, name: &str) -> bool {
+        let name: Vec<char> = name.chars().collect();
+        self.0.iter().any(|pattern| {
+            let pattern: Vec<char> = pattern.chars().collect();
+            glob_matches(&pattern, &name)
+        })
+    }
+}
+
+/// `*` and `?` matching, iteratively (the last `*` absorbs what the rest did not match).
+fn glob_matches(pattern: &[char], name: &[char]) -> bool {
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == name[n]) {
+            p += 1;
+            n += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, n));
+            p += 1;
+        } else if let Some((star_p, star_n)) = star {
+            p = star_p + 1;
+            n = star_n + 1;
+            star = Some((star_p, star_n + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
 /// What `heap=` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeapMode {
@@ -103,6 +141,9 @@ pub struct Options {
     /// `wall=MS`: every Java thread, running or not, sampled every MS milliseconds of wall
     /// time with its state (an openprof extension).
     pub wall_ms: Option<u32>,
+    /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
+    /// extension).
+    pub threads: Option<ThreadNames>,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
@@ -146,6 +187,7 @@ impl Default for Options {
             cstack: CStack::Dwarf,
             vmthreads: false,
             wall_ms: None,
+            threads: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
@@ -388,6 +430,9 @@ impl fmt::Display for Options {
         if let Some(wall) = self.wall_ms {
             parts.push(format!("wall={wall}"));
         }
+        if let Some(threads) = &self.threads {
+            parts.push(format!("threads={}", threads.0.join("|")));
+        }
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
         }
@@ -464,6 +509,20 @@ mod tests {
         assert_eq!(dwarf.cstack, CStack::Dwarf);
         assert!(dwarf.to_string().contains("cstack=dwarf"));
         assert_eq!(Options::parse(&dwarf.to_string()).unwrap(), dwarf);
+        let threads = Options::parse("cpu=samples,threads=worker-*|main").unwrap();
+        let names = threads.threads.clone().unwrap();
+        for (name, matched) in [
+            ("worker-1", true),
+            ("worker-", true),
+            ("main", true),
+            ("mainly", false),
+            ("holder-1", false),
+        ] {
+            assert_eq!(names.matches(name), matched, "{name}");
+        }
+        assert_eq!(Options::parse(&threads.to_string()).unwrap(), threads);
+        assert!(ThreadNames(vec!["a?c*".into()]).matches("abcdef"));
+        assert!(!ThreadNames(vec!["a?c*".into()]).matches("ac"));
         let vmthreads = Options::parse("cpu=samples,vmthreads=y").unwrap();
         assert!(vmthreads.vmthreads);
         assert_eq!(Options::parse(&vmthreads.to_string()).unwrap(), vmthreads);

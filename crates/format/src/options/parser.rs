@@ -4,7 +4,8 @@
 use super::help::known_names;
 use super::{
     bad, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options, OutputFormat,
-    Sampler, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS, NET_BUFFER_RANGE,
+    Sampler, ThreadNames, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS,
+    NET_BUFFER_RANGE,
 };
 
 fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
@@ -213,6 +214,16 @@ impl Options {
                 "force" => options.force = parse_yes_no(name, value)?,
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
+                "threads" => {
+                    let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
+                    if value.is_empty() || patterns.iter().any(String::is_empty) {
+                        return Err(bad(
+                            name,
+                            format!("'{value}' has an empty pattern; use thread name patterns with * and ?, apart by |"),
+                        ));
+                    }
+                    options.threads = Some(ThreadNames(patterns));
+                }
                 "wall" => {
                     let millis = value.strip_suffix("ms").unwrap_or(value);
                     options.wall_ms = Some(parse_whole(name, millis, 1, MAX_INTERVAL_MS)?)
@@ -269,6 +280,12 @@ impl Options {
             return Err(bad(
                 "wall",
                 "wall= needs sampler=asgct: it interrupts each thread where it is",
+            ));
+        }
+        if self.threads.is_some() && self.cpu != Some(CpuMode::Samples) && self.wall_ms.is_none() {
+            return Err(bad(
+                "threads",
+                "threads= chooses the threads cpu=samples and wall= sample; give one of them",
             ));
         }
         if self.vmthreads && self.sampler == Sampler::GetAllStackTraces {
