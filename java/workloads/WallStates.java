@@ -123,5 +123,6 @@ public class WallStates {
         double all = total[0] + total[1] + total[2] + total[3];
         System.out.printf("sleeping=%.4f blocked=%.4f parked=%.4f running=%.4f%n",
                 total[0] / all, total[1] / all, total[2] / all, total[3] / all);
+        System.out.printf("blocked_ms=%d parked_ms=%d%n", total[1] / 1_000_000, total[2] / 1_000_000);
     }
 }

@@ -7,8 +7,8 @@ use std::io::{self, BufWriter, Seek};
 use std::path::{Path, PathBuf};
 
 use openprof_format::hprof_text::{
-    SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray, TextPrimitiveArray,
-    TextRoot, TextWriter, Trace, WallSampler, TRACE_SERIAL_START,
+    MonitorTable, SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray,
+    TextPrimitiveArray, TextRoot, TextWriter, Trace, WallSampler, TRACE_SERIAL_START,
 };
 use openprof_format::options::{Options, OutputFormat};
 use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
@@ -154,6 +154,20 @@ impl Output {
                 }
                 text.writer.wall_sampler(sampler)?;
                 text.writer.cpu_table(&dump.table)?;
+                text.writer.flush()
+            }
+            Output::Binary(_) => Ok(()),
+        }
+    }
+
+    /// A MONITOR TIME dump (text only: format=b refuses lock= and monitor=y).
+    pub fn monitor_dump(&mut self, traces: &[Trace], table: &MonitorTable) -> io::Result<()> {
+        match self {
+            Output::Text(text) => {
+                for trace in traces {
+                    text.writer.trace(trace)?;
+                }
+                text.writer.monitor_table(table)?;
                 text.writer.flush()
             }
             Output::Binary(_) => Ok(()),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::context::Phase;
 use crate::engine::{need, Engine, Need};
 use crate::engines::{
-    cpu_samples, cpu_times, heap_dump, heap_sites, monitors, mpt, trace, wall_samples,
+    cpu_samples, cpu_times, heap_dump, heap_sites, locks, monitors, mpt, trace, wall_samples,
 };
 use crate::error::AgentResult;
 use crate::jvmti::{JavaVM, Jvmti};
@@ -31,6 +31,8 @@ pub enum EngineKind {
     Trace,
     /// monitor=y with format=x.
     Monitors,
+    /// lock=, or monitor=y with HPROF text output.
+    Locks,
 }
 
 impl EngineKind {
@@ -45,6 +47,7 @@ impl EngineKind {
             EngineKind::ParameterTracing => mpt::Mpt::needs(options),
             EngineKind::Trace => trace::Tracer::needs(options),
             EngineKind::Monitors => monitors::Monitors::needs(options),
+            EngineKind::Locks => locks::Locks::needs(options),
         }
     }
 }
@@ -83,6 +86,10 @@ impl Plan {
             (EngineKind::ParameterTracing, parameter_tracing),
             (EngineKind::Trace, tracing),
             (EngineKind::Monitors, tracing && options.monitor),
+            (
+                EngineKind::Locks,
+                !tracing && options.lock_threshold_ns().is_some(),
+            ),
         ];
         Plan {
             engines: chosen
@@ -134,6 +141,7 @@ pub fn build_engine(
         }
         EngineKind::Trace => Box::new(trace::Tracer::start(jvmti, options, net.clone())?),
         EngineKind::Monitors => Box::new(monitors::Monitors),
+        EngineKind::Locks => Box::new(locks::Locks::new(options)),
     })
 }
 
@@ -191,7 +199,11 @@ mod tests {
             plan("format=x,cpu=times,monitor=y").engines,
             vec![Trace, Monitors]
         );
-        assert_eq!(plan("cpu=samples,monitor=y").engines, vec![CpuSamples]);
+        assert_eq!(
+            plan("cpu=samples,monitor=y").engines,
+            vec![CpuSamples, Locks]
+        );
+        assert_eq!(plan("lock=10us").engines, vec![Locks]);
         assert_eq!(
             plan("net=localhost:9,cpu=samples").engines,
             vec![CpuSamples, ParameterTracing]

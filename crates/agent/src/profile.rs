@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use openprof_format::hprof_text::{
-    CpuEntry, CpuTable, CpuTableKind, Frame, FrameLine, Trace, TRACE_SERIAL_START,
+    CpuEntry, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, MonitorTable, Trace,
+    TRACE_SERIAL_START,
 };
 
 use crate::jvmti::{jmethodID, Jvmti};
@@ -78,6 +79,9 @@ pub struct CpuProfile {
     counts: HashMap<u32, (u64, u64)>,
     /// Wall-clock samples per trace and thread state since the last dump.
     wall_counts: HashMap<(u32, &'static str), u64>,
+    /// Contended monitor enters per trace and monitor class since the last dump: (enters,
+    /// nanoseconds blocked).
+    lock_counts: HashMap<(u32, String), (u64, u64)>,
     printed: HashSet<u32>,
     failed: BTreeMap<String, u64>,
     dropped: u64,
@@ -94,6 +98,7 @@ impl CpuProfile {
             traces: HashMap::new(),
             counts: HashMap::new(),
             wall_counts: HashMap::new(),
+            lock_counts: HashMap::new(),
             printed: HashSet::new(),
             failed: BTreeMap::new(),
             dropped: 0,
@@ -176,6 +181,55 @@ impl CpuProfile {
         let state = wall_state(vm_state, top.as_deref());
         *self.wall_counts.entry((serial, state)).or_default() += intervals;
         state
+    }
+
+    /// Counts one contended monitor enter of `frames` on a monitor of `class` that blocked for
+    /// `nanoseconds`.
+    pub fn add_lock(
+        &mut self,
+        jvmti: Jvmti,
+        thread: Option<u32>,
+        frames: impl Iterator<Item = (jmethodID, Location)>,
+        class: String,
+        nanoseconds: u64,
+    ) {
+        let serial = self.intern(jvmti, thread, frames);
+        let counted = self.lock_counts.entry((serial, class)).or_default();
+        counted.0 += 1;
+        counted.1 += nanoseconds;
+    }
+
+    /// The MONITOR TIME table of the contended enters since the last dump, ranked by time
+    /// blocked, and the TRACEs it needs that no earlier dump printed.
+    pub fn take_monitor_table(&mut self, date: String) -> (Vec<Trace>, MonitorTable) {
+        let mut entries: Vec<((u32, String), (u64, u64))> = self.lock_counts.drain().collect();
+        entries.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
+        let total_ns: u64 = entries.iter().map(|(_, (_, ns))| ns).sum();
+        let mut accum = 0.0;
+        let rows: Vec<CpuRow> = entries
+            .into_iter()
+            .enumerate()
+            .map(|(index, ((trace, class), (enters, ns)))| {
+                let share = 100.0 * ns as f64 / total_ns.max(1) as f64;
+                accum += share;
+                CpuRow {
+                    rank: index as u32 + 1,
+                    self_percent: share,
+                    accum_percent: accum,
+                    count: enters,
+                    trace,
+                    state: None,
+                    method: Some(class),
+                }
+            })
+            .collect();
+        let new_traces = self.unprinted_traces(rows.iter().map(|row| row.trace));
+        let table = MonitorTable {
+            total_ms: total_ns / 1_000_000,
+            date,
+            rows,
+        };
+        (new_traces, table)
     }
 
     fn intern_sampled(

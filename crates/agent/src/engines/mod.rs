@@ -4,6 +4,7 @@ pub mod cpu_samples;
 pub mod cpu_times;
 pub mod heap_dump;
 pub mod heap_sites;
+pub mod locks;
 pub mod monitors;
 pub mod mpt;
 pub mod trace;

@@ -7,6 +7,7 @@ mod heap_dump;
 mod heap_sites;
 mod helpers;
 mod hprof_reader;
+mod locks;
 mod mpt;
 mod native_frames;
 mod options;

@@ -154,8 +154,12 @@ fn unbuilt_features_are_refused_not_ignored() {
         "option filter: can't read /nonexistent/filters",
     );
     assert_refused(
-        "cpu=samples,monitor=y",
-        "option monitor: monitor=y in HPROF text output is not implemented yet; use format=x",
+        "format=x,cpu=times,lock=1ms",
+        "option lock: lock= writes HPROF's MONITOR TIME tables, in format=a only",
+    );
+    assert_refused(
+        "cpu=samples,lock=10qs",
+        "option lock: '10qs' is not a duration such as 0, 500ns, 10us",
     );
     assert_refused("cpu=samples,token=abc", "option token: token= is for net=");
     assert_refused(

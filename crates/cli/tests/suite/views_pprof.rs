@@ -470,14 +470,19 @@ fn unwritable_outputs_are_named() {
 #[test]
 fn wall_samples_carry_their_states_into_the_views() {
     let run = run_java(
-        Some("wall=10,thread=y,depth=16,cutoff=0,file=wall.txt"),
+        Some("wall=10,lock=0,thread=y,depth=16,cutoff=0,file=wall.txt"),
         "WallStates",
         &["2", "15"],
         LIMIT,
     );
     assert!(run.success(), "{}", run.stderr());
     let hprof = run.profile("wall.txt");
-    let total: u64 = hprof.cpu_tables.iter().map(|table| table.total).sum();
+    let total: u64 = hprof
+        .cpu_tables
+        .iter()
+        .filter(|table| table.kind == CpuTableKind::Wall)
+        .map(|table| table.total)
+        .sum();
     // Folded stacks of the wall event: every thread-interval of the WALL SAMPLES tables.
     convert_in(
         &run.dir,
@@ -501,4 +506,26 @@ fn wall_samples_carry_their_states_into_the_views() {
         ],
     );
     assert!(parked.contains("Unsafe.park"), "{parked}");
+    // The lock profile of the same run: nanoseconds blocked, the monitor's class as a label.
+    let monitor = hprof.monitor_tables.last().expect("a MONITOR TIME table");
+    convert_in(
+        &run.dir,
+        &[
+            "wall.txt",
+            "--event",
+            "lock",
+            "--total",
+            "-o",
+            "lock.collapsed",
+        ],
+    );
+    let collapsed = std::fs::read_to_string(run.dir.join("lock.collapsed")).unwrap();
+    let blocked_ms = leaf_samples(&collapsed).values().sum::<u64>() as f64 / 1e6;
+    assert!(
+        (blocked_ms - monitor.total_ms as f64).abs() <= 0.01 * monitor.total_ms as f64 + 1.0,
+        "{blocked_ms} ms in the view, {} ms in MONITOR TIME",
+        monitor.total_ms
+    );
+    let tags = go_pprof(&run.dir, &["-tags", "-sample_index=lock", "wall.pb.gz"]);
+    assert!(tags.contains("WallStates$Ledger"), "{tags}");
 }

@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{CpuTable, CpuTableKind, SamplerReport, ThreadStart, Trace, WallSampler};
+use super::{CpuTable, CpuTableKind, MonitorTable, SamplerReport, ThreadStart, Trace, WallSampler};
 
 /// Writes HPROF text records to any byte sink.
 pub struct TextWriter<W: Write> {
@@ -102,6 +102,31 @@ impl<W: Write> TextWriter<W> {
         writeln!(self.out, "skipped {}", sampler.skipped)?;
         writeln!(self.out, "lost {}", sampler.lost)?;
         writeln!(self.out, "WALL SAMPLER END")
+    }
+
+    /// HPROF's MONITOR TIME table: the rows' `method` is the monitor's class.
+    pub fn monitor_table(&mut self, table: &MonitorTable) -> io::Result<()> {
+        writeln!(
+            self.out,
+            "MONITOR TIME BEGIN (total = {} ms) {}",
+            table.total_ms, table.date
+        )?;
+        if !table.rows.is_empty() {
+            writeln!(self.out, "rank   self  accum   count trace monitor")?;
+        }
+        for row in &table.rows {
+            writeln!(
+                self.out,
+                "{:4} {:5.2}% {:5.2}% {:7} {:5} {} (Java)",
+                row.rank,
+                row.self_percent,
+                row.accum_percent,
+                row.count,
+                row.trace,
+                row.method.as_deref().unwrap_or("<unknown>")
+            )?;
+        }
+        writeln!(self.out, "MONITOR TIME END")
     }
 
     pub fn cpu_table(&mut self, table: &CpuTable) -> io::Result<()> {

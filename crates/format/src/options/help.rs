@@ -159,6 +159,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "off",
     },
     OptionRow {
+        name: "lock",
+        values: "<duration>",
+        meaning: "contended monitors, this long or more",
+        default: "off",
+    },
+    OptionRow {
         name: "threads",
         values: "<glob>[|<glob>]",
         meaning: "only threads of these names sampled",
@@ -241,6 +247,9 @@ impl Options {
             "    interrupted every <ms> of wall time (at most 16 threads per interval, round\n",
             "    robin) and its stack and state (running, native, blocked, waiting, parked,\n",
             "    sleeping) recorded in WALL SAMPLES tables; it works with or without cpu=.\n",
+            "  - lock= is an openprof extension: contended monitor enters that blocked at\n",
+            "    least <duration> (500ns, 10us, 1ms; bare numbers are ns), by stack and\n",
+            "    monitor class, in MONITOR TIME tables; monitor=y (format=a) is lock=0.\n",
             "  - threads= is an openprof extension: only threads whose names match one of the\n",
             "    patterns (* and ?, apart by |) are sampled by cpu=samples and wall=.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",

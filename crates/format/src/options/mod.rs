@@ -141,6 +141,9 @@ pub struct Options {
     /// `wall=MS`: every Java thread, running or not, sampled every MS milliseconds of wall
     /// time with its state (an openprof extension).
     pub wall_ms: Option<u32>,
+    /// `lock=DURATION`: contended monitor enters that blocked at least this many nanoseconds,
+    /// by stack and monitor class, in MONITOR TIME tables (`monitor=y` is `lock=0`).
+    pub lock_ns: Option<u64>,
     /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
     /// extension).
     pub threads: Option<ThreadNames>,
@@ -187,6 +190,7 @@ impl Default for Options {
             cstack: CStack::Dwarf,
             vmthreads: false,
             wall_ms: None,
+            lock_ns: None,
             threads: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -257,13 +261,23 @@ fn bad(option: &str, problem: impl Into<String>) -> OptionError {
 impl Options {
     /// The heap profile in force: HPROF turns on heap=all when no profile at all was chosen
     /// (with format=x the trace itself is the profile, so no heap profile is implied).
+    /// The lock profile's threshold in nanoseconds, when there is one: `lock=`, or `monitor=y`
+    /// with HPROF output (every contended enter).
+    pub fn lock_threshold_ns(&self) -> Option<u64> {
+        match (self.lock_ns, self.monitor, self.format) {
+            (Some(threshold), ..) => Some(threshold),
+            (None, true, OutputFormat::Ascii) => Some(0),
+            _ => None,
+        }
+    }
+
     pub fn heap_profile(&self) -> Option<HeapMode> {
         match (self.heap, self.cpu, self.monitor, self.format) {
             (Some(mode), ..) => Some(mode),
             // HPROF's default profile, unless parameter tracing or wall-clock samples were
             // asked for (alone).
             (None, None, false, OutputFormat::Ascii | OutputFormat::Binary)
-                if self.mpt.is_none() && self.wall_ms.is_none() =>
+                if self.mpt.is_none() && self.wall_ms.is_none() && self.lock_ns.is_none() =>
             {
                 Some(HeapMode::All)
             }
@@ -429,6 +443,9 @@ impl fmt::Display for Options {
         parts.push(format!("vmthreads={}", yes_no(self.vmthreads)));
         if let Some(wall) = self.wall_ms {
             parts.push(format!("wall={wall}"));
+        }
+        if let Some(lock) = self.lock_ns {
+            parts.push(format!("lock={lock}ns"));
         }
         if let Some(threads) = &self.threads {
             parts.push(format!("threads={}", threads.0.join("|")));
@@ -600,7 +617,7 @@ mod tests {
             ("cpu=times,format=x,heap=sites", "heap"),
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
-            ("cpu=samples,monitor=y", "monitor"),
+            ("cpu=samples,lock=1ms,format=b", "lock"),
             ("cpu=samples,msa=y", "msa"),
         ] {
             let error = Options::parse(text)

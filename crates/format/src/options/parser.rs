@@ -27,6 +27,28 @@ fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, Optio
     Ok(number as u32)
 }
 
+/// A duration with a unit (`ns`, `us`, `ms`, `s`), nanoseconds without one (as async-profiler's
+/// `--lock`), from 0 to an hour.
+fn parse_duration_ns(name: &str, value: &str) -> Result<u64, OptionError> {
+    let allowed = "a duration such as 0, 500ns, 10us, 1ms or 2s (a bare number is nanoseconds), at most 1 hour";
+    let (digits, unit) = [
+        ("ns", 1),
+        ("us", 1_000),
+        ("ms", 1_000_000),
+        ("s", 1_000_000_000),
+    ]
+    .into_iter()
+    .find_map(|(suffix, unit)| value.strip_suffix(suffix).map(|digits| (digits, unit)))
+    .unwrap_or((value, 1));
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| bad(name, format!("'{value}' is not {allowed}")))?;
+    match number.checked_mul(unit) {
+        Some(ns) if ns <= 3_600_000_000_000 => Ok(ns),
+        _ => Err(bad(name, format!("{value} is out of range; use {allowed}"))),
+    }
+}
+
 /// A byte count with an optional binary suffix (`4096`, `512k`, `1m`, `1g`) from min to max.
 fn parse_bytes(name: &str, value: &str, (min, max): (u64, u64)) -> Result<u64, OptionError> {
     let allowed =
@@ -214,6 +236,7 @@ impl Options {
                 "force" => options.force = parse_yes_no(name, value)?,
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
+                "lock" => options.lock_ns = Some(parse_duration_ns(name, value)?),
                 "threads" => {
                     let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
                     if value.is_empty() || patterns.iter().any(String::is_empty) {
@@ -345,12 +368,6 @@ impl Options {
             ));
         }
         let text = self.format != OutputFormat::Xml;
-        let in_text = |name: &str, what: &str| {
-            Err(bad(
-                name,
-                format!("{what} in HPROF text output is not implemented yet; use format=x"),
-            ))
-        };
         if self.cpu == Some(CpuMode::Old) {
             return not_yet("cpu", "cpu=old");
         }
@@ -364,8 +381,11 @@ impl Options {
                 ));
             }
         }
-        if self.monitor && text {
-            return in_text("monitor", "monitor=y");
+        if self.lock_ns.is_some() && self.format != OutputFormat::Ascii {
+            return Err(bad(
+                "lock",
+                "lock= writes HPROF's MONITOR TIME tables, in format=a only; with format=x use monitor=y",
+            ));
         }
         if self.filter.is_some() && text && self.cpu != Some(CpuMode::Times) {
             return Err(bad(
