@@ -27,7 +27,6 @@ public class IdleCrowd {
     public static void main(String[] args) throws Exception {
         int idle = Integer.parseInt(args[0]);
         int busy = Integer.parseInt(args[1]);
-        long until = System.nanoTime() + (long) (Double.parseDouble(args[2]) * 1e9);
         Object never = new Object();
         for (int i = 0; i < idle; i++) {
             Thread thread = new Thread(() -> {
@@ -42,6 +41,9 @@ public class IdleCrowd {
             thread.setDaemon(true);
             thread.start();
         }
+        // The busy time starts once the idle threads run: starting thousands of threads takes a
+        // while on a loaded machine.
+        long until = System.nanoTime() + (long) (Double.parseDouble(args[2]) * 1e9);
         Thread[] workers = new Thread[busy];
         for (int i = 0; i < busy; i++) {
             workers[i] = new Thread(() -> {

@@ -31,6 +31,23 @@ pub struct TextOutput {
     path: PathBuf,
 }
 
+impl TextOutput {
+    /// A sampled table (CPU or wall clock): the TRACEs not printed before, the sampler's
+    /// record, the table.
+    fn sampled_dump(
+        &mut self,
+        dump: &CpuDump,
+        sampler: impl FnOnce(&mut TextWriter<BufWriter<Sink>>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        for trace in &dump.new_traces {
+            self.writer.trace(trace)?;
+        }
+        sampler(&mut self.writer)?;
+        self.writer.cpu_table(&dump.table)?;
+        self.writer.flush()
+    }
+}
+
 /// The date as HPROF prints it (C's `ctime`, without its newline).
 pub fn hprof_date() -> String {
     chrono::Local::now()
@@ -133,14 +150,7 @@ impl Output {
     /// One CPU dump: the new TRACEs, (in text) openprof's CPU SAMPLER record, the table.
     pub fn cpu_dump(&mut self, dump: &CpuDump, sampler: &SamplerReport) -> io::Result<()> {
         match self {
-            Output::Text(text) => {
-                for trace in &dump.new_traces {
-                    text.writer.trace(trace)?;
-                }
-                text.writer.sampler(sampler)?;
-                text.writer.cpu_table(&dump.table)?;
-                text.writer.flush()
-            }
+            Output::Text(text) => text.sampled_dump(dump, |writer| writer.sampler(sampler)),
             Output::Binary(binary) => binary.cpu_samples(&dump.new_traces, &dump.table),
         }
     }
@@ -148,14 +158,7 @@ impl Output {
     /// A wall-clock dump (text only: format=b refuses wall=).
     pub fn wall_dump(&mut self, dump: &CpuDump, sampler: &WallSampler) -> io::Result<()> {
         match self {
-            Output::Text(text) => {
-                for trace in &dump.new_traces {
-                    text.writer.trace(trace)?;
-                }
-                text.writer.wall_sampler(sampler)?;
-                text.writer.cpu_table(&dump.table)?;
-                text.writer.flush()
-            }
+            Output::Text(text) => text.sampled_dump(dump, |writer| writer.wall_sampler(sampler)),
             Output::Binary(_) => Ok(()),
         }
     }

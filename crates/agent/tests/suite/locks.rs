@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use openprof_format::hprof_text::{CpuRow, TextProfile};
 use openprof_testkit::run_java;
 
 const LIMIT: Duration = Duration::from_secs(120);
@@ -17,6 +18,23 @@ fn measured_blocked_ms(stdout: &str) -> f64 {
         .unwrap_or_else(|| panic!("no blocked_ms in the workload's output: {stdout}"))
 }
 
+/// The MONITOR TIME rows of WallStates' `Ledger` monitor in a profile's last table, with that
+/// table's total.
+fn ledger_rows(profile: &TextProfile) -> (Vec<CpuRow>, u64) {
+    let table = profile.monitor_tables.last().expect("a MONITOR TIME table");
+    let rows = table
+        .rows
+        .iter()
+        .filter(|row| row.method.as_deref() == Some("WallStates$Ledger"))
+        .cloned()
+        .collect();
+    (rows, table.total_ms)
+}
+
+fn enters(rows: &[CpuRow]) -> u64 {
+    rows.iter().map(|row| row.count).sum()
+}
+
 #[test]
 fn contended_monitors_time_and_class() {
     let run = run_java(
@@ -28,30 +46,18 @@ fn contended_monitors_time_and_class() {
     assert!(run.success(), "{}", run.stderr());
     let measured = measured_blocked_ms(&run.stdout());
     let profile = run.profile("locks.txt");
-    let table = profile.monitor_tables.last().expect("a MONITOR TIME table");
-    let ledger_ms: f64 = table
-        .rows
+    let (rows, total_ms) = ledger_rows(&profile);
+    let ledger_ms: f64 = rows
         .iter()
-        .filter(|row| row.method.as_deref() == Some("WallStates$Ledger"))
-        .map(|row| row.self_percent / 100.0 * table.total_ms as f64)
+        .map(|row| row.self_percent / 100.0 * total_ms as f64)
         .sum();
     assert!(
         (ledger_ms - measured).abs() <= 0.1 * measured,
         "{ledger_ms:.0} ms blocked on WallStates$Ledger in MONITOR TIME, {measured} ms measured"
     );
     // Each worker's 30 enters, on the stack of WallStates.work.
-    let enters: u64 = table
-        .rows
-        .iter()
-        .filter(|row| row.method.as_deref() == Some("WallStates$Ledger"))
-        .map(|row| row.count)
-        .sum();
-    assert_eq!(enters, 4 * 30);
-    for row in table
-        .rows
-        .iter()
-        .filter(|row| row.method.as_deref() == Some("WallStates$Ledger"))
-    {
+    assert_eq!(enters(&rows), 4 * 30);
+    for row in &rows {
         let top = profile.traces[&row.trace]
             .frames
             .first()
@@ -70,15 +76,8 @@ fn a_threshold_leaves_out_shorter_waits() {
         LIMIT,
     );
     assert!(run.success(), "{}", run.stderr());
-    let profile = run.profile("locks.txt");
-    let table = profile.monitor_tables.last().expect("a MONITOR TIME table");
-    assert!(
-        table
-            .rows
-            .iter()
-            .all(|row| row.method.as_deref() != Some("WallStates$Ledger")),
-        "{table:?}"
-    );
+    let (rows, _) = ledger_rows(&run.profile("locks.txt"));
+    assert!(rows.is_empty(), "{rows:?}");
     // And a 5 ms one keeps every one of them.
     let run = run_java(
         Some("lock=5ms,file=locks.txt"),
@@ -87,12 +86,6 @@ fn a_threshold_leaves_out_shorter_waits() {
         LIMIT,
     );
     assert!(run.success(), "{}", run.stderr());
-    let table = run.profile("locks.txt").monitor_tables.pop().unwrap();
-    let enters: u64 = table
-        .rows
-        .iter()
-        .filter(|row| row.method.as_deref() == Some("WallStates$Ledger"))
-        .map(|row| row.count)
-        .sum();
-    assert_eq!(enters, 2 * 10, "{table:?}");
+    let (rows, _) = ledger_rows(&run.profile("locks.txt"));
+    assert_eq!(enters(&rows), 2 * 10, "{rows:?}");
 }
