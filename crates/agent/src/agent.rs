@@ -5,6 +5,7 @@
 
 mod callbacks;
 mod commands;
+mod session;
 mod startup;
 
 use std::collections::VecDeque;
@@ -84,12 +85,32 @@ pub fn refuse(phase: Phase, message: &str) -> jint {
 /// Sets the agent up from its options, at either phase; returns what it set up, in words.
 fn start(vm: *mut JavaVM, options_text: &str, phase: Phase) -> AgentResult<String> {
     let options = checked_options(options_text, phase)?;
-    if crate::context::get().is_some() {
-        return Err(AgentError::Refused(
-            "openprof is already loaded in this JVM; it profiles once per JVM (its profile is \
-             written at exit, or on kill -QUIT)"
-                .into(),
-        ));
+    match (options.action, phase, crate::context::get()) {
+        (Some(_), Phase::OnLoad, _) => {
+            return Err(AgentError::Refused(
+                "option action: is for an agent already loaded in a running JVM (openprof \
+                 profile attaches with it); leave it out of -agentpath"
+                    .into(),
+            ))
+        }
+        (Some(action), Phase::Live, Some(context)) => {
+            return session::act(context, vm, action, &options, options_text)
+        }
+        (Some(action), Phase::Live, None) if action != openprof_format::options::Action::Start => {
+            return Err(AgentError::Refused(format!(
+                "action={}: openprof is not loaded in this JVM; action=start loads it",
+                action.word()
+            )))
+        }
+        (None, _, Some(_)) => {
+            return Err(AgentError::Refused(
+                "openprof is already loaded in this JVM; it profiles once per JVM (its profile \
+                 is written at exit, or on kill -QUIT; openprof profile starts and stops \
+                 sessions of it)"
+                    .into(),
+            ))
+        }
+        _ => {}
     }
     let jvmti = Jvmti::from_vm(vm).ok_or("this JVM offers no JVMTI 1.2 environment")?;
     let result = set_up(vm, jvmti, options, phase);
@@ -181,15 +202,8 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Agen
         }));
     }
 
-    let mut callbacks = jvmtiEventCallbacks::default();
-    callbacks::core(&mut callbacks);
-    for engine in engine::all() {
-        engine.callbacks(&mut callbacks);
-    }
-    jvmti
-        .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
-        .doing("can't set the event callbacks")?;
-    let engine_events = engine::all().iter().flat_map(|engine| engine.events());
+    set_callbacks(jvmti)?;
+    let engine_events = engine::all().flat_map(|engine| engine.events());
     for event in engine_events.chain(callbacks::CORE_EVENTS) {
         jvmti
             .set_event(event, true)
@@ -209,6 +223,19 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Agen
             Ok(startup::attach_summary(context, &summary))
         }
     }
+}
+
+/// Points JVMTI at the core callbacks and every engine's (again when an engine is added).
+fn set_callbacks(jvmti: Jvmti) -> AgentResult<()> {
+    let mut callbacks = jvmtiEventCallbacks::default();
+    callbacks::core(&mut callbacks);
+    for engine in engine::all() {
+        engine.callbacks(&mut callbacks);
+    }
+    jvmti
+        .set_event_callbacks_sized(&callbacks, event_callbacks_size_for_feature(11))
+        .doing("can't set the event callbacks")?;
+    Ok(())
 }
 
 /// Numbers a thread and, when it is new, tells the engines.
@@ -265,6 +292,7 @@ fn begin(context: &'static Context, jni: *mut JNIEnv, vm_init_thread: Option<jth
             summary.push_str(&line);
         }
     }
+    session::first(context);
     let spawned = std::thread::Builder::new()
         .name(crate::context::AGENT_THREAD_NAME.into())
         .spawn(move || guarded("the agent thread", || run_worker(context)));
@@ -321,12 +349,12 @@ fn run_worker(context: &'static Context) {
         eprintln!("openprof: can't attach the agent thread to the JVM; no samples");
         return;
     };
-    let period = engine::all()
-        .iter()
-        .filter_map(|engine| engine.period(context))
-        .min()
-        .unwrap_or(DRAIN_PERIOD);
     loop {
+        // Asked each round: a profiling session may add an engine or change its interval.
+        let period = engine::all()
+            .filter_map(|engine| engine.period(context))
+            .min()
+            .unwrap_or(DRAIN_PERIOD);
         {
             let stop = lock(&agent.stop);
             let (stop, _) = agent
@@ -389,7 +417,7 @@ fn dump(context: &Context, jni: *mut JNIEnv) {
 
 fn vm_death(context: &Context, jni: *mut JNIEnv) {
     guard::set_dying();
-    signals::set_enabled(false);
+    signals::disable_all();
     lock(&context.threads).close();
     if let Some(agent) = AGENT.get() {
         *lock(&agent.stop) = true;

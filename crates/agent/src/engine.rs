@@ -5,6 +5,7 @@
 //! (`engines/`) owns its state and its callbacks, which find their engine with [`running`].
 
 use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -13,6 +14,7 @@ use openprof_format::options::Options;
 use crate::context::{Context, Report};
 use crate::error::AgentError;
 use crate::jvmti::{jclass, jvmtiCapabilities, jvmtiEvent, jvmtiEventCallbacks, JNIEnv};
+use crate::sync::lock;
 
 /// A JVMTI capability an engine needs, and which option needs it (to name it in a refusal).
 pub struct Need {
@@ -125,26 +127,74 @@ pub trait Engine: Any + Send + Sync {
     fn describe(&self, _context: &Context) -> Option<String> {
         None
     }
+
+    /// Whether it takes part in profiling sessions (`action=`): a session's stop pauses it
+    /// and dumps it, a session's start resumes it.
+    fn in_sessions(&self) -> bool {
+        false
+    }
+
+    /// Stops taking data, at once and entirely: no timer armed, no event on, nothing left
+    /// waiting. What it recorded stays for the dump that follows.
+    fn pause(&self, _context: &Context) {}
+
+    /// Takes data again for a new session with these options (its settings may differ from
+    /// the last session's), from zero. Returns what it does now, in words.
+    fn resume(
+        &self,
+        _context: &Context,
+        _jni: *mut JNIEnv,
+        _options: &Options,
+    ) -> Result<Option<String>, AgentError> {
+        Ok(None)
+    }
 }
 
-/// The engines of this run, in the order they dump.
-static ENGINES: OnceLock<Vec<Box<dyn Engine>>> = OnceLock::new();
+/// At most this many engines in one run: one of each kind.
+const MAX_ENGINES: usize = 16;
+
+/// The engines of this run, in the order they dump: those the options chose at the start, then
+/// any a profiling session added. Append-only, so callbacks read it without a lock.
+static ENGINES: [OnceLock<Box<dyn Engine>>; MAX_ENGINES] = [const { OnceLock::new() }; MAX_ENGINES];
+/// How many of `ENGINES` are set (each is set before the count counts it).
+static ENGINE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Held while engines are added: one adder at a time.
+static ADDING: Mutex<()> = Mutex::new(());
 
 /// Makes the engines of this run the ones callbacks find; once per process.
 pub fn install(engines: Vec<Box<dyn Engine>>) -> Result<(), AgentError> {
-    ENGINES
-        .set(engines)
-        .map_err(|_| AgentError::Refused("the agent is loaded twice; load it once".into()))
+    if ENGINE_COUNT.load(Ordering::Acquire) != 0 {
+        return Err(AgentError::Refused(
+            "the agent is loaded twice; load it once".into(),
+        ));
+    }
+    add(engines)
+}
+
+/// Adds engines to the run (a profiling session that asks for a kind the run did not have).
+pub fn add(engines: Vec<Box<dyn Engine>>) -> Result<(), AgentError> {
+    let _adding = lock(&ADDING);
+    let count = ENGINE_COUNT.load(Ordering::Acquire);
+    if count + engines.len() > MAX_ENGINES {
+        return Err(AgentError::Refused("too many engines in one run".into()));
+    }
+    for (slot, engine) in ENGINES[count..].iter().zip(engines) {
+        if slot.set(engine).is_err() {
+            return Err(AgentError::Refused("the engines were added twice".into()));
+        }
+        ENGINE_COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+    Ok(())
 }
 
 /// Every engine of this run.
-pub fn all() -> &'static [Box<dyn Engine>] {
-    ENGINES.get().map_or(&[], Vec::as_slice)
+pub fn all() -> impl Iterator<Item = &'static dyn Engine> + Clone {
+    ENGINES[..ENGINE_COUNT.load(Ordering::Acquire)]
+        .iter()
+        .filter_map(|slot| slot.get().map(Box::as_ref))
 }
 
-/// The engine of type `E`, when the options chose it.
+/// The engine of type `E`, when the run has one.
 pub fn running<E: Engine>() -> Option<&'static E> {
-    all()
-        .iter()
-        .find_map(|engine| (engine.as_ref() as &dyn Any).downcast_ref::<E>())
+    all().find_map(|engine| (engine as &dyn Any).downcast_ref::<E>())
 }

@@ -49,7 +49,7 @@ pub fn callback(what: &str, admit: Admit, body: impl FnOnce()) {
         return;
     }
     if catch_unwind(AssertUnwindSafe(body)).is_err() && !DISABLED.swap(true, Ordering::AcqRel) {
-        signals::set_enabled(false);
+        signals::disable_all();
         eprintln!(
             "openprof ERROR: internal error in {what}; profiling is off for the rest of this run"
         );

@@ -552,10 +552,12 @@ pub fn hello(agent_id: Uuid, format: &str, options: String) -> Hello {
 /// frames of a useful size.
 pub const SINK_BUFFER: usize = 256 << 10;
 
-/// Where HPROF output goes: its file, or the collector as Hprof frames.
+/// Where HPROF output goes: its file, or the collector as Hprof frames; nowhere between two
+/// profiling sessions.
 pub enum Sink {
     File(std::fs::File),
     Net(Arc<NetSink>),
+    Discard,
 }
 
 impl Write for Sink {
@@ -566,13 +568,14 @@ impl Write for Sink {
                 net.send(FrameKind::Hprof, bytes);
                 Ok(bytes.len())
             }
+            Sink::Discard => Ok(bytes.len()),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Sink::File(file) => file.flush(),
-            Sink::Net(_) => Ok(()),
+            Sink::Net(_) | Sink::Discard => Ok(()),
         }
     }
 }

@@ -125,6 +125,30 @@ impl Output {
         Ok(Output::Text(TextOutput { writer, path }))
     }
 
+    /// Output that goes nowhere, for the time between two profiling sessions (what is
+    /// recorded then is nobody's).
+    pub fn discarding() -> Output {
+        Output::Text(TextOutput {
+            writer: TextWriter::new(BufWriter::new(Sink::Discard)),
+            path: PathBuf::from("(no profiling session)"),
+        })
+    }
+
+    /// The file written, when there is one (not a collector, not between sessions).
+    pub fn file_path(&self) -> Option<&Path> {
+        match self {
+            Output::Text(text) => {
+                matches!(text.writer.get_ref().get_ref(), Sink::File(_)).then_some(&*text.path)
+            }
+            Output::Binary(binary) => Some(binary.path()),
+        }
+    }
+
+    /// Whether this output is a file's, HPROF text (what a profiling session writes).
+    pub fn is_text_file(&self) -> bool {
+        matches!(self, Output::Text(text) if matches!(text.writer.get_ref().get_ref(), Sink::File(_) | Sink::Discard))
+    }
+
     pub fn path(&self) -> &Path {
         match self {
             Output::Text(text) => &text.path,

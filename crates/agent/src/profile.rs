@@ -302,6 +302,17 @@ impl CpuProfile {
         traces
     }
 
+    /// Starts again for a profiling session's own file: every count since the last dump is
+    /// forgotten, and every TRACE is printed again when a table needs it.
+    pub fn start_session(&mut self) {
+        self.counts.clear();
+        self.wall_counts.clear();
+        self.lock_counts.clear();
+        self.printed.clear();
+        self.failed.clear();
+        self.dropped = 0;
+    }
+
     /// Forgets the sample counts since the last dump (CONTROL: clear CPU samples).
     pub fn clear_counts(&mut self) {
         self.counts.clear();

@@ -15,7 +15,7 @@
 use std::ffi::{c_int, c_void};
 use std::io;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::jvmti::{jint, JNIEnv, JavaVM};
 use crate::ring::{CallFrame, SampleRing};
@@ -67,7 +67,18 @@ struct SignalSampler {
 }
 
 static SAMPLER: AtomicPtr<SignalSampler> = AtomicPtr::new(ptr::null_mut());
-static ENABLED: AtomicBool = AtomicBool::new(false);
+/// Whether CPU samples (SIGPROF) and wall-clock samples (the wall signal) are taken, by
+/// [`SampleKind`].
+static ENABLED: [AtomicBool; 2] = [const { AtomicBool::new(false) }; 2];
+/// Signals the handler received, by [`SampleKind`], taken or ignored.
+static RECEIVED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// The two kinds of signal sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleKind {
+    Cpu = 0,
+    Wall = 1,
+}
 /// Whether samples of threads the VM does not know (GC workers and other threads of the JVM's
 /// own) are walked and kept (`vmthreads=y`) rather than only counted.
 static VM_THREADS: AtomicBool = AtomicBool::new(false);
@@ -153,6 +164,57 @@ pub fn wall_nanos() -> u64 {
     clock_nanos(libc::CLOCK_REALTIME)
 }
 
+/// Slots holding the threads (`pthread_self`) running the wall-clock handler now (0: free). A
+/// CPU timer that fires meanwhile caught the agent's own work on that thread. `pthread_self`
+/// reads the thread pointer, with no system call: a system call before the slot is taken
+/// would be where the kernel delivers the CPU timer's signal.
+static IN_WALL_HANDLER: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+/// The agent library's executable mapping, `[start, end)`: a CPU timer's signal delivered on
+/// top of the wall-clock signal (both pending as the thread wakes up) interrupts the wall
+/// handler's first instruction, before it takes a slot.
+static OWN_CODE: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+
+/// Finds the agent library's code in /proc/self/maps (outside any handler).
+fn learn_own_code() {
+    let own = on_wall_signal as *const () as usize;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    if let Some(mapping) = maps
+        .lines()
+        .filter_map(crate::native_symbols::Mapping::parse)
+        .find(|mapping| mapping.executable && (mapping.start..mapping.end).contains(&own))
+    {
+        OWN_CODE[0].store(mapping.start, Ordering::Relaxed);
+        OWN_CODE[1].store(mapping.end, Ordering::Release);
+    }
+}
+
+/// The pc a signal interrupted.
+fn interrupted_pc(context: *mut c_void) -> Option<usize> {
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the kernel passes the interrupted thread's ucontext to an SA_SIGINFO handler.
+    let context = unsafe { &*context.cast::<libc::ucontext_t>() };
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    return Some(context.uc_mcontext.gregs[libc::REG_RIP as usize] as usize);
+    #[cfg(all(target_arch = "aarch64", target_os = "linux"))]
+    return Some(context.uc_mcontext.pc as usize);
+    #[allow(unreachable_code)]
+    None
+}
+
+/// CPU samples that caught a thread in the wall-clock handler, since the last call of
+/// [`take_in_agent_samples`].
+static IN_AGENT_SAMPLES: AtomicU64 = AtomicU64::new(0);
+
+/// CPU samples left out since the last call because they caught the agent's wall-clock
+/// handler (its cost, not the application's).
+pub fn take_in_agent_samples() -> u64 {
+    IN_AGENT_SAMPLES.swap(0, Ordering::Relaxed)
+}
+
 /// Nanoseconds spent in the signal handler since the last call.
 pub fn take_handler_nanos() -> u64 {
     HANDLER_NANOS.swap(0, Ordering::Relaxed)
@@ -193,6 +255,9 @@ pub fn install(vm: *mut JavaVM, ring: SampleRing, java_depth: usize) -> Result<(
         action.sa_sigaction = on_sigprof as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
         libc::sigemptyset(&mut action.sa_mask);
+        // A wall-clock signal waits for the CPU sample's end: its sample is of the thread's
+        // own code, not of this handler.
+        libc::sigaddset(&mut action.sa_mask, WALL_SIGNAL);
         libc::sigaction(libc::SIGPROF, &action, ptr::null_mut())
     };
     if status != 0 {
@@ -216,6 +281,7 @@ pub fn installed() -> bool {
 
 /// Installs the wall-clock signal's handler (after [`install`]).
 pub fn install_wall_signal() -> io::Result<()> {
+    learn_own_code();
     // SAFETY: as in `install`: a fully initialised struct with an SA_SIGINFO handler.
     let status = unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
@@ -274,9 +340,22 @@ pub fn set_vm_threads(enabled: bool) {
     VM_THREADS.store(enabled, Ordering::Release);
 }
 
-/// Turns sample taking on or off; while off the handler returns at once.
-pub fn set_enabled(enabled: bool) {
-    ENABLED.store(enabled, Ordering::Release);
+/// Turns the taking of one kind of sample on or off; while off the handler returns at once
+/// for that kind's signal (a signal still pending from before is ignored).
+pub fn set_enabled(kind: SampleKind, enabled: bool) {
+    ENABLED[kind as usize].store(enabled, Ordering::Release);
+}
+
+/// Turns every kind of sample off (the VM is dying, or the agent gave up).
+pub fn disable_all() {
+    for enabled in &ENABLED {
+        enabled.store(false, Ordering::Release);
+    }
+}
+
+/// How many signals of this kind the handler has received so far, sample taken or not.
+pub fn signals_received(kind: SampleKind) -> u64 {
+    RECEIVED[kind as usize].load(Ordering::Relaxed)
 }
 
 /// The calling thread's kernel id.
@@ -316,17 +395,48 @@ pub fn process_threads() -> io::Result<Vec<i32>> {
 }
 
 extern "C" fn on_sigprof(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    // A CPU timer that fired while this thread ran the wall-clock handler measured the
+    // agent's work, not the application's: counted, not sampled.
+    // SAFETY: pthread_self only reads the thread pointer; it is async-signal-safe.
+    let thread = unsafe { libc::pthread_self() } as usize;
+    let in_own_code = interrupted_pc(context).is_some_and(|pc| {
+        (OWN_CODE[0].load(Ordering::Relaxed)..OWN_CODE[1].load(Ordering::Acquire)).contains(&pc)
+    });
+    if in_own_code
+        || IN_WALL_HANDLER
+            .iter()
+            .any(|slot| slot.load(Ordering::Acquire) == thread)
+    {
+        IN_AGENT_SAMPLES.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     on_sample_signal(context, CPU_SAMPLE);
 }
 
 extern "C" fn on_wall_signal(_signal: c_int, _info: *mut libc::siginfo_t, context: *mut c_void) {
+    // SAFETY: as in `on_sigprof`.
+    let thread = unsafe { libc::pthread_self() } as usize;
+    // No slot free (more than 64 threads in the handler at once): the samples go uncounted.
+    let slot = IN_WALL_HANDLER.iter().find(|slot| {
+        slot.compare_exchange(0, thread, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
     on_sample_signal(context, WALL_SAMPLE);
+    if let Some(slot) = slot {
+        slot.store(0, Ordering::Release);
+    }
 }
 
 fn on_sample_signal(context: *mut c_void, tag: u32) {
     // SAFETY: errno is thread-local; we put it back so the interrupted code never sees our use.
     let errno = unsafe { *libc::__errno_location() };
-    if ENABLED.load(Ordering::Acquire) {
+    let kind = if tag == WALL_SAMPLE {
+        SampleKind::Wall
+    } else {
+        SampleKind::Cpu
+    };
+    RECEIVED[kind as usize].fetch_add(1, Ordering::Relaxed);
+    if ENABLED[kind as usize].load(Ordering::Acquire) {
         let sampler = SAMPLER.load(Ordering::Acquire);
         if !sampler.is_null() {
             let started = clock_nanos(libc::CLOCK_MONOTONIC);

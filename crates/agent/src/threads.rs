@@ -40,6 +40,9 @@ pub struct Threads {
     /// Threads whose names `threads=` leaves out, by serial.
     not_sampled: std::collections::HashSet<u32>,
     ended: std::collections::HashSet<u32>,
+    /// The THREAD START records of the threads alive, by serial: a new output file (a
+    /// profiling session's) starts with them.
+    alive: std::collections::BTreeMap<u32, ThreadStart>,
 }
 
 impl Threads {
@@ -77,13 +80,22 @@ impl Threads {
         if !self.records {
             return serial;
         }
-        self.pending.push(ThreadEvent::Start(ThreadStart {
+        let start = ThreadStart {
             object_id: OBJECT_ID_BASE + u64::from(serial - THREAD_SERIAL_START),
             serial,
             name,
             group,
-        }));
+        };
+        self.alive.insert(serial, start.clone());
+        self.pending.push(ThreadEvent::Start(start));
         serial
+    }
+
+    /// Queues the THREAD START records of every thread alive again, for a new output file
+    /// (what was pending goes to the old one first: take it before).
+    pub fn restart_records(&mut self) {
+        self.pending
+            .extend(self.alive.values().cloned().map(ThreadEvent::Start));
     }
 
     /// Whether a timer may be started for this kernel thread: none runs for it yet and the VM
@@ -136,6 +148,7 @@ impl Threads {
     pub fn end(&mut self, serial: u32, kernel_id: i32) {
         self.timers.remove(&kernel_id);
         self.ended.insert(serial);
+        self.alive.remove(&serial);
         if self.records {
             self.pending.push(ThreadEvent::End(serial));
         }
@@ -170,6 +183,11 @@ impl Threads {
 
     pub fn take_pending(&mut self) -> Vec<ThreadEvent> {
         std::mem::take(&mut self.pending)
+    }
+
+    /// Stops every CPU timer (a profiling session's stop); new ones may start later.
+    pub fn stop_timers(&mut self) {
+        self.timers.clear();
     }
 
     /// Stops every timer and refuses new ones: the VM is dying.

@@ -65,6 +65,47 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         .with_context(|| format!("can't resolve {}", agent.display()))?;
     let pid = args.pid;
     let target = Target::locate(pid)?;
+    let said = load_agent(
+        &target,
+        &agent,
+        &options_text,
+        Duration::from_secs(args.timeout),
+    )?;
+    if depth_added {
+        crate::run_command::say_view_depth();
+    }
+    println!("openprof: attached to JVM {pid} ({})", agent.display());
+    match &said {
+        Some(said) => print!("{said}"),
+        None => println!("(the agent left no report of what it set up)"),
+    }
+    if let Some(output) = &args.output {
+        let profile = said
+            .as_deref()
+            .and_then(profile_path)
+            .context("the agent did not say where it writes the profile")?;
+        println!(
+            "openprof: waiting for JVM {pid} to exit, then writing {}",
+            output.display()
+        );
+        while process_exists(pid) {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        crate::run_command::write_requested_view(&profile, output, &args.view)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Loads the agent library into the target with these options and returns what the agent
+/// said it did (its report, when it left one); a refusal is an error carrying the agent's
+/// reason.
+pub fn load_agent(
+    target: &Target,
+    agent: &Path,
+    options: &str,
+    timeout: Duration,
+) -> Result<Option<String>> {
+    let pid = target.pid;
     let report = target
         .tmp_dir
         .join(format!("{ATTACH_REPORT_FILE_PREFIX}{}", target.ns_pid));
@@ -72,34 +113,10 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
     if written_by_the_agent(&report, target.uid) {
         let _ = fs::remove_file(&report);
     }
-    let outcome = target.load_agent(&agent, &options_text, Duration::from_secs(args.timeout));
+    let outcome = target.load_agent(agent, options, timeout);
     let said = take_report(&report, target.uid);
     match outcome {
-        Ok(_) => {
-            if depth_added {
-                crate::run_command::say_view_depth();
-            }
-            println!("openprof: attached to JVM {pid} ({})", agent.display());
-            match &said {
-                Some(said) => print!("{said}"),
-                None => println!("(the agent left no report of what it set up)"),
-            }
-            if let Some(output) = &args.output {
-                let profile = said
-                    .as_deref()
-                    .and_then(profile_path)
-                    .context("the agent did not say where it writes the profile")?;
-                println!(
-                    "openprof: waiting for JVM {pid} to exit, then writing {}",
-                    output.display()
-                );
-                while process_exists(pid) {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                crate::run_command::write_requested_view(&profile, output, &args.view)?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Ok(_) => Ok(said),
         Err(error @ AttachError::AgentFailed { .. }) => {
             let why = said.unwrap_or_else(|| {
                 format!("the reason is in JVM {pid}'s standard error (the agent left no report)\n")
@@ -111,7 +128,7 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
 }
 
 /// The profile's path from the agent's report (its `profile: PATH` line).
-fn profile_path(report: &str) -> Option<PathBuf> {
+pub fn profile_path(report: &str) -> Option<PathBuf> {
     report
         .lines()
         .find_map(|line| line.trim().strip_prefix("profile:"))
@@ -123,7 +140,7 @@ fn profile_path(report: &str) -> Option<PathBuf> {
 }
 
 /// Whether process `pid` still exists (a zombie counts as gone: it wrote what it will write).
-fn process_exists(pid: u32) -> bool {
+pub fn process_exists(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         // The state follows the command name's closing parenthesis.
         stat.rsplit_once(')')

@@ -31,7 +31,7 @@ pub struct ViewArgs {
     #[arg(long, value_name = "REGEX")]
     pub exclude: Vec<String>,
     /// One tree per thread (the thread is each stack's root).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: bool,
     /// Stacks leaf first: who calls the hot methods (an icicle graph in HTML).
     #[arg(long)]

@@ -12,6 +12,7 @@ mod attach_command;
 mod collector_commands;
 mod convert_command;
 mod mpt_command;
+mod profile_command;
 mod report;
 mod run_command;
 mod validate_command;
@@ -87,6 +88,9 @@ enum Commands {
     },
     /// Load the agent into a running JVM (HotSpot's attach mechanism) and start profiling it.
     Attach(attach_command::AttachArgs),
+    /// Profile a running JVM for a while and write the result (as asprof): start, stop, dump
+    /// and status of profiling sessions, continuous profiling with --loop.
+    Profile(profile_command::ProfileArgs),
     /// Check a trace (format=x): well-formed, ids defined before use, tickets paired,
     /// stackDepth consistent, collation values without gaps. Exit code 1 if any problem.
     Validate {
@@ -173,6 +177,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         } => run_command::run(&options, agent, top, &java, output, &view),
         Commands::Validate { file, max } => validate_command::validate(&file, max),
         Commands::Attach(args) => attach_command::attach(args),
+        Commands::Profile(args) => profile_command::profile(args),
         Commands::Serve(args) => collector_commands::serve(args),
         Commands::Control(args) => collector_commands::control(args),
         Commands::Ls(args) => collector_commands::ls(args),

@@ -96,11 +96,7 @@ pub fn attach_summary(context: &Context, threads: &str) -> String {
         };
         lines.push(format!("profile: {} (written {when})", path.display()));
     }
-    lines.extend(
-        engine::all()
-            .iter()
-            .filter_map(|engine| engine.describe(context)),
-    );
+    lines.extend(engine::all().filter_map(|engine| engine.describe(context)));
     lines.push(threads.to_string());
     lines.join("\n")
 }

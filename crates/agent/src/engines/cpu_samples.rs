@@ -77,6 +77,11 @@ pub struct CpuSamples {
     drains_since_thread_scan: AtomicU32,
     /// The names of the threads sampled that are not Java threads, by kernel id.
     vm_thread_names: Mutex<HashMap<i32, Arc<str>>>,
+    /// `interval=`: milliseconds of each thread's CPU time between samples (a profiling
+    /// session may change it).
+    interval_ms: AtomicU32,
+    /// Whether threads get timers: off between profiling sessions.
+    recording: AtomicBool,
 }
 
 /// Drains (20 ms apart) between two looks for new threads of the JVM's own: compiler threads
@@ -111,6 +116,8 @@ impl CpuSamples {
             vm_threads,
             drains_since_thread_scan: AtomicU32::new(DRAINS_PER_THREAD_SCAN),
             vm_thread_names: Mutex::new(HashMap::new()),
+            interval_ms: AtomicU32::new(options.interval_ms),
+            recording: AtomicBool::new(true),
         })
     }
 
@@ -158,10 +165,12 @@ impl CpuSamples {
             return;
         }
         let mut threads = lock(&context.threads);
-        if !threads.wants_timer(kernel_id) {
+        // Asked under the threads' lock, which `pause` takes to stop the timers: a timer is
+        // never left running after a pause.
+        if !self.recording.load(Ordering::Acquire) || !threads.wants_timer(kernel_id) {
             return;
         }
-        match self.start_timer(context.options.interval_ms, kernel_id) {
+        match self.start_timer(self.interval_ms.load(Ordering::Relaxed), kernel_id) {
             Ok(timer) => {
                 threads.attach_timer(kernel_id, timer);
             }
@@ -231,7 +240,7 @@ impl CpuSamples {
 
     fn sampler_report(
         &self,
-        context: &Context,
+        _context: &Context,
         dump: &CpuDump,
         cost_us: BTreeMap<String, u64>,
     ) -> SamplerReport {
@@ -250,7 +259,7 @@ impl CpuSamples {
             sampler: sampler.into(),
             note,
             clock,
-            interval_ms: context.options.interval_ms,
+            interval_ms: self.interval_ms.load(Ordering::Relaxed),
             depth: Some(self.control.max_depth.load(Ordering::Relaxed)),
             failed: dump.failed.clone(),
             recovered: signals::take_recovered()
@@ -258,6 +267,7 @@ impl CpuSamples {
                 .map(|(how, count)| (how.to_string(), count))
                 .collect(),
             dropped: dump.dropped,
+            in_agent: signals::take_in_agent_samples(),
             cost_us,
         }
     }
@@ -302,10 +312,15 @@ impl CpuSamples {
         }
     }
 
-    /// At attach: a CPU timer for every thread of the process, Java or not (the Java threads
-    /// cannot start one on themselves that late). Returns the line for the attach report.
+    /// At attach, or when a profiling session starts: a CPU timer for every thread of the
+    /// process but the agent's own, Java or not (the Java threads cannot start one on
+    /// themselves that late). Returns the line for the attach report.
     fn time_running_threads(&self, context: &Context) -> Option<String> {
-        let tasks = signals::process_threads().unwrap_or_default();
+        let tasks: Vec<i32> = signals::process_threads()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|kernel_id| !crate::guard::is_agent_kernel_id(*kernel_id))
+            .collect();
         let timed_before = lock(&context.threads).timer_count();
         for kernel_id in &tasks {
             self.time_thread(context, *kernel_id);
@@ -341,7 +356,7 @@ impl Engine for CpuSamples {
             crate::native_stack::refresh_code_ranges_if_changed();
         }
         if self.with_signals(context) {
-            signals::set_enabled(true);
+            signals::set_enabled(signals::SampleKind::Cpu, true);
         }
         line
     }
@@ -363,17 +378,20 @@ impl Engine for CpuSamples {
         }
     }
 
-    fn period(&self, context: &Context) -> Option<Duration> {
+    fn period(&self, _context: &Context) -> Option<Duration> {
         match self.sampler {
             SamplerKind::Signals => None,
-            SamplerKind::Jvmti { .. } => {
-                Some(Duration::from_millis(context.options.interval_ms.into()))
-            }
+            SamplerKind::Jvmti { .. } => Some(Duration::from_millis(
+                self.interval_ms.load(Ordering::Relaxed).into(),
+            )),
         }
     }
 
     fn tick(&self, context: &Context, _jni: *mut JNIEnv) {
-        if matches!(self.sampler, SamplerKind::Jvmti { .. }) && context.options.depth > 0 {
+        if matches!(self.sampler, SamplerKind::Jvmti { .. })
+            && context.options.depth > 0
+            && self.recording.load(Ordering::Acquire)
+        {
             self.sample_all_threads(context);
         }
     }
@@ -488,11 +506,40 @@ impl Engine for CpuSamples {
         self.dump_samples(context, dump);
     }
 
-    fn describe(&self, context: &Context) -> Option<String> {
+    fn in_sessions(&self) -> bool {
+        true
+    }
+
+    fn pause(&self, context: &Context) {
+        self.recording.store(false, Ordering::Release);
+        // Timers first (closing a perf event or deleting a POSIX timer stops its signals),
+        // then the handler ignores any SIGPROF still pending on a thread.
+        lock(&context.threads).stop_timers();
+        signals::set_enabled(signals::SampleKind::Cpu, false);
+    }
+
+    fn resume(
+        &self,
+        context: &Context,
+        _jni: *mut JNIEnv,
+        options: &Options,
+    ) -> AgentResult<Option<String>> {
+        self.interval_ms
+            .store(options.interval_ms, Ordering::Relaxed);
+        signals::take_handler_nanos();
+        self.recording.store(true, Ordering::Release);
+        if self.with_signals(context) {
+            signals::set_enabled(signals::SampleKind::Cpu, true);
+        }
+        self.time_running_threads(context);
+        Ok(self.describe(context))
+    }
+
+    fn describe(&self, _context: &Context) -> Option<String> {
         Some(match &self.sampler {
             SamplerKind::Signals => format!(
                 "sampling with AsyncGetCallTrace every {} ms of each thread's CPU time ({})",
-                context.options.interval_ms,
+                self.interval_ms.load(Ordering::Relaxed),
                 lock(&self.clock).0.describe()
             ),
             SamplerKind::Jvmti { note } => format!("sampling with GetAllStackTraces: {note}"),

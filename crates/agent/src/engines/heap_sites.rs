@@ -4,7 +4,7 @@
 
 use crate::sync::lock;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use openprof_format::hprof_text::SiteEntry;
@@ -85,8 +85,11 @@ struct Sites {
 /// The allocation sampler of one run.
 pub struct HeapSites {
     jvmti: Jvmti,
-    interval: u64,
+    /// `alloc_interval=` (a profiling session may change it).
+    interval: AtomicU64,
     next_tag: AtomicI64,
+    /// The first tag of this profiling session: frees of objects sampled before are not its.
+    first_tag: AtomicI64,
     /// Filled by application threads; only ever held briefly, never across a JVMTI call.
     pending: Mutex<Vec<SampledAllocation>>,
     /// Filled by ObjectFree, which may run inside JVMTI calls of any thread: nothing else is
@@ -104,8 +107,9 @@ impl HeapSites {
             .doing("can't sample allocations")?;
         Ok(HeapSites {
             jvmti,
-            interval,
+            interval: AtomicU64::new(interval),
             next_tag: AtomicI64::new(1),
+            first_tag: AtomicI64::new(1),
             pending: Mutex::new(Vec::new()),
             freed: Mutex::new(Vec::new()),
             sites: Mutex::new(Sites::default()),
@@ -211,7 +215,7 @@ impl HeapSites {
                     index
                 }
             };
-            let objects = sample_weight(allocation.size, self.interval);
+            let objects = sample_weight(allocation.size, self.interval.load(Ordering::Relaxed));
             let bytes = objects * allocation.size as f64;
             let site = &mut sites.sites[index];
             site.allocated_objects += objects;
@@ -237,7 +241,12 @@ impl HeapSites {
                     site.live_objects = (site.live_objects - sample.objects).max(0.0);
                     site.live_bytes = (site.live_bytes - sample.bytes).max(0.0);
                 }
-                None if tag < self.next_tag.load(Ordering::Relaxed) => sites.early_frees.push(tag),
+                None if (self.first_tag.load(Ordering::Relaxed)
+                    ..self.next_tag.load(Ordering::Relaxed))
+                    .contains(&tag) =>
+                {
+                    sites.early_frees.push(tag)
+                }
                 None => {}
             }
         }
@@ -294,6 +303,43 @@ impl Engine for HeapSites {
 
     fn dump(&self, context: &Context, dump: &Dump<'_>) {
         self.dump_sites(context, dump, context.options.cutoff);
+    }
+
+    fn in_sessions(&self) -> bool {
+        true
+    }
+
+    fn pause(&self, _context: &Context) {
+        // ObjectFree stays on: it costs nothing for untagged objects.
+        let _ = self
+            .jvmti
+            .set_event(JVMTI_EVENT_SAMPLED_OBJECT_ALLOC, false);
+    }
+
+    fn resume(
+        &self,
+        _context: &Context,
+        _jni: *mut JNIEnv,
+        options: &Options,
+    ) -> AgentResult<Option<String>> {
+        self.jvmti
+            .set_heap_sampling_interval(options.alloc_interval as jint)
+            .doing("can't sample allocations")?;
+        self.interval
+            .store(options.alloc_interval, Ordering::Relaxed);
+        // A session's sites are its own: what earlier ones sampled is forgotten.
+        lock(&self.pending).clear();
+        lock(&self.freed).clear();
+        *lock(&self.sites) = Sites::default();
+        self.first_tag
+            .store(self.next_tag.load(Ordering::Relaxed), Ordering::Relaxed);
+        self.jvmti
+            .set_event(JVMTI_EVENT_SAMPLED_OBJECT_ALLOC, true)
+            .doing("can't turn allocation sampling on")?;
+        Ok(Some(format!(
+            "allocation sites, one sample every {} bytes on average",
+            options.alloc_interval
+        )))
     }
 }
 

@@ -5,6 +5,7 @@
 //! writes them as HPROF's MONITOR TIME table.
 
 use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_MONITOR_CONTENDED_ENTER, JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
@@ -14,6 +15,7 @@ use openprof_format::options::Options;
 
 use crate::context::Context;
 use crate::engine::{need, running, Dump, Engine, Need};
+use crate::error::{AgentError, JvmtiContext};
 use crate::guard::{callback, Admit};
 use crate::jni::Jni;
 use crate::jvmti::{jobject, jthread, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv};
@@ -23,7 +25,8 @@ use crate::signals::wall_nanos;
 use crate::sync::lock;
 
 pub struct Locks {
-    threshold_ns: u64,
+    /// `lock=`: the shortest wait counted (a profiling session may change it).
+    threshold_ns: AtomicU64,
 }
 
 thread_local! {
@@ -35,7 +38,7 @@ thread_local! {
 impl Locks {
     pub fn new(options: &Options) -> Locks {
         Locks {
-            threshold_ns: options.lock_threshold_ns().unwrap_or(0),
+            threshold_ns: AtomicU64::new(options.lock_threshold_ns().unwrap_or(0)),
         }
     }
 
@@ -44,7 +47,7 @@ impl Locks {
             return;
         };
         let blocked = wall_nanos().saturating_sub(since);
-        if blocked < self.threshold_ns {
+        if blocked < self.threshold_ns.load(Ordering::Relaxed) {
             return;
         }
         let Some(context) = crate::context::get() else {
@@ -108,8 +111,36 @@ impl Engine for Locks {
     fn describe(&self, _context: &Context) -> Option<String> {
         Some(format!(
             "contended monitor enters of {} ns or more",
-            self.threshold_ns
+            self.threshold_ns.load(Ordering::Relaxed)
         ))
+    }
+
+    fn in_sessions(&self) -> bool {
+        true
+    }
+
+    fn pause(&self, context: &Context) {
+        // With the events off a blocked thread costs the profile nothing.
+        for event in self.events() {
+            let _ = context.jvmti.set_event(event, false);
+        }
+    }
+
+    fn resume(
+        &self,
+        context: &Context,
+        _jni: *mut JNIEnv,
+        options: &Options,
+    ) -> Result<Option<String>, AgentError> {
+        self.threshold_ns
+            .store(options.lock_threshold_ns().unwrap_or(0), Ordering::Relaxed);
+        for event in self.events() {
+            context
+                .jvmti
+                .set_event(event, true)
+                .doing("can't turn the monitor events on")?;
+        }
+        Ok(self.describe(context))
     }
 }
 

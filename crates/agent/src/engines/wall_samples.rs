@@ -11,7 +11,7 @@
 //! change, get the samples. Owns the WALL SAMPLER record and the WALL SAMPLES table of a dump.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -90,7 +90,10 @@ impl Turns {
 }
 
 pub struct WallSamples {
-    interval: Duration,
+    /// `wall=`: milliseconds between intervals (a profiling session may change it).
+    interval_ms: AtomicU32,
+    /// Whether the agent's thread signals threads: off between profiling sessions.
+    recording: AtomicBool,
     turns: Mutex<Turns>,
     /// Intervals since the last dump.
     intervals: AtomicU64,
@@ -128,7 +131,8 @@ impl WallSamples {
             AgentError::Refused(format!("can't install the SIGVTALRM handler: {error}"))
         })?;
         Ok(WallSamples {
-            interval: Duration::from_millis(interval_ms.into()),
+            interval_ms: AtomicU32::new(interval_ms),
+            recording: AtomicBool::new(true),
             turns: Mutex::new(Turns::default()),
             intervals: AtomicU64::new(0),
             sampled: AtomicU64::new(0),
@@ -137,9 +141,13 @@ impl WallSamples {
         })
     }
 
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms.load(Ordering::Relaxed).into())
+    }
+
     fn sampler_record(&self) -> WallSampler {
         WallSampler {
-            interval_ms: self.interval.as_millis() as u32,
+            interval_ms: self.interval_ms.load(Ordering::Relaxed),
             threads_per_tick: THREADS_PER_TICK as u32,
             intervals: self.intervals.swap(0, Ordering::Relaxed),
             sampled: self.sampled.swap(0, Ordering::Relaxed),
@@ -167,18 +175,23 @@ impl Engine for WallSamples {
 
     fn start(&self, context: &Context, jni: *mut JNIEnv) -> Option<String> {
         prepare_walks(context, jni, true);
-        signals::set_enabled(true);
+        signals::set_enabled(signals::SampleKind::Wall, true);
         Some(format!(
             "sampling every Java thread's stack and state every {} ms of wall time, at most {THREADS_PER_TICK} threads per interval",
-            self.interval.as_millis()
+            self.interval().as_millis()
         ))
     }
 
     fn period(&self, _context: &Context) -> Option<Duration> {
-        Some(self.interval)
+        self.recording
+            .load(Ordering::Acquire)
+            .then(|| self.interval())
     }
 
     fn tick(&self, context: &Context, _jni: *mut JNIEnv) {
+        if !self.recording.load(Ordering::Acquire) {
+            return;
+        }
         let threads: Vec<i32> = lock(&context.threads)
             .live_kernel_ids()
             .into_iter()
@@ -268,8 +281,33 @@ impl Engine for WallSamples {
     fn describe(&self, _context: &Context) -> Option<String> {
         Some(format!(
             "wall-clock samples every {} ms, at most {THREADS_PER_TICK} threads per interval",
-            self.interval.as_millis()
+            self.interval().as_millis()
         ))
+    }
+
+    fn in_sessions(&self) -> bool {
+        true
+    }
+
+    fn pause(&self, _context: &Context) {
+        // The agent's thread sends no more signals; one already sent is ignored.
+        self.recording.store(false, Ordering::Release);
+        signals::set_enabled(signals::SampleKind::Wall, false);
+    }
+
+    fn resume(
+        &self,
+        context: &Context,
+        _jni: *mut JNIEnv,
+        options: &Options,
+    ) -> AgentResult<Option<String>> {
+        self.interval_ms
+            .store(options.wall_ms.unwrap_or(10), Ordering::Relaxed);
+        *lock(&self.turns) = Turns::default();
+        self.sampler_record();
+        self.recording.store(true, Ordering::Release);
+        signals::set_enabled(signals::SampleKind::Wall, true);
+        Ok(self.describe(context))
     }
 }
 

@@ -9,6 +9,7 @@ mod heap_dump;
 mod helpers;
 mod mpt_jvm;
 mod mpt_report;
+mod profile;
 mod token_files;
 mod views;
 mod views_html;

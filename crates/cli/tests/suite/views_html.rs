@@ -121,7 +121,7 @@ fn screenshot_dir() -> Option<PathBuf> {
 }
 
 /// Runs the browser script on a page and returns what it saw.
-fn drive(page: &Path, args: &[&str], screenshots: Option<&Path>) -> Value {
+pub(crate) fn drive(page: &Path, args: &[&str], screenshots: Option<&Path>) -> Value {
     let mut command = Command::new("node");
     command
         .arg(workspace_root().join("crates/cli/tests/browser/flamegraph.mjs"))

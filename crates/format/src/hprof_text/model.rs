@@ -328,6 +328,9 @@ pub struct SamplerReport {
     pub recovered: BTreeMap<String, u64>,
     /// Samples lost because the sample buffer was full.
     pub dropped: u64,
+    /// Samples that caught an application thread running the agent's own wall-clock signal
+    /// handler: the profiler's cost, not the application's, left out of the table.
+    pub in_agent: u64,
     /// What taking the samples cost, in microseconds of CPU, by part (`handler`: inside the
     /// signal handler; `agent_thread`: the agent's own thread; `dump`: writing this dump).
     pub cost_us: BTreeMap<String, u64>,

@@ -333,6 +333,7 @@ fn parse_sampler_line(
         "depth" => report.depth = Some(parse_number(value, number, "CPU SAMPLER depth")?),
         "failed" | "recovered" => {}
         "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
+        "in_agent" => report.in_agent = parse_number(value, number, "CPU SAMPLER in_agent")?,
         _ => {
             if let Some(reason) = key.strip_prefix("failed.") {
                 let count = parse_number(value, number, "CPU SAMPLER failed")?;
@@ -766,6 +767,7 @@ mod tests {
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
                 recovered: [("stub_return_address".to_string(), 5u64)].into_iter().collect(),
                 dropped: 1,
+                in_agent: 2,
                 cost_us: [("handler".to_string(), 120u64), ("agent_thread".to_string(), 40)].into_iter().collect(),
             };
             writer.sampler(&report).unwrap();

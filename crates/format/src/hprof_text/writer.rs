@@ -25,6 +25,11 @@ impl<W: Write> TextWriter<W> {
         self.out
     }
 
+    /// What it writes to.
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
     /// The file header: format name and date, the description of the records, the separator.
     pub fn header(&mut self, date: &str) -> io::Result<()> {
         writeln!(self.out, "JAVA PROFILE 1.0.1, created {date}\n")?;
@@ -87,6 +92,9 @@ impl<W: Write> TextWriter<W> {
             }
         }
         writeln!(self.out, "dropped {}", report.dropped)?;
+        if report.in_agent > 0 {
+            writeln!(self.out, "in_agent {}", report.in_agent)?;
+        }
         for (part, micros) in &report.cost_us {
             writeln!(self.out, "cost.{part}_us {micros}")?;
         }

@@ -188,6 +188,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         meaning: "heap=sites sampling interval",
         default: "512k",
     },
+    OptionRow {
+        name: "action",
+        values: "start|stop|dump|status",
+        meaning: "session of an agent already loaded",
+        default: "",
+    },
 ];
 
 /// The options' names, for the error that names an unknown one.
@@ -250,6 +256,10 @@ impl Options {
             "  - lock= is an openprof extension: contended monitor enters that blocked at\n",
             "    least <duration> (500ns, 10us, 1ms; bare numbers are ns), by stack and\n",
             "    monitor class, in MONITOR TIME tables; monitor=y (format=a) is lock=0.\n",
+            "  - action= is an openprof extension, for an agent already loaded in a running\n",
+            "    JVM and attached again (openprof profile): start a session of cpu=samples,\n",
+            "    wall=, lock= and heap=sites into file=, stop it (its last dump is written),\n",
+            "    dump it so far, or tell its status.\n",
             "  - threads= is an openprof extension: only threads whose names match one of the\n",
             "    patterns (* and ?, apart by |) are sampled by cpu=samples and wall=.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",

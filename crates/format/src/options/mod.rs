@@ -105,6 +105,44 @@ pub enum CStack {
     No,
 }
 
+/// `action=`: what an agent already loaded in a running JVM is asked to do by a further attach
+/// (`openprof profile`), an openprof extension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Start a profiling session: the sampling the other options name, into `file=`.
+    Start,
+    /// End the session: its last dump is written and sampling stops.
+    Stop,
+    /// Write a dump of the session so far; sampling goes on.
+    Dump,
+    /// Say whether a session runs, since when, and what it has taken.
+    Status,
+}
+
+impl Action {
+    pub fn word(self) -> &'static str {
+        match self {
+            Action::Start => "start",
+            Action::Stop => "stop",
+            Action::Dump => "dump",
+            Action::Status => "status",
+        }
+    }
+}
+
+/// The options a profiling session sets (`action=start`); an agent already loaded keeps every
+/// other option as it was loaded with.
+pub const SESSION_OPTIONS: [&str; 8] = [
+    "action",
+    "file",
+    "cpu",
+    "wall",
+    "lock",
+    "heap",
+    "interval",
+    "alloc_interval",
+];
+
 /// A `net=host:port` destination.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetAddress {
@@ -164,6 +202,8 @@ pub struct Options {
     /// `commands=`: which commands from the collector beyond steering the profile are carried
     /// out (heap dumps, exit, parameter tracing); none by default.
     pub commands: Vec<crate::wire::CommandClass>,
+    /// `action=`: for an agent already loaded, attached again (`openprof profile`).
+    pub action: Option<Action>,
 }
 
 impl Default for Options {
@@ -199,6 +239,7 @@ impl Default for Options {
             net_buffer: DEFAULT_NET_BUFFER,
             commands: Vec::new(),
             mpt: None,
+            action: None,
         }
     }
 }
@@ -338,6 +379,15 @@ impl Options {
         }
     }
 
+    /// The value of option `name` as the text form spells it (`depth` → `"4"`), or `None` when
+    /// that form leaves it out (an option not given that has no default).
+    pub fn setting(&self, name: &str) -> Option<String> {
+        self.to_string().split(',').find_map(|part| {
+            let (part_name, value) = part.split_once('=')?;
+            (part_name == name).then(|| value.to_string())
+        })
+    }
+
     /// The output file: `file=` as given, else HPROF's default for the format.
     pub fn output_file(&self) -> &str {
         match (&self.file, self.format) {
@@ -452,6 +502,9 @@ impl fmt::Display for Options {
         }
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
+        }
+        if let Some(action) = self.action {
+            parts.push(format!("action={}", action.word()));
         }
         f.write_str(&parts.join(","))
     }

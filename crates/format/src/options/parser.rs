@@ -3,9 +3,9 @@
 
 use super::help::known_names;
 use super::{
-    bad, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options, OutputFormat,
-    Sampler, ThreadNames, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH, MAX_INTERVAL_MS,
-    NET_BUFFER_RANGE,
+    bad, Action, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options,
+    OutputFormat, Sampler, ThreadNames, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH,
+    MAX_INTERVAL_MS, NET_BUFFER_RANGE,
 };
 
 fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
@@ -251,6 +251,15 @@ impl Options {
                     let millis = value.strip_suffix("ms").unwrap_or(value);
                     options.wall_ms = Some(parse_whole(name, millis, 1, MAX_INTERVAL_MS)?)
                 }
+                "action" => {
+                    options.action = Some(match value {
+                        "start" => Action::Start,
+                        "stop" => Action::Stop,
+                        "dump" => Action::Dump,
+                        "status" => Action::Status,
+                        _ => return Err(one_of("start, stop, dump or status")),
+                    })
+                }
                 "gc_okay" => {
                     return Err(bad(
                         name,
@@ -266,6 +275,18 @@ impl Options {
             }
         }
         options.check_compatible()?;
+        if let (Some(action @ (Action::Stop | Action::Dump | Action::Status)), true) =
+            (options.action, seen.len() > 1)
+        {
+            let other = seen.iter().find(|name| **name != "action").unwrap_or(&"");
+            return Err(bad(
+                other,
+                format!(
+                    "action={} takes no other option; the session keeps the options it was started with",
+                    action.word()
+                ),
+            ));
+        }
         Ok(options)
     }
 

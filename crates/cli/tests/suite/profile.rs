@@ -1,0 +1,365 @@
+//! `openprof profile` on real JVMs started without the agent: a session of a few seconds gives
+//! the Service workload's CPU split and its worker's wall-clock states; between sessions no
+//! timer runs and no signal comes; start, dump, stop and the loop's rotated files; refusals
+//! name what was wrong and leave the JVM running.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+use openprof_testkit::{java_command, wait_with_limit};
+
+use crate::helpers::{openprof_in, text, LIMIT};
+use crate::views_html::drive;
+
+/// A JVM running Service without any agent.
+struct Service {
+    child: Child,
+    dir: PathBuf,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Service {
+    fn start() -> Service {
+        let (mut command, dir) = java_command(None, "Service", &[]);
+        let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+        let stdin = child.stdin.take().expect("piped stdin");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("read Service's stdout");
+        assert_eq!(line.trim(), "ready", "Service did not get ready");
+        Service {
+            child,
+            dir,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// The worker's measured shares of wall time so far, running and sleeping (in %): asking
+    /// also shows that the JVM still runs and answers.
+    fn measured(&mut self) -> (f64, f64) {
+        writeln!(self.stdin, "shares").expect("ask Service");
+        self.stdin.flush().expect("flush");
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read Service");
+        let value = |key: &str| -> f64 {
+            line.split_whitespace()
+                .find_map(|part| part.strip_prefix(key))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or_else(|| panic!("Service said {line:?}"))
+        };
+        (value("running="), value("sleeping="))
+    }
+
+    /// `openprof profile ARGS` in the JVM's directory; must succeed; returns its stdout.
+    fn profile(&self, args: &[&str]) -> String {
+        let output = self.profile_output(args);
+        assert!(
+            output.status.success(),
+            "openprof profile {args:?}: {}",
+            text(&output.stderr)
+        );
+        text(&output.stdout)
+    }
+
+    fn profile_output(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec!["profile"];
+        all.extend_from_slice(args);
+        openprof_in(&self.dir, &all)
+    }
+
+    /// Closes its stdin: it exits; its exit status must be 0.
+    fn finish(self) {
+        drop(self.stdin);
+        let output = wait_with_limit(self.child, LIMIT);
+        assert!(
+            output.status.success(),
+            "Service failed: {}",
+            text(&output.stderr)
+        );
+    }
+}
+
+/// The number on the status line that starts with `key`, e.g. `signals received: 12 cpu, 3 wall`.
+fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no `{key}` in the status:\n{status}"))
+        .trim()
+}
+
+/// The CPU timers the process has: POSIX timers delivering SIGPROF (/proc/PID/timers) and
+/// perf events (open perf_event descriptors).
+fn timers_of(pid: &str) -> usize {
+    let posix = std::fs::read_to_string(format!("/proc/{pid}/timers"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.starts_with("signal:") && line.contains(&format!("{}/", libc::SIGPROF)))
+        .count();
+    let perf = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter(|target| target.to_string_lossy().contains("perf_event"))
+                .count()
+        })
+        .unwrap_or(0);
+    posix + perf
+}
+
+/// Each folded stack's weight, summed by whether it holds `with` (and under `root`, the first
+/// frame's prefix).
+fn weight_with(collapsed: &str, root: &str, with: &str) -> u64 {
+    collapsed
+        .lines()
+        .filter(|line| line.starts_with(root) && line.contains(with))
+        .map(|line| {
+            line.rsplit_once(' ')
+                .and_then(|(_, count)| count.parse::<u64>().ok())
+                .expect("a count")
+        })
+        .sum()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
+}
+
+#[test]
+fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
+    let mut service = Service::start();
+    let pid = service.pid();
+
+    // A profile of 5 s, CPU and wall clock, as a flame graph: the command returns once the 5 s
+    // are over, with the file written and the JVM running on.
+    let began = Instant::now();
+    service.profile(&[
+        &pid, "-d", "5", "-e", "cpu,wall", "-i", "2ms", "-f", "out.html",
+    ]);
+    assert!(
+        began.elapsed() >= Duration::from_secs(5),
+        "the command returned after {:?}, before its 5 s",
+        began.elapsed()
+    );
+    service.measured();
+    let seen = drive(
+        &service.dir.join("out.html"),
+        &["--search", "Service\\.heavy", "--search", "Service\\.light"],
+        None,
+    );
+    assert_eq!(
+        seen["events"],
+        serde_json::json!(["cpu", "wall"]),
+        "{seen:#}"
+    );
+    let share = |query: &str| seen["searches"][query]["share"].as_f64().unwrap();
+    let (heavy, light) = (share("Service\\.heavy"), share("Service\\.light"));
+    let heavy_of_both = 100.0 * heavy / (heavy + light);
+    assert!(
+        (heavy_of_both - 75.0).abs() <= 5.0 && heavy + light > 90.0,
+        "heavy {heavy:.1} %, light {light:.1} % of the CPU samples: heavy {heavy_of_both:.1} % of the two, built to be 75 %"
+    );
+    // No session file is left behind in the JVM's /tmp.
+    let left: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/root/tmp"))
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("openprof-session-{pid}-"))
+        })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // Stopped: no timer, and for 10 s no signal at all; the JVM runs on.
+    let status = service.profile(&["status", &pid]);
+    assert!(
+        status_line(&status, "session:").starts_with("none running; the last one stopped"),
+        "{status}"
+    );
+    let signals = status_line(&status, "signals received:").to_string();
+    assert_eq!(status_line(&status, "cpu timers:"), "0", "{status}");
+    assert_eq!(timers_of(&pid), 0, "timers left in JVM {pid}");
+    std::thread::sleep(Duration::from_secs(10));
+    let status = service.profile(&["status", &pid]);
+    assert_eq!(
+        status_line(&status, "signals received:"),
+        signals,
+        "signals came while no session ran:\n{status}"
+    );
+    let (running, sleeping) = service.measured();
+    let stopped = service.profile_output(&["stop", &pid]);
+    assert!(!stopped.status.success());
+    assert!(
+        text(&stopped.stderr).contains("no profiling session runs"),
+        "{}",
+        text(&stopped.stderr)
+    );
+    assert!((running - 50.0).abs() < 10.0 && (sleeping - 50.0).abs() < 10.0);
+
+    // Started again: samples come; a dump of the wall clock by thread shows the worker running
+    // and sleeping as it measured it; stop writes the whole session.
+    let said = service.profile(&["start", &pid, "-e", "wall,cpu", "-i", "5ms"]);
+    assert!(said.contains("profile: /tmp/openprof-session-"), "{said}");
+    assert!(timers_of(&pid) > 0, "no CPU timer after start");
+    std::thread::sleep(Duration::from_secs(4));
+    let status = service.profile(&["status", &pid]);
+    assert!(
+        status_line(&status, "session:").starts_with("running since"),
+        "{status}"
+    );
+    assert_ne!(status_line(&status, "signals received:"), signals);
+    service.profile(&[
+        "dump",
+        &pid,
+        "-t",
+        "--event",
+        "wall",
+        "-f",
+        "wall.collapsed",
+    ]);
+    let (running, sleeping) = service.measured();
+    let wall = read(&service.dir.join("wall.collapsed"));
+    let worker_running = weight_with(&wall, "[worker", "Service.work") as f64;
+    let worker_sleeping = weight_with(&wall, "[worker", "Service.rest") as f64;
+    let sampled = worker_running + worker_sleeping;
+    assert!(
+        sampled > 300.0,
+        "{sampled} wall samples of the worker:\n{wall}"
+    );
+    let sampled_running = 100.0 * worker_running / sampled;
+    assert!(
+        (sampled_running - running).abs() <= 5.0,
+        "the worker ran {sampled_running:.1} % of its wall samples, {running:.1} % measured ({sleeping:.1} % asleep)"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    service.profile(&["stop", &pid, "--event", "cpu", "-f", "stop.collapsed"]);
+    assert_eq!(timers_of(&pid), 0, "timers left after stop");
+    let cpu = read(&service.dir.join("stop.collapsed"));
+    let heavy = weight_with(&cpu, "", "Service.heavy") as f64;
+    let light = weight_with(&cpu, "", "Service.light") as f64;
+    let heavy_of_both = 100.0 * heavy / (heavy + light);
+    assert!(
+        (heavy_of_both - 75.0).abs() <= 5.0,
+        "heavy {heavy_of_both:.1} % of heavy and light (the whole session, {heavy} + {light} samples)"
+    );
+    service.measured();
+    service.finish();
+}
+
+#[test]
+fn the_loop_writes_one_profile_a_period_under_templated_names() {
+    let service = Service::start();
+    let pid = service.pid();
+    service.profile(&[
+        &pid,
+        "--loop",
+        "2s",
+        "-d",
+        "5",
+        "-f",
+        "loop-%p-%n-%t.collapsed",
+    ]);
+    let mut files: Vec<String> = std::fs::read_dir(&service.dir)
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("loop-"))
+        .collect();
+    files.sort();
+    // 2 + 2 + 1 s.
+    assert_eq!(files.len(), 3, "{files:?}");
+    for (count, name) in files.iter().enumerate() {
+        let stamp = name
+            .strip_prefix(&format!("loop-{pid}-{count}-"))
+            .and_then(|rest| rest.strip_suffix(".collapsed"))
+            .unwrap_or_else(|| panic!("{name} is not loop-{pid}-{count}-TIME.collapsed"));
+        assert!(
+            stamp.len() == 15 && stamp.chars().all(|c| c.is_ascii_digit() || c == '-'),
+            "{name}"
+        );
+        let profile = read(&service.dir.join(name));
+        assert!(
+            weight_with(&profile, "", "Service.heavy") > 0,
+            "{name} has no sample of heavy:\n{profile}"
+        );
+    }
+    // Each file has its own period's samples: the 2 s ones about twice the last one's.
+    let samples: Vec<u64> = files
+        .iter()
+        .map(|name| weight_with(&read(&service.dir.join(name)), "", ""))
+        .collect();
+    assert!(
+        samples[0] > samples[2] && samples[1] > samples[2],
+        "samples per file: {samples:?}"
+    );
+    service.finish();
+}
+
+#[test]
+fn bad_requests_are_refused_by_name_and_the_jvm_runs_on() {
+    let mut service = Service::start();
+    let pid = service.pid();
+    let refused = |args: &[&str], expected: &str| {
+        let output = service.profile_output(args);
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    };
+    // Nothing loaded yet: stop and dump say so; status says so without failing.
+    refused(&["stop", &pid], "has no openprof agent loaded");
+    refused(
+        &["dump", &pid, "-f", "x.html"],
+        "has no openprof agent loaded",
+    );
+    let status = service.profile(&["status", &pid]);
+    assert!(status.contains("has no openprof agent loaded"), "{status}");
+    refused(&[&pid, "-e", "cpu,heat"], "'heat' is not an event");
+    refused(&[&pid, "-i", "1.5ms"], "not a whole number of milliseconds");
+    refused(&[&pid, "--loop", "2s"], "give -f FILE");
+    refused(
+        &["start", &pid, "--lock", "soon", "-e", "lock"],
+        "option lock",
+    );
+    refused(&["pause", &pid], "'pause' is not an action");
+    refused(&[&pid, "-f", "x.unknown"], "can't tell the format");
+    refused(&["999999999"], "no process");
+    // A session runs: a second start is refused, naming it.
+    service.profile(&["start", &pid, "-e", "cpu"]);
+    refused(
+        &["start", &pid, "-e", "wall"],
+        "a profiling session runs since",
+    );
+    // A bad view option stops nothing: the session goes on until a good stop.
+    refused(
+        &["stop", &pid, "-f", "x.html", "--event", "nothing"],
+        "nothing",
+    );
+    service.profile(&["stop", &pid, "-f", "stopped.collapsed"]);
+    assert!(service.dir.join("stopped.collapsed").is_file());
+    // The agent keeps what it was loaded with: a session cannot change the depth.
+    let attach = openprof_in(
+        &service.dir,
+        &[
+            "attach",
+            &pid,
+            "action=start,cpu=samples,depth=8,file=/tmp/x.txt",
+        ],
+    );
+    let stderr = text(&attach.stderr);
+    assert!(
+        !attach.status.success()
+            && stderr.contains("option depth: this agent was loaded with depth=256"),
+        "{stderr}"
+    );
+    service.measured();
+    service.finish();
+}

@@ -1,0 +1,86 @@
+/**
+ * Ground truth for profiling a running JVM from outside (openprof profile): a service that
+ * runs until its standard input closes. Its thread "worker" repeats, forever, 30 ms of work
+ * then 30 ms of sleep; the work is heavy() and light() with the same loop body, heavy called
+ * for three times the trips of light. So a CPU profile of any period gives heavy 75 % and light
+ * 25 % of the samples in the two, and a wall-clock profile of "worker" gives it running half
+ * of the time and sleeping the other half.
+ *
+ * Prints "ready" once the worker runs. Each line read on standard input is answered with the
+ * worker's measured shares so far (running and sleeping, by System.nanoTime); it exits when
+ * standard input closes.
+ *
+ * Usage: java Service
+ */
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+
+public class Service {
+    static final long WORK_NS = 30_000_000, SLEEP_NS = 30_000_000;
+    static volatile long sink;
+    static volatile long runningNs, sleepingNs;
+
+    // heavy and light have the same loop body; only the trip count differs (3:1).
+    static long heavy(long seed) {
+        long x = seed;
+        for (int i = 0; i < 30_000; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+
+    static long light(long seed) {
+        long x = seed;
+        for (int i = 0; i < 10_000; i++) {
+            x = x * 6364136223846793005L + 1442695040888963407L;
+            x ^= x >>> 29;
+        }
+        return x;
+    }
+
+    static void work() {
+        long start = System.nanoTime();
+        long until = start + WORK_NS;
+        while (System.nanoTime() < until) {
+            sink += heavy(sink);
+            sink += light(sink);
+        }
+        runningNs += System.nanoTime() - start;
+    }
+
+    static void rest() {
+        long start = System.nanoTime();
+        long until = start + SLEEP_NS;
+        long left;
+        while ((left = until - System.nanoTime()) > 0) {
+            try {
+                Thread.sleep(left / 1_000_000, (int) (left % 1_000_000));
+            } catch (InterruptedException e) {
+                return;
+            }
+        }
+        sleepingNs += System.nanoTime() - start;
+    }
+
+    public static void main(String[] args) throws Exception {
+        Thread worker = new Thread(() -> {
+            while (true) {
+                work();
+                rest();
+            }
+        }, "worker");
+        worker.setDaemon(true);
+        worker.start();
+        System.out.println("ready");
+        System.out.flush();
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        while (in.readLine() != null) {
+            long running = runningNs, sleeping = sleepingNs;
+            double total = running + sleeping;
+            System.out.printf("running=%.1f sleeping=%.1f%n", 100 * running / total,
+                    100 * sleeping / total);
+            System.out.flush();
+        }
+    }
+}
