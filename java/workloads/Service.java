@@ -4,7 +4,8 @@
  * then 30 ms of sleep; the work is heavy() and light() with the same loop body, heavy called
  * for three times the trips of light. So a CPU profile of any period gives heavy 75 % and light
  * 25 % of the samples in the two, and a wall-clock profile of "worker" gives it running half
- * of the time and sleeping the other half.
+ * of the time and sleeping the other half. Before each sleep, buffer() allocates 64 KiB: by
+ * far the most bytes the program allocates.
  *
  * Prints "ready" once the worker runs. Each line read on standard input is answered with the
  * worker's measured shares so far (running and sleeping, by System.nanoTime); it exits when
@@ -19,6 +20,7 @@ public class Service {
     static final long WORK_NS = 30_000_000, SLEEP_NS = 30_000_000;
     static volatile long sink;
     static volatile long runningNs, sleepingNs;
+    static volatile byte[] buffer;
 
     // heavy and light have the same loop body; only the trip count differs (3:1).
     static long heavy(long seed) {
@@ -49,7 +51,12 @@ public class Service {
         runningNs += System.nanoTime() - start;
     }
 
+    static void buffer() {
+        buffer = new byte[64 * 1024];
+    }
+
     static void rest() {
+        buffer();
         long start = System.nanoTime();
         long until = start + SLEEP_NS;
         long left;

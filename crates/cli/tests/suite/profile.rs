@@ -305,6 +305,69 @@ fn the_loop_writes_one_profile_a_period_under_templated_names() {
 }
 
 #[test]
+fn a_later_session_adds_the_engines_it_asks_for() {
+    let mut service = Service::start();
+    let pid = service.pid();
+    // Loaded for CPU samples only; a later session asks for allocation sites.
+    service.profile(&[&pid, "-d", "1", "-e", "cpu", "-f", "cpu.collapsed"]);
+    let said = service.profile(&["start", &pid, "-e", "alloc", "--alloc", "16k"]);
+    assert!(said.contains("allocation sites"), "{said}");
+    std::thread::sleep(Duration::from_secs(3));
+    service.profile(&[
+        "stop",
+        &pid,
+        "--event",
+        "alloc_bytes",
+        "-f",
+        "alloc.collapsed",
+    ]);
+    let alloc = read(&service.dir.join("alloc.collapsed"));
+    let total = weight_with(&alloc, "", "") as f64;
+    let in_buffer = weight_with(&alloc, "", "Service.buffer") as f64;
+    assert!(
+        total > 0.0 && in_buffer / total > 0.5,
+        "Service.buffer allocates most bytes, but has {in_buffer} of {total}:\n{alloc}"
+    );
+    // No CPU samples came in the allocation session.
+    assert!(!alloc.contains("Service.heavy"), "{alloc}");
+    service.measured();
+    service.finish();
+}
+
+#[test]
+fn a_lock_session_shows_where_threads_block() {
+    // WallStates' workers block on a monitor 20 % of their time; it runs for about 6 s.
+    let (mut command, dir) = java_command(None, "WallStates", &["2", "60"]);
+    let child = command.spawn().expect("start java");
+    let pid = child.id().to_string();
+    let output = openprof_in(
+        &dir,
+        &[
+            "profile",
+            &pid,
+            "-d",
+            "3",
+            "-e",
+            "lock",
+            "--lock",
+            "1ms",
+            "--event",
+            "lock",
+            "-f",
+            "lock.collapsed",
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let locks = read(&dir.join("lock.collapsed"));
+    assert!(
+        weight_with(&locks, "", "WallStates.work") > 0,
+        "no blocked time in WallStates.work:\n{locks}"
+    );
+    let exited = wait_with_limit(child, LIMIT);
+    assert!(exited.status.success(), "{}", text(&exited.stderr));
+}
+
+#[test]
 fn bad_requests_are_refused_by_name_and_the_jvm_runs_on() {
     let mut service = Service::start();
     let pid = service.pid();
