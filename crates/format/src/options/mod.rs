@@ -845,4 +845,27 @@ mod tests {
             .contains("can't read /nonexistent/filters"));
         assert_eq!(Options::parse(&traced.to_string()).unwrap(), traced);
     }
+
+    #[test]
+    fn actions_act_on_a_loaded_agent() {
+        let start = Options::parse("action=start,cpu=samples,wall=5,file=/tmp/s.txt").unwrap();
+        assert_eq!(start.action, Some(Action::Start));
+        assert_eq!(Options::parse(&start.to_string()).unwrap(), start);
+        assert_eq!(start.setting("wall").as_deref(), Some("5"));
+        assert_eq!(start.setting("depth").as_deref(), Some("4"));
+        assert_eq!(start.setting("nonsense"), None);
+        for action in [Action::Stop, Action::Dump, Action::Status] {
+            let text = format!("action={}", action.word());
+            assert_eq!(Options::parse(&text).unwrap().action, Some(action));
+            let error = Options::parse(&format!("{text},depth=8")).unwrap_err();
+            assert_eq!(error.option, "depth");
+            assert!(error.problem.contains("takes no other option"), "{error}");
+        }
+        let error = Options::parse("action=pause").unwrap_err();
+        assert!(
+            error.problem.contains("start, stop, dump or status"),
+            "{error}"
+        );
+        assert!(Options::help_text().contains("action=start|stop|dump|status"));
+    }
 }
