@@ -305,6 +305,48 @@ fn the_loop_writes_one_profile_a_period_under_templated_names() {
 }
 
 #[test]
+fn a_jvm_that_exits_during_the_session_leaves_its_profile() {
+    let service = Service::start();
+    let pid = service.pid();
+    let dir = service.dir.clone();
+    let mut command = {
+        let mut command = crate::helpers::openprof_command(&[
+            "profile",
+            &pid,
+            "-d",
+            "60",
+            "-f",
+            "exit.collapsed",
+        ]);
+        command.current_dir(&dir);
+        command
+    };
+    let profiling = command.spawn().expect("start openprof");
+    std::thread::sleep(Duration::from_secs(3));
+    // The service ends; the agent writes the session's last dump at the JVM's exit.
+    service.finish();
+    let output = wait_with_limit(profiling, LIMIT);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("exited during the session"), "{stderr}");
+    let profile = read(&dir.join("exit.collapsed"));
+    assert!(
+        weight_with(&profile, "", "Service.heavy") > 0,
+        "no sample of heavy:\n{profile}"
+    );
+    let left = std::fs::read_dir("/tmp")
+        .unwrap()
+        .filter_map(|entry| entry.ok())
+        .any(|entry| {
+            entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&format!("openprof-session-{pid}-"))
+        });
+    assert!(!left, "the session's file is left in /tmp");
+}
+
+#[test]
 fn a_later_session_adds_the_engines_it_asks_for() {
     let mut service = Service::start();
     let pid = service.pid();
