@@ -2,7 +2,7 @@
 //! on their ReentrantLocks for times they measure themselves, while holder threads (in
 //! `WallStates.hold`) own both; ParkTimes parks for known times on blockers of its own; the
 //! MONITOR TIME, PARK TIME and LOCK OWNERS tables must hold those times, on those stacks, and a
-//! threshold must leave out the shorter waits. ParkStorm's heavy park traffic must leave the JVM
+//! threshold must leave out the shorter waits. LockStorm's heavy lock traffic must leave the JVM
 //! running to its normal end.
 
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use openprof_testkit::run_java;
 const LIMIT: Duration = Duration::from_secs(120);
 const LEDGER: &str = "WallStates$Ledger";
 const REENTRANT_LOCK: &str = "java.util.concurrent.locks.ReentrantLock$NonfairSync";
+const FAIR_LOCK: &str = "java.util.concurrent.locks.ReentrantLock$FairSync";
 
 /// A figure the workload printed as `name=value`.
 fn measured(stdout: &str, name: &str) -> f64 {
@@ -246,40 +247,55 @@ fn parks_shorter_than_the_threshold_are_left_out() {
 }
 
 #[test]
-fn heavy_park_traffic_runs_to_its_end() {
-    // 8 threads on one ReentrantLock and 2 producer–consumer pairs on a SynchronousQueue for
-    // 3 seconds, every park recorded with its owner's stack: the JVM must run to its end (the
-    // workload checks its hand-overs), and the parks must be there.
+fn heavy_lock_traffic_runs_to_its_end() {
+    // 6 threads on one fair ReentrantLock, 4 on one monitor and 2 producer–consumer pairs on a
+    // SynchronousQueue, a second each, every wait recorded with its owner's stack: the JVM must
+    // run to its end (the workload checks its hand-overs), and the waits must be there.
     let started = Instant::now();
     let run = run_java(
         Some("lock=0,lockowner=y,depth=16,file=storm.txt"),
-        "ParkStorm",
-        &["8", "2", "3"],
+        "LockStorm",
+        &["6", "4", "2", "1"],
         LIMIT,
     );
     let elapsed_ms = started.elapsed().as_millis() as f64;
     assert!(run.success(), "{}", run.stderr());
     let stdout = run.stdout();
-    assert!(measured(&stdout, "turns") > 0.0, "{stdout}");
+    for figure in ["turns", "enters", "handovers"] {
+        assert!(measured(&stdout, figure) > 0.0, "{stdout}");
+    }
     let profile = run.profile("storm.txt");
-    let parked = rows_of(&profile, LockTableKind::Park, REENTRANT_LOCK);
-    assert!(waits(&parked) > 0, "no ReentrantLock park recorded");
-    // No more time parked than its threads (12, and a few of the JDK's own) had in the run.
-    let parked_ms: f64 = profile
-        .lock_tables_of(LockTableKind::Park)
-        .map(|table| table.total_ms as f64)
-        .sum();
+    assert!(waits(&rows_of(&profile, LockTableKind::Park, FAIR_LOCK)) > 0);
     assert!(
-        parked_ms <= 16.0 * elapsed_ms,
-        "{parked_ms} ms parked in a run of {elapsed_ms} ms"
+        waits(&rows_of(
+            &profile,
+            LockTableKind::Monitor,
+            "java.lang.Object"
+        )) > 0
     );
-    for (row, _) in rows_of(&profile, LockTableKind::Owners, REENTRANT_LOCK) {
-        let methods = methods(&profile, &row);
+    // No more time waited than its threads (14, and a few of the JDK's own) had in the run.
+    for kind in [LockTableKind::Monitor, LockTableKind::Park] {
+        let waited_ms: f64 = profile
+            .lock_tables_of(kind)
+            .map(|table| table.total_ms as f64)
+            .sum();
         assert!(
-            methods
-                .iter()
-                .any(|method| method.starts_with("ParkStorm.lambda")),
-            "{methods:?}"
+            waited_ms <= 18.0 * elapsed_ms,
+            "{waited_ms} ms in {kind:?} in a run of {elapsed_ms} ms"
         );
+    }
+    // The owners are the threads taking turns, in their loops.
+    for class in [FAIR_LOCK, "java.lang.Object"] {
+        let owned = rows_of(&profile, LockTableKind::Owners, class);
+        assert!(waits(&owned) > 0, "no owner of {class}");
+        for (row, _) in owned {
+            let methods = methods(&profile, &row);
+            assert!(
+                methods
+                    .iter()
+                    .any(|method| method.starts_with("LockStorm.lambda")),
+                "{methods:?}"
+            );
+        }
     }
 }

@@ -130,14 +130,6 @@ impl Locks {
         self.recording.load(Ordering::Acquire)
     }
 
-    fn threshold_ns(&self) -> u64 {
-        self.threshold_ns
-    }
-
-    fn owners(&self) -> bool {
-        self.owners
-    }
-
     fn park_fields(&self) -> Option<&park::ParkFields> {
         self.parks.get().and_then(|parks| parks.as_ref().ok())
     }

@@ -10,6 +10,7 @@
 //! wrapper of the old binding not entrant, so compiled callers bind the new function at their
 //! next call. NativeMethodBind keeps the wrapper in front if anyone binds Unsafe.park again.
 
+use std::ffi::CString;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use jvmti_bindings::sys::jni::{jboolean, jlong};
@@ -111,7 +112,7 @@ pub fn install(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<ParkFields, String> {
             &park_hook_class_file(),
         )
         .map_err(|_| "can't define the park hook class".to_string())?;
-    let native = std::ffi::CString::new(PARK_HOOK_NATIVE).map_err(|_| "bad hook name")?;
+    let native = CString::new(PARK_HOOK_NATIVE).map_err(|_| "bad hook name")?;
     jni.register_natives(hook, &[(&native, c"()V", park_hook_bind as *mut _)])
         .map_err(|_| "can't bind the park hook's native".to_string())?;
     let bind = jni
@@ -153,8 +154,12 @@ unsafe extern "system" fn park_hook_bind(jni: *mut JNIEnv, _class: jclass) {
     guarded("binding the park wrapper", || {
         let unsafe_class = UNSAFE.load(Ordering::Acquire) as jclass;
         let wrapper = park_wrapper as ParkFn as *mut std::ffi::c_void;
+        let (Ok(name), Ok(descriptor)) = (CString::new(PARK_NAME), CString::new(PARK_DESCRIPTOR))
+        else {
+            return;
+        };
         let bound = Jni(jni)
-            .register_natives(unsafe_class, &[(c"park", c"(ZJ)V", wrapper)])
+            .register_natives(unsafe_class, &[(&name, &descriptor, wrapper)])
             .is_ok();
         BOUND.store(if bound { 1 } else { 2 }, Ordering::Release);
     });
@@ -215,7 +220,7 @@ unsafe extern "system" fn park_wrapper(
     // either way.
     let started = monotonic_nanos();
     let mut owner: Option<Owner> = None;
-    if locks.owners() {
+    if locks.owners {
         callback("a park's lock owner", Admit::Profiling, || {
             owner = locks.park_owner(Jni(jni));
         });
@@ -223,27 +228,23 @@ unsafe extern "system" fn park_wrapper(
     // SAFETY: as above.
     unsafe { park(jni, receiver, absolute, time) };
     let parked = monotonic_nanos().saturating_sub(started);
-    if parked >= locks.threshold_ns() {
+    if parked >= locks.threshold_ns {
         callback("a park", Admit::Profiling, || {
             locks.parked(Jni(jni), parked, owner);
         });
     }
 }
 
+// The local references made below die when the native returns to Java.
 impl Locks {
-    /// The object the current thread parks on and the thread that holds it, if it says.
+    /// The stack of the thread holding the object the current thread parks on, when the object
+    /// says which thread holds it.
     fn park_owner(&self, jni: Jni) -> Option<Owner> {
         let fields = self.park_fields()?;
         let context = crate::context::get()?;
         let thread = context.jvmti.current_thread().ok()?;
-        let blocker = fields.blocker(jni, thread);
-        jni.delete_local_ref(thread);
-        let owner = fields.owner(jni, blocker?);
-        jni.delete_local_ref(blocker.unwrap_or(std::ptr::null_mut()));
-        let owner = owner?;
-        let stack = self.owner_stack(context, owner);
-        jni.delete_local_ref(owner);
-        stack
+        let owner = fields.owner(jni, fields.blocker(jni, thread)?)?;
+        self.owner_stack(context, owner)
     }
 
     /// A park of `parked` nanoseconds (over the threshold) just ended on the current thread.
@@ -255,14 +256,10 @@ impl Locks {
             return;
         };
         // LockSupport clears the blocker only once park has returned: it is still there.
-        let blocker = self
+        let class = self
             .park_fields()
-            .and_then(|fields| fields.blocker(jni, thread));
-        let class = blocker.map(|blocker| self.class_of(jni, blocker));
+            .and_then(|fields| fields.blocker(jni, thread))
+            .map(|blocker| self.class_of(jni, blocker));
         self.record(context, super::Waited::Parked, thread, class, parked, owner);
-        if let Some(blocker) = blocker {
-            jni.delete_local_ref(blocker);
-        }
-        jni.delete_local_ref(thread);
     }
 }
