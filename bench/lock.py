@@ -37,23 +37,11 @@ import os
 import random
 import re
 import statistics
-import subprocess
 import tempfile
 
-from benchlib import ROOT, jdk_tool
+from benchlib import ROOT, compile_workload, jdk_tool, run_workload
 
 FIGURES = ("turns", "enters", "handovers")
-
-
-def run(java, classes, work, agent, args):
-    command = [java, "-cp", classes]
-    if agent:
-        command.insert(1, agent)
-    result = subprocess.run(command + ["LockStorm", *args], capture_output=True, text=True,
-                            cwd=work, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}: {result.stderr[-500:]}")
-    return {name: int(re.search(rf"{name}=(\d+)", result.stdout).group(1)) for name in FIGURES}
 
 
 def openprof_waits(path):
@@ -86,9 +74,7 @@ def main():
     options = parser.parse_args()
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
     work = tempfile.mkdtemp(prefix="openprof-lock-")
-    classes = os.path.join(work, "classes")
-    subprocess.run([jdk_tool("javac"), "-d", classes,
-                    os.path.join(ROOT, "java", "workloads", "LockStorm.java")], check=True)
+    classes = compile_workload("LockStorm", work)
     args = [str(options.lockers), str(options.monitors), str(options.pairs),
             str(options.seconds), str(options.work)]
     openprof = f"-agentpath:{agent}=depth=64,file=openprof.txt,"
@@ -108,7 +94,7 @@ def main():
         random.shuffle(order)
         for way in order:
             agent_option = ways[way]
-            figures[way].append(run(java, classes, work, agent_option, args))
+            figures[way].append(run_workload(java, classes, work, agent_option, "LockStorm", args))
             if agent_option and "openprof" in way:
                 recorded[way] = openprof_waits(os.path.join(work, "openprof.txt"))
             elif agent_option:

@@ -8,21 +8,12 @@
 use std::time::{Duration, Instant};
 
 use openprof_format::hprof_text::{CpuRow, LockTableKind, TextProfile};
-use openprof_testkit::run_java;
+use openprof_testkit::{printed_figure, run_java};
 
 const LIMIT: Duration = Duration::from_secs(120);
 const LEDGER: &str = "WallStates$Ledger";
 const REENTRANT_LOCK: &str = "java.util.concurrent.locks.ReentrantLock$NonfairSync";
 const FAIR_LOCK: &str = "java.util.concurrent.locks.ReentrantLock$FairSync";
-
-/// A figure the workload printed as `name=value`.
-fn measured(stdout: &str, name: &str) -> f64 {
-    stdout
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-        .and_then(|value| value.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in the workload's output: {stdout}"))
-}
 
 /// The rows of one lock class in a profile's tables of one kind, each with its milliseconds.
 fn rows_of(profile: &TextProfile, kind: LockTableKind, class: &str) -> Vec<(CpuRow, f64)> {
@@ -70,7 +61,7 @@ fn assert_within_10_percent(profiled: f64, measured: f64, what: &str) {
 /// The waits a WallStates run of `workers` × `cycles` counted: at least the cycles the workload
 /// saw wait (`counted_by`), at most one per cycle.
 fn assert_waits(rows: &[(CpuRow, f64)], stdout: &str, counted_by: &str, most: u64) {
-    let least = measured(stdout, counted_by) as u64;
+    let least = printed_figure(stdout, counted_by) as u64;
     let counted = waits(rows);
     assert!(
         (least..=most).contains(&counted),
@@ -94,7 +85,7 @@ fn blocked_and_parked_times_by_lock_class() {
     let blocked = rows_of(&profile, LockTableKind::Monitor, LEDGER);
     assert_within_10_percent(
         milliseconds(&blocked),
-        measured(&stdout, "blocked_ms"),
+        printed_figure(&stdout, "blocked_ms"),
         "blocked on WallStates$Ledger",
     );
     assert_waits(&blocked, &stdout, "blocked_waits", 4 * 30);
@@ -110,7 +101,7 @@ fn blocked_and_parked_times_by_lock_class() {
     let parked = rows_of(&profile, LockTableKind::Park, REENTRANT_LOCK);
     assert_within_10_percent(
         milliseconds(&parked),
-        measured(&stdout, "parked_ms"),
+        printed_figure(&stdout, "parked_ms"),
         "parked on the ReentrantLocks",
     );
     assert_waits(&parked, &stdout, "parked_waits", 4 * 30);
@@ -145,7 +136,7 @@ fn owners_are_the_holders() {
         // Every wait's time, on the stack of the holder thread that held the lock then.
         assert_within_10_percent(
             milliseconds(&owned),
-            measured(&stdout, measured_by),
+            printed_figure(&stdout, measured_by),
             &format!("{state} on {class} by its owners"),
         );
         assert_waits(&owned, &stdout, counted_by, 4 * 30);
@@ -223,12 +214,12 @@ fn parks_shorter_than_the_threshold_are_left_out() {
         let long = rows_of(&profile, LockTableKind::Park, "ParkTimes$Long");
         assert_eq!(
             waits(&long),
-            measured(&stdout, "long_parks") as u64,
+            printed_figure(&stdout, "long_parks") as u64,
             "{options}"
         );
         assert_within_10_percent(
             milliseconds(&long),
-            measured(&stdout, "long_ms"),
+            printed_figure(&stdout, "long_ms"),
             "parked on ParkTimes$Long",
         );
         for (row, _) in &long {
@@ -238,7 +229,7 @@ fn parks_shorter_than_the_threshold_are_left_out() {
         }
         let brief = rows_of(&profile, LockTableKind::Park, "ParkTimes$Brief");
         let expected = if brief_kept {
-            measured(&stdout, "brief_parks") as u64
+            printed_figure(&stdout, "brief_parks") as u64
         } else {
             0
         };
@@ -262,7 +253,7 @@ fn heavy_lock_traffic_runs_to_its_end() {
     assert!(run.success(), "{}", run.stderr());
     let stdout = run.stdout();
     for figure in ["turns", "enters", "handovers"] {
-        assert!(measured(&stdout, figure) > 0.0, "{stdout}");
+        assert!(printed_figure(&stdout, figure) > 0.0, "{stdout}");
     }
     let profile = run.profile("storm.txt");
     assert!(waits(&rows_of(&profile, LockTableKind::Park, FAIR_LOCK)) > 0);

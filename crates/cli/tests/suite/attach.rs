@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use openprof_format::hprof_text::{LockTableKind, TextProfile};
 use openprof_testkit::{
-    agent_library, java_command, jcmd, read_profile, samples_by_method,
+    agent_library, java_command, jcmd, printed_figure, read_profile, samples_by_method,
     wait_until_ready_keeping_output, wait_with_limit,
 };
 
@@ -174,13 +174,7 @@ fn attached_agent_times_the_parks_of_compiled_code() {
     );
     // HotSpot warns on the program's output when a JDK native is rebound from outside the JDK.
     assert!(!stdout.contains("Re-registering"), "{stdout}");
-    let measured = |name: &str| -> f64 {
-        stdout
-            .split_whitespace()
-            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in {stdout}"))
-    };
+    let measured = |name: &str| printed_figure(&stdout, name);
     let profile = read_profile(&file);
     for (class, parks, ms) in [
         ("ParkTimes$Brief", "brief_parks", "brief_ms"),
