@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use openprof_format::hprof_text::{CpuTableKind, LockTableKind, TextProfile};
-use openprof_testkit::{run_java, samples_by_method};
+use openprof_testkit::{printed_figure, run_java, samples_by_method};
 use serde_json::Value;
 
 use crate::helpers::{convert_in, leaf_samples, openprof_in, text, LIMIT};
@@ -573,4 +573,19 @@ fn wall_samples_carry_their_states_into_the_views() {
     }
     let tags = go_pprof(&run.dir, &["-tags", "-sample_index=lock", "wall.pb.gz"]);
     assert!(tags.contains("WallStates$Ledger"), "{tags}");
+    // `openprof report` sums the lock tables: the time blocked is the workload's own.
+    let report = openprof_in(&run.dir, &["report", "wall.txt"]);
+    let said = text(&report.stdout);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let reported_ms: f64 = said
+        .lines()
+        .find(|line| line.contains("blocked entering monitors"))
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no blocked time in the report:\n{said}"));
+    let measured_ms = printed_figure(&run.stdout(), "blocked_ms");
+    assert!(
+        (reported_ms - measured_ms).abs() <= 0.1 * measured_ms,
+        "{reported_ms} ms blocked in the report, {measured_ms} ms measured by the workload"
+    );
 }
