@@ -98,8 +98,12 @@ pub struct Locks {
     waits: Mutex<Waits>,
 }
 
-/// A contended enter under way on this thread.
+/// A contended enter under way on this OS thread.
 struct Blocking {
+    /// The Java thread that blocked (a global reference): on JDK 24 and later a virtual thread
+    /// blocked on a monitor gives up its carrier and may get the monitor on another, so the
+    /// enter an OS thread saw last need not be the one that ends on it.
+    thread: jthread,
     since: u64,
     owner: Option<Owner>,
 }
@@ -219,34 +223,45 @@ impl Locks {
 
     /// MonitorContendedEnter: the time, and the owner's stack with `lockowner=y` (taken
     /// within the wait, which it lengthens: the thread could not go on anyway).
-    fn blocking(&self, jni: *mut JNIEnv, object: jobject) {
+    fn blocking(&self, jni: Jni, thread: jthread, object: jobject) {
         let since = monotonic_nanos();
         let owner = if self.owners {
             crate::context::get().and_then(|context| {
                 let owner = context.jvmti.monitor_owner(object).ok().flatten()?;
                 let stack = self.owner_stack(context, owner);
-                Jni(jni).delete_local_ref(owner);
+                jni.delete_local_ref(owner);
                 stack
             })
         } else {
             None
         };
-        BLOCKING.with(|blocking| *blocking.borrow_mut() = Some(Blocking { since, owner }));
+        let blocking = Blocking {
+            thread: jni.new_global_ref(thread),
+            since,
+            owner,
+        };
+        if let Some(earlier) = BLOCKING.with(|cell| cell.borrow_mut().replace(blocking)) {
+            // An enter that ended on another carrier: not counted.
+            jni.delete_global_ref(earlier.thread);
+        }
     }
 
-    /// MonitorContendedEntered: counts the wait if it was long enough.
-    fn entered(&self, jni: *mut JNIEnv, thread: jthread, object: jobject) {
-        let Some(blocking) = BLOCKING.with(|blocking| blocking.borrow_mut().take()) else {
+    /// MonitorContendedEntered: counts the wait if it was long enough, and began on this
+    /// thread.
+    fn entered(&self, jni: Jni, thread: jthread, object: jobject) {
+        let Some(blocking) = BLOCKING.with(|cell| cell.borrow_mut().take()) else {
             return;
         };
+        let same_thread = jni.is_same_object(blocking.thread, thread);
+        jni.delete_global_ref(blocking.thread);
         let blocked = monotonic_nanos().saturating_sub(blocking.since);
-        if blocked < self.threshold_ns {
+        if !same_thread || blocked < self.threshold_ns {
             return;
         }
         let Some(context) = crate::context::get() else {
             return;
         };
-        let class = self.class_of(Jni(jni), object);
+        let class = self.class_of(jni, object);
         self.record(
             context,
             Waited::Blocked,
@@ -381,12 +396,12 @@ impl Engine for Locks {
 unsafe extern "system" fn on_contended_enter(
     _jvmti: *mut jvmtiEnv,
     jni: *mut JNIEnv,
-    _thread: jthread,
+    thread: jthread,
     object: jobject,
 ) {
     callback("a contended monitor enter", Admit::Profiling, || {
         if let Some(locks) = running::<Locks>().filter(|locks| locks.is_recording()) {
-            locks.blocking(jni, object);
+            locks.blocking(Jni(jni), thread, object);
         }
     });
 }
@@ -399,7 +414,7 @@ unsafe extern "system" fn on_contended_entered(
 ) {
     callback("a contended monitor entered", Admit::Profiling, || {
         if let Some(locks) = running::<Locks>().filter(|locks| locks.is_recording()) {
-            locks.entered(jni, thread, object);
+            locks.entered(Jni(jni), thread, object);
         }
     });
 }
