@@ -1,6 +1,8 @@
 """What the benchmark scripts share: the workspace root and the JDK's tools."""
 import os
+import re
 import shutil
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -15,6 +17,27 @@ def jdk_tool(name):
     if not found:
         sys.exit(f"{os.path.basename(sys.argv[0])}: no {name}: set JAVA_HOME or put a JDK on PATH")
     return found
+
+
+def compile_workload(workload, work):
+    """Compiles java/workloads/WORKLOAD.java into WORK/classes; returns that directory."""
+    classes = os.path.join(work, "classes")
+    subprocess.run([jdk_tool("javac"), "-d", classes,
+                    os.path.join(ROOT, "java", "workloads", f"{workload}.java")], check=True)
+    return classes
+
+
+def run_workload(java, classes, work, agent_option, workload, args):
+    """Runs a workload (with `agent_option`, e.g. an -agentpath, unless None) in `work`; returns
+    the figures it printed as NAME=NUMBER, by name."""
+    command = [java, "-cp", classes]
+    if agent_option:
+        command.insert(1, agent_option)
+    result = subprocess.run(command + [workload, *args], capture_output=True, text=True,
+                            cwd=work, timeout=600)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)}: {result.stderr[-500:]}")
+    return {name: int(value) for name, value in re.findall(r"(\w+)=(\d+)\b", result.stdout)}
 
 
 def javac_sources(work, classes):

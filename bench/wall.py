@@ -21,21 +21,9 @@ import argparse
 import os
 import re
 import statistics
-import subprocess
 import tempfile
 
-from benchlib import ROOT, jdk_tool
-
-
-def run(java, classes, work, agent, args):
-    command = [java, "-cp", classes]
-    if agent:
-        command.insert(1, agent)
-    result = subprocess.run(command + ["IdleCrowd", *args], capture_output=True, text=True,
-                            cwd=work, timeout=600)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)}: {result.stderr[-500:]}")
-    return int(re.search(r"rounds=(\d+)", result.stdout).group(1))
+from benchlib import ROOT, compile_workload, jdk_tool, run_workload
 
 
 def main():
@@ -48,9 +36,7 @@ def main():
     options = parser.parse_args()
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
     work = tempfile.mkdtemp(prefix="openprof-wall-")
-    classes = os.path.join(work, "classes")
-    subprocess.run([jdk_tool("javac"), "-d", classes,
-                    os.path.join(ROOT, "java", "workloads", "IdleCrowd.java")], check=True)
+    classes = compile_workload("IdleCrowd", work)
     args = [str(options.idle), str(options.busy), str(options.seconds)]
     ways = {
         "no profiler": None,
@@ -63,7 +49,8 @@ def main():
     java = jdk_tool("java")
     for _ in range(options.rounds):
         for way, agent_option in ways.items():
-            rounds[way].append(run(java, classes, work, agent_option, args))
+            figures = run_workload(java, classes, work, agent_option, "IdleCrowd", args)
+            rounds[way].append(figures["rounds"])
             if agent_option and "openprof" in way:
                 text = open(os.path.join(work, "openprof.txt")).read()
                 sampled.append(sum(int(n) for n in re.findall(r"^sampled (\d+)$", text, re.M)))

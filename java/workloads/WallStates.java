@@ -9,12 +9,16 @@ import java.util.concurrent.locks.ReentrantLock;
  * after the worker's sleep ends, of the lock 20 ms later.
  *
  * Each worker times its own phases with System.nanoTime, and the workload prints the shares of
- * the four states over all workers: the figures a wall-clock profile must show.
+ * the four states over all workers: the figures a wall-clock profile must show; and for lock
+ * profiles the milliseconds blocked and parked, with the number of cycles in which each wait
+ * lasted at least WAITED_MS (a cycle whose holder came late may not wait at all).
  *
  * Usage: java WallStates WORKERS CYCLES
  */
 public class WallStates {
     static final long SLEEP_MS = 30, BLOCKED_MS = 20, PARKED_MS = 20, COMPUTE_MS = 30;
+    /** A wait at least this long counts as one (half the designed 20 ms). */
+    static final long WAITED_MS = 10;
     static volatile long sink;
 
     /** The monitor the workers block on: its class names it in lock profiles. */
@@ -68,9 +72,12 @@ public class WallStates {
         return x;
     }
 
-    /** One worker's cycles; returns nanoseconds sleeping, blocked, parked, computing. */
+    /**
+     * One worker's cycles; returns nanoseconds sleeping, blocked, parked, computing, and the
+     * cycles whose blocked and parked waits lasted at least WAITED_MS.
+     */
     static long[] work(Pair pair, int cycles) {
-        long[] spent = new long[4];
+        long[] spent = new long[6];
         for (int cycle = 0; cycle < cycles; cycle++) {
             long start = System.nanoTime();
             pair.sleepEnds = start + SLEEP_MS * 1_000_000;
@@ -91,6 +98,8 @@ public class WallStates {
             spent[1] += entered - slept;
             spent[2] += locked - entered;
             spent[3] += computed - locked;
+            spent[4] += entered - slept >= WAITED_MS * 1_000_000 ? 1 : 0;
+            spent[5] += locked - entered >= WAITED_MS * 1_000_000 ? 1 : 0;
         }
         return spent;
     }
@@ -114,15 +123,16 @@ public class WallStates {
         for (Thread thread : threads) {
             thread.join();
         }
-        long[] total = new long[4];
+        long[] total = new long[6];
         for (long[] one : spent) {
-            for (int i = 0; i < 4; i++) {
+            for (int i = 0; i < 6; i++) {
                 total[i] += one[i];
             }
         }
         double all = total[0] + total[1] + total[2] + total[3];
         System.out.printf("sleeping=%.4f blocked=%.4f parked=%.4f running=%.4f%n",
                 total[0] / all, total[1] / all, total[2] / all, total[3] / all);
-        System.out.printf("blocked_ms=%d parked_ms=%d%n", total[1] / 1_000_000, total[2] / 1_000_000);
+        System.out.printf("blocked_ms=%d parked_ms=%d blocked_waits=%d parked_waits=%d%n",
+                total[1] / 1_000_000, total[2] / 1_000_000, total[4], total[5]);
     }
 }

@@ -6,19 +6,23 @@ use std::fmt;
 use std::ptr;
 
 pub use jvmti_bindings::sys::jni::{
-    jclass, jfieldID, jint, jmethodID, jobject, jthread, jvalue, JNIEnv, JavaVM,
+    jclass, jfieldID, jint, jmethodID, jobject, jthread, jvalue, JNIEnv, JNINativeMethod, JavaVM,
 };
 pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
 pub use jvmti_bindings::sys::jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC;
+use jvmti_bindings::sys::jvmti::{
+    jniNativeInterface, jvmtiError, jvmtiMonitorUsage, jvmtiThreadGroupInfo, jvmtiThreadInfo,
+    JVMTI_DISABLE, JVMTI_ENABLE, JVMTI_ERROR_NONE,
+};
 pub use jvmti_bindings::sys::jvmti::{
     jvmtiCapabilities, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, jvmtiLineNumberEntry,
     jvmtiStackInfo,
 };
-use jvmti_bindings::sys::jvmti::{
-    jvmtiError, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
-    JVMTI_ERROR_NONE,
-};
 pub use jvmti_bindings::sys::jvmti::{jvmtiHeapCallbacks, jvmtiHeapReferenceInfo};
+
+/// JNI's RegisterNatives, as the function table holds it.
+pub type RegisterNativesFn =
+    unsafe extern "system" fn(*mut JNIEnv, jclass, *const JNINativeMethod, jint) -> jint;
 
 /// A failed JVMTI call: the function and its error code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -445,6 +449,60 @@ impl Jvmti {
     /// Lets `module` read `to_module` (needed before its code may call into it).
     pub fn add_module_reads(self, module: jobject, to_module: jobject) -> JvmtiResult<()> {
         call!(self, AddModuleReads(module, to_module))
+    }
+
+    /// The thread that holds an object's monitor now (a local reference), if one does (needs
+    /// can_get_monitor_info).
+    pub fn monitor_owner(self, object: jobject) -> JvmtiResult<Option<jthread>> {
+        let mut usage = jvmtiMonitorUsage {
+            owner: ptr::null_mut(),
+            entry_count: 0,
+            waiter_count: 0,
+            waiters: ptr::null_mut(),
+            notify_waiter_count: 0,
+            notify_waiters: ptr::null_mut(),
+        };
+        call!(self, GetObjectMonitorUsage(object, &mut usage))?;
+        self.deallocate(usage.waiters);
+        self.deallocate(usage.notify_waiters);
+        Ok((!usage.owner.is_null()).then_some(usage.owner))
+    }
+
+    /// Runs `body` with JNI's RegisterNatives replaced by `stand_in` for every thread, then puts
+    /// the JVM's own back; `original` is given the JVM's before the stand-in is in place (the
+    /// stand-in passes the calls it does not want on to it). HotSpot swaps the function table
+    /// at a safepoint, so no thread sees half a table.
+    pub fn with_register_natives(
+        self,
+        stand_in: RegisterNativesFn,
+        original: impl FnOnce(RegisterNativesFn),
+        body: impl FnOnce(),
+    ) -> JvmtiResult<()> {
+        let mut table: *mut jniNativeInterface = ptr::null_mut();
+        call!(self, GetJNIFunctionTable(&mut table))?;
+        if table.is_null() {
+            return Err(JvmtiError {
+                function: "GetJNIFunctionTable",
+                code: -1,
+            });
+        }
+        // Only RegisterNatives is read and written: the JVM's table may be shorter than the
+        // bindings' (newer JDKs add functions at its end), so it is never copied whole.
+        // SAFETY: JVMTI handed us a copy of the table, ours until deallocated below;
+        // RegisterNatives is in the table of every JNI version.
+        let jvm_own = unsafe { (*table).RegisterNatives };
+        original(jvm_own);
+        // SAFETY: as above.
+        unsafe { (*table).RegisterNatives = stand_in };
+        let changed = call!(self, SetJNIFunctionTable(table));
+        if changed.is_ok() {
+            body();
+            // SAFETY: as above.
+            unsafe { (*table).RegisterNatives = jvm_own };
+            let _ = call!(self, SetJNIFunctionTable(table));
+        }
+        self.deallocate(table);
+        changed
     }
 
     /// Up to `max` frames of a thread's stack, innermost first.

@@ -7,7 +7,7 @@ use std::io::{self, BufWriter, Seek};
 use std::path::{Path, PathBuf};
 
 use openprof_format::hprof_text::{
-    MonitorTable, SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray,
+    LockTable, SamplerReport, SitesTable, TextClass, TextInstance, TextObjectArray,
     TextPrimitiveArray, TextRoot, TextWriter, Trace, WallSampler, TRACE_SERIAL_START,
 };
 use openprof_format::options::{Options, OutputFormat};
@@ -187,14 +187,17 @@ impl Output {
         }
     }
 
-    /// A MONITOR TIME dump (text only: format=b refuses lock= and monitor=y).
-    pub fn monitor_dump(&mut self, traces: &[Trace], table: &MonitorTable) -> io::Result<()> {
+    /// A lock profile's dump: MONITOR TIME, PARK TIME, LOCK OWNERS (text only: format=b
+    /// refuses lock= and monitor=y).
+    pub fn lock_dump(&mut self, traces: &[Trace], tables: &[LockTable]) -> io::Result<()> {
         match self {
             Output::Text(text) => {
                 for trace in traces {
                     text.writer.trace(trace)?;
                 }
-                text.writer.monitor_table(table)?;
+                for table in tables {
+                    text.writer.lock_table(table)?;
+                }
                 text.writer.flush()
             }
             Output::Binary(_) => Ok(()),

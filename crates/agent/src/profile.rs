@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use openprof_format::hprof_text::{
-    CpuEntry, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, MonitorTable, Trace,
+    CpuEntry, CpuTable, CpuTableKind, Frame, FrameLine, LockEntry, LockTable, LockTableKind, Trace,
     TRACE_SERIAL_START,
 };
 
@@ -68,6 +68,15 @@ pub struct CpuDump {
     pub dropped: u64,
 }
 
+/// What lock waits are counted by in the report.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct LockKey {
+    table: LockTableKind,
+    trace: u32,
+    state: Option<String>,
+    class: Option<String>,
+}
+
 pub struct CpuProfile {
     /// Line numbers in traces (`lineno=y`); without them frames are told apart by method only.
     lineno: bool,
@@ -79,9 +88,9 @@ pub struct CpuProfile {
     counts: HashMap<u32, (u64, u64)>,
     /// Wall-clock samples per trace and thread state since the last dump.
     wall_counts: HashMap<(u32, &'static str), u64>,
-    /// Contended monitor enters per trace and monitor class since the last dump: (enters,
-    /// nanoseconds blocked).
-    lock_counts: HashMap<(u32, String), (u64, u64)>,
+    /// Waits for locks since the last dump, by table, trace, how the waiters waited (LOCK
+    /// OWNERS) and lock class: (waits, nanoseconds).
+    lock_counts: HashMap<LockKey, (u64, u64)>,
     printed: HashSet<u32>,
     failed: BTreeMap<String, u64>,
     dropped: u64,
@@ -183,53 +192,63 @@ impl CpuProfile {
         state
     }
 
-    /// Counts one contended monitor enter of `frames` on a monitor of `class` that blocked for
-    /// `nanoseconds`.
+    /// Counts `waits` waits for a lock of `class` (`None`: a park without a blocker) that took
+    /// `nanoseconds` together, on `frames`, in the lock table `table` (`state`: how the waiters
+    /// waited, for LOCK OWNERS).
+    #[allow(clippy::too_many_arguments)]
     pub fn add_lock(
         &mut self,
         jvmti: Jvmti,
+        table: LockTableKind,
         thread: Option<u32>,
         frames: impl Iterator<Item = (jmethodID, Location)>,
-        class: String,
+        state: Option<&str>,
+        class: Option<String>,
+        waits: u64,
         nanoseconds: u64,
     ) {
-        let serial = self.intern(jvmti, thread, frames);
-        let counted = self.lock_counts.entry((serial, class)).or_default();
-        counted.0 += 1;
+        let trace = self.intern(jvmti, thread, frames);
+        let key = LockKey {
+            table,
+            trace,
+            state: state.map(str::to_string),
+            class,
+        };
+        let counted = self.lock_counts.entry(key).or_default();
+        counted.0 += waits;
         counted.1 += nanoseconds;
     }
 
-    /// The MONITOR TIME table of the contended enters since the last dump, ranked by time
-    /// blocked, and the TRACEs it needs that no earlier dump printed.
-    pub fn take_monitor_table(&mut self, date: String) -> (Vec<Trace>, MonitorTable) {
-        let mut entries: Vec<((u32, String), (u64, u64))> = self.lock_counts.drain().collect();
-        entries.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
-        let total_ns: u64 = entries.iter().map(|(_, (_, ns))| ns).sum();
-        let mut accum = 0.0;
-        let rows: Vec<CpuRow> = entries
-            .into_iter()
-            .enumerate()
-            .map(|(index, ((trace, class), (enters, ns)))| {
-                let share = 100.0 * ns as f64 / total_ns.max(1) as f64;
-                accum += share;
-                CpuRow {
-                    rank: index as u32 + 1,
-                    self_percent: share,
-                    accum_percent: accum,
-                    count: enters,
-                    trace,
-                    state: None,
-                    method: Some(class),
-                }
+    /// The lock tables of these kinds with the waits since the last dump, ranked by time
+    /// waited, and the TRACEs they need that no earlier dump printed.
+    pub fn take_lock_tables(
+        &mut self,
+        kinds: &[LockTableKind],
+        date: String,
+    ) -> (Vec<Trace>, Vec<LockTable>) {
+        let mut entries: HashMap<LockTableKind, Vec<LockEntry>> = HashMap::new();
+        for (key, (waits, nanoseconds)) in self.lock_counts.drain() {
+            entries.entry(key.table).or_default().push(LockEntry {
+                trace: key.trace,
+                state: key.state,
+                class: key.class,
+                waits,
+                nanoseconds,
+            });
+        }
+        let tables: Vec<LockTable> = kinds
+            .iter()
+            .map(|kind| {
+                let entries = entries.remove(kind).unwrap_or_default();
+                LockTable::rank(*kind, date.clone(), entries)
             })
             .collect();
-        let new_traces = self.unprinted_traces(rows.iter().map(|row| row.trace));
-        let table = MonitorTable {
-            total_ms: total_ns / 1_000_000,
-            date,
-            rows,
-        };
-        (new_traces, table)
+        let traces = tables
+            .iter()
+            .flat_map(|table| table.rows.iter().map(|row| row.trace))
+            .collect::<Vec<u32>>();
+        let new_traces = self.unprinted_traces(traces.into_iter());
+        (new_traces, tables)
     }
 
     fn intern_sampled(

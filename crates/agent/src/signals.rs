@@ -159,6 +159,11 @@ pub fn thread_cpu_nanos() -> u64 {
     clock_nanos(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
+/// Nanoseconds of a clock that only goes forward (for durations: waits for locks).
+pub fn monotonic_nanos() -> u64 {
+    clock_nanos(libc::CLOCK_MONOTONIC)
+}
+
 /// Nanoseconds since the epoch (async-signal-safe, so callbacks inside safepoints may use it).
 pub fn wall_nanos() -> u64 {
     clock_nanos(libc::CLOCK_REALTIME)

@@ -18,6 +18,11 @@ pub enum FrameKind {
     Marker,
     /// The class of the objects allocated, as the leaf of an allocation site's stack.
     AllocatedClass,
+    /// The class of a monitor threads blocked on, as the leaf of a lock event's stack.
+    MonitorClass,
+    /// The class of the object threads parked on (their park blocker), as the leaf of a lock
+    /// event's stack.
+    ParkBlocker,
 }
 
 impl FrameKind {
@@ -28,6 +33,8 @@ impl FrameKind {
             FrameKind::Native => "native",
             FrameKind::Marker => "marker",
             FrameKind::AllocatedClass => "allocated_class",
+            FrameKind::MonitorClass => "monitor_class",
+            FrameKind::ParkBlocker => "park_blocker",
         }
     }
 }
@@ -104,8 +111,11 @@ pub enum Event {
     LiveBytes,
     /// Objects still live.
     LiveObjects,
-    /// Time blocked on a lock or a monitor, in nanoseconds.
+    /// Time threads waited for locks (blocked on a monitor, or parked), in nanoseconds, on the
+    /// waiting threads' stacks.
     Lock,
+    /// The same waits' time on the stacks of the threads that held the locks.
+    LockOwner,
     /// CPU time measured by instrumentation (cpu=times), in nanoseconds.
     CpuTime,
     /// Calls counted by instrumentation.
@@ -135,7 +145,7 @@ impl Unit {
 }
 
 impl Event {
-    pub const ALL: [Event; 10] = [
+    pub const ALL: [Event; 11] = [
         Event::Cpu,
         Event::Wall,
         Event::AllocBytes,
@@ -143,6 +153,7 @@ impl Event {
         Event::LiveBytes,
         Event::LiveObjects,
         Event::Lock,
+        Event::LockOwner,
         Event::CpuTime,
         Event::Calls,
         Event::ParameterTime,
@@ -158,6 +169,7 @@ impl Event {
             Event::LiveBytes => "live_bytes",
             Event::LiveObjects => "live_objects",
             Event::Lock => "lock",
+            Event::LockOwner => "lock_owner",
             Event::CpuTime => "cpu_time",
             Event::Calls => "calls",
             Event::ParameterTime => "parameter_time",
@@ -169,12 +181,66 @@ impl Event {
             Event::Cpu | Event::Wall => Unit::Samples,
             Event::AllocBytes | Event::LiveBytes => Unit::Bytes,
             Event::AllocObjects | Event::LiveObjects | Event::Calls => Unit::Count,
-            Event::Lock | Event::CpuTime | Event::ParameterTime => Unit::Nanoseconds,
+            Event::Lock | Event::LockOwner | Event::CpuTime | Event::ParameterTime => {
+                Unit::Nanoseconds
+            }
         }
     }
 
     pub fn from_name(name: &str) -> Option<Event> {
         Event::ALL.into_iter().find(|event| event.name() == name)
+    }
+}
+
+/// The label of a sample's thread state (wall samples) or of how a thread waited for a lock.
+pub const STATE_LABEL: &str = "state";
+/// The label of a lock sample's monitor or blocker class.
+pub const LOCK_CLASS_LABEL: &str = "lock_class";
+
+/// How a thread waited for a lock, as the lock events tell it: the `state` label, and the kind
+/// of the frame naming the lock's class at the top of the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockWait {
+    /// Entering a contended monitor (`synchronized`).
+    Blocked,
+    /// Parked (`LockSupport.park`: java.util.concurrent's locks, conditions, queues).
+    Parked,
+}
+
+impl LockWait {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockWait::Blocked => "blocked",
+            LockWait::Parked => "parked",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<LockWait> {
+        [LockWait::Blocked, LockWait::Parked]
+            .into_iter()
+            .find(|wait| wait.name() == name)
+    }
+
+    /// The frame naming the lock's class, the leaf of a lock sample's stack.
+    pub fn class_frame(self, class: &str) -> Frame {
+        Frame {
+            name: class.to_string(),
+            file: None,
+            line: None,
+            kind: match self {
+                LockWait::Blocked => FrameKind::MonitorClass,
+                LockWait::Parked => FrameKind::ParkBlocker,
+            },
+        }
+    }
+
+    /// A lock sample's labels: how it waited, and the lock's class when known.
+    pub fn labels(self, class: Option<&str>) -> Vec<(String, String)> {
+        let mut labels = vec![(STATE_LABEL.to_string(), self.name().to_string())];
+        if let Some(class) = class {
+            labels.push((LOCK_CLASS_LABEL.to_string(), class.to_string()));
+        }
+        labels
     }
 }
 

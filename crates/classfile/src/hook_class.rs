@@ -1,48 +1,148 @@
-//! The class instrumented methods call, `openprof/MptHook`, as class-file bytes: static native
-//! methods only (the agent binds them with RegisterNatives), so that the agent needs no
-//! compiled Java shipped beside it.
+//! The classes the agent defines itself, as class-file bytes, so that it needs no compiled Java
+//! shipped beside it: `openprof/MptHook`, which instrumented methods call (static natives only,
+//! bound with RegisterNatives), and `openprof/ParkHook`, whose one Java method calls its native
+//! (the lock profile's rebinding of `Unsafe.park` must be done from a Java frame of a class the
+//! bootstrap loader defined, or HotSpot warns about it on the program's output).
 
 use crate::access::{FINAL, NATIVE, PUBLIC, STATIC, SUPER};
 use crate::HOOK_METHODS;
 
-/// The hook class's internal name.
+/// The parameter tracing hook class's internal name.
 pub const HOOK_CLASS: &str = "openprof/MptHook";
 
-/// The class file: `public final class openprof.MptHook` with a `public static native`
-/// method for each of HOOK_METHODS, version 52 (Java 8) so that any JVM we run in takes it.
+/// The park hook class's internal name.
+pub const PARK_HOOK_CLASS: &str = "openprof/ParkHook";
+/// The park hook's native method (`()V`), which the agent binds and which does the rebinding.
+pub const PARK_HOOK_NATIVE: &str = "bind0";
+/// The park hook's Java method (`()V`), which calls the native: what the agent calls.
+pub const PARK_HOOK_METHOD: &str = "bind";
+
+/// A static method of a class the agent defines.
+enum StaticMethod<'a> {
+    /// `public static native NAME DESCRIPTOR`.
+    Native { name: &'a str, descriptor: &'a str },
+    /// `public static void NAME() { CALLEE(); }`, CALLEE a `()V` method of the same class.
+    Calls { name: &'a str, callee: &'a str },
+}
+
+/// The class file of MptHook: `public final class openprof.MptHook` with a `public static
+/// native` method for each of HOOK_METHODS.
 pub fn hook_class_file() -> Vec<u8> {
-    let mut pool: Vec<Vec<u8>> = Vec::new();
-    let utf8 = |pool: &mut Vec<Vec<u8>>, text: &str| -> u16 {
+    let methods: Vec<StaticMethod> = HOOK_METHODS
+        .iter()
+        .map(|(name, descriptor)| StaticMethod::Native { name, descriptor })
+        .collect();
+    static_class_file(HOOK_CLASS, &methods)
+}
+
+/// The class file of ParkHook: `static native void bind0()` and `static void bind() {
+/// bind0(); }`.
+pub fn park_hook_class_file() -> Vec<u8> {
+    static_class_file(
+        PARK_HOOK_CLASS,
+        &[
+            StaticMethod::Native {
+                name: PARK_HOOK_NATIVE,
+                descriptor: "()V",
+            },
+            StaticMethod::Calls {
+                name: PARK_HOOK_METHOD,
+                callee: PARK_HOOK_NATIVE,
+            },
+        ],
+    )
+}
+
+/// The constant pool being built: entries in order, each as its bytes.
+#[derive(Default)]
+struct Pool {
+    entries: Vec<Vec<u8>>,
+}
+
+impl Pool {
+    /// The index of an entry, added if it is not there yet.
+    fn add(&mut self, entry: Vec<u8>) -> u16 {
+        if let Some(index) = self.entries.iter().position(|existing| *existing == entry) {
+            return index as u16 + 1;
+        }
+        self.entries.push(entry);
+        self.entries.len() as u16
+    }
+
+    fn utf8(&mut self, text: &str) -> u16 {
         let mut entry = vec![1];
         entry.extend((text.len() as u16).to_be_bytes());
         entry.extend(text.as_bytes());
-        if let Some(index) = pool.iter().position(|existing| *existing == entry) {
-            return index as u16 + 1;
-        }
-        pool.push(entry);
-        pool.len() as u16
-    };
-    let class = |pool: &mut Vec<Vec<u8>>, name_index: u16| -> u16 {
+        self.add(entry)
+    }
+
+    fn class(&mut self, internal_name: &str) -> u16 {
+        let name = self.utf8(internal_name);
         let mut entry = vec![7];
-        entry.extend(name_index.to_be_bytes());
-        pool.push(entry);
-        pool.len() as u16
-    };
-    let this_name = utf8(&mut pool, HOOK_CLASS);
-    let this_class = class(&mut pool, this_name);
-    let super_name = utf8(&mut pool, "java/lang/Object");
-    let super_class = class(&mut pool, super_name);
-    let methods: Vec<(u16, u16)> = HOOK_METHODS
-        .iter()
-        .map(|(name, descriptor)| (utf8(&mut pool, name), utf8(&mut pool, descriptor)))
-        .collect();
+        entry.extend(name.to_be_bytes());
+        self.add(entry)
+    }
+
+    fn method_ref(&mut self, class: u16, name: &str, descriptor: &str) -> u16 {
+        let name = self.utf8(name);
+        let descriptor = self.utf8(descriptor);
+        let mut name_and_type = vec![12];
+        name_and_type.extend(name.to_be_bytes());
+        name_and_type.extend(descriptor.to_be_bytes());
+        let name_and_type = self.add(name_and_type);
+        let mut entry = vec![10];
+        entry.extend(class.to_be_bytes());
+        entry.extend(name_and_type.to_be_bytes());
+        self.add(entry)
+    }
+}
+
+/// `public final class NAME extends Object` with these static methods, version 52 (Java 8) so
+/// that any JVM we run in takes it. The methods' code is straight-line (no stack map needed).
+fn static_class_file(name: &str, methods: &[StaticMethod]) -> Vec<u8> {
+    let mut pool = Pool::default();
+    let this_class = pool.class(name);
+    let super_class = pool.class("java/lang/Object");
+    // Each method as (access, name, descriptor, Code attribute's bytes if it has code).
+    let mut tables: Vec<(u16, u16, u16, Option<Vec<u8>>)> = Vec::new();
+    for method in methods {
+        tables.push(match method {
+            StaticMethod::Native { name, descriptor } => (
+                PUBLIC | STATIC | NATIVE,
+                pool.utf8(name),
+                pool.utf8(descriptor),
+                None,
+            ),
+            StaticMethod::Calls { name, callee } => {
+                let callee = pool.method_ref(this_class, callee, "()V");
+                let code_name = pool.utf8("Code");
+                // invokestatic callee; return
+                let bytecode = [0xB8, (callee >> 8) as u8, callee as u8, 0xB1];
+                let mut code = Vec::new();
+                code.extend(code_name.to_be_bytes());
+                code.extend((12 + bytecode.len() as u32).to_be_bytes());
+                code.extend(0_u16.to_be_bytes()); // max_stack
+                code.extend(0_u16.to_be_bytes()); // max_locals
+                code.extend((bytecode.len() as u32).to_be_bytes());
+                code.extend(bytecode);
+                code.extend(0_u16.to_be_bytes()); // exception table
+                code.extend(0_u16.to_be_bytes()); // attributes
+                (
+                    PUBLIC | STATIC,
+                    pool.utf8(name),
+                    pool.utf8("()V"),
+                    Some(code),
+                )
+            }
+        });
+    }
 
     let mut out = Vec::new();
     out.extend(0xCAFE_BABE_u32.to_be_bytes());
     out.extend(0_u16.to_be_bytes());
     out.extend(52_u16.to_be_bytes());
-    out.extend((pool.len() as u16 + 1).to_be_bytes());
-    for entry in &pool {
+    out.extend((pool.entries.len() as u16 + 1).to_be_bytes());
+    for entry in &pool.entries {
         out.extend(entry);
     }
     out.extend((PUBLIC | FINAL | SUPER).to_be_bytes());
@@ -50,12 +150,18 @@ pub fn hook_class_file() -> Vec<u8> {
     out.extend(super_class.to_be_bytes());
     out.extend(0_u16.to_be_bytes()); // interfaces
     out.extend(0_u16.to_be_bytes()); // fields
-    out.extend((methods.len() as u16).to_be_bytes());
-    for (name, descriptor) in methods {
-        out.extend((PUBLIC | STATIC | NATIVE).to_be_bytes());
+    out.extend((tables.len() as u16).to_be_bytes());
+    for (access, name, descriptor, code) in tables {
+        out.extend(access.to_be_bytes());
         out.extend(name.to_be_bytes());
         out.extend(descriptor.to_be_bytes());
-        out.extend(0_u16.to_be_bytes()); // attributes
+        match code {
+            Some(code) => {
+                out.extend(1_u16.to_be_bytes());
+                out.extend(code);
+            }
+            None => out.extend(0_u16.to_be_bytes()),
+        }
     }
     out.extend(0_u16.to_be_bytes()); // class attributes
     out
@@ -64,6 +170,7 @@ pub fn hook_class_file() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reader::ClassFile;
 
     #[test]
     fn the_hook_class_file_is_well_formed() {
@@ -76,5 +183,45 @@ mod tests {
         }
         // Ends with the method table and no class attributes.
         assert_eq!(&bytes[bytes.len() - 2..], &[0, 0]);
+    }
+
+    #[test]
+    fn the_park_hook_calls_its_native_from_java() {
+        let bytes = park_hook_class_file();
+        let class = ClassFile::parse(&bytes).expect("a class file our own reader reads");
+        // (name, descriptor, access, the contents of its Code attribute if it has one)
+        let methods: Vec<(&str, &str, u16, Option<&[u8]>)> = class
+            .methods
+            .iter()
+            .map(|method| {
+                let code = method
+                    .attributes
+                    .iter()
+                    .find(|attribute| class.utf8(attribute.name) == Some("Code"))
+                    .map(|attribute| &bytes[attribute.start..attribute.end]);
+                (
+                    class.utf8(method.name).unwrap(),
+                    class.utf8(method.descriptor).unwrap(),
+                    method.access,
+                    code,
+                )
+            })
+            .collect();
+        assert_eq!(methods.len(), 2);
+        assert_eq!(
+            methods[0],
+            (PARK_HOOK_NATIVE, "()V", PUBLIC | STATIC | NATIVE, None)
+        );
+        let (name, descriptor, access, code) = methods[1];
+        assert_eq!(
+            (name, descriptor, access),
+            (PARK_HOOK_METHOD, "()V", PUBLIC | STATIC)
+        );
+        // max_stack, max_locals, code_length 4, then `invokestatic bind0; return`.
+        let code = code.expect("bind has code");
+        assert_eq!(&code[..8], &[0, 0, 0, 0, 0, 0, 0, 4]);
+        assert_eq!((code[8], code[11]), (0xB8, 0xB1));
+        let callee = u16::from_be_bytes([code[9], code[10]]);
+        assert!(callee > 0 && callee < class.pool_count);
     }
 }

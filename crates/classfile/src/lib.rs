@@ -23,7 +23,10 @@ mod reader;
 use thiserror::Error;
 
 pub use code::HOOK_METHODS;
-pub use hook_class::{hook_class_file, HOOK_CLASS};
+pub use hook_class::{
+    hook_class_file, park_hook_class_file, HOOK_CLASS, PARK_HOOK_CLASS, PARK_HOOK_METHOD,
+    PARK_HOOK_NATIVE,
+};
 
 /// What to instrument in one class.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -21,7 +21,7 @@ pub struct ViewArgs {
     #[arg(long = "format")]
     pub format: Option<String>,
     /// The event shown: cpu, wall, alloc_bytes, alloc_objects, live_bytes, live_objects, lock,
-    /// cpu_time, calls, parameter_time (default: the profile's first, CPU first).
+    /// lock_owner, cpu_time, calls, parameter_time (default: the profile's first, CPU first).
     #[arg(long)]
     pub event: Option<String>,
     /// Only stacks with a frame matching this regular expression (repeatable).

@@ -13,8 +13,8 @@ use openprof_analysis::{
     summarize, summarize_cpu, summarize_sites, top_classes, CpuSummary, HeapHistogram, ShallowSizes,
 };
 use openprof_format::hprof_binary;
-use openprof_format::hprof_text::CpuTableKind;
 use openprof_format::hprof_text::{self, SitesOrder, TextProfile};
+use openprof_format::hprof_text::{CpuTableKind, LockTable, LockTableKind};
 
 use crate::mpt_command;
 
@@ -231,6 +231,37 @@ pub struct Shown {
     pub frames: usize,
 }
 
+/// lock=: the time and the waits of each kind of lock table, summed over the dumps; the stacks
+/// are the `lock` and `lock_owner` events' (`--event`).
+fn render_locks(out: &mut String, profile: &TextProfile) {
+    use std::fmt::Write;
+    if profile.lock_tables.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nLock waits (`--event lock` and `--event lock_owner` show their stacks):"
+    );
+    for kind in LockTableKind::ALL {
+        let tables: Vec<&LockTable> = profile.lock_tables_of(kind).collect();
+        if tables.is_empty() {
+            continue;
+        }
+        let milliseconds: u64 = tables.iter().map(|table| table.total_ms).sum();
+        let waits: u64 = tables
+            .iter()
+            .flat_map(|table| &table.rows)
+            .map(|row| row.count)
+            .sum();
+        let what = match kind {
+            LockTableKind::Monitor => "blocked entering monitors (MONITOR TIME)",
+            LockTableKind::Park => "parked (PARK TIME)",
+            LockTableKind::Owners => "waited on locks whose owner was seen (LOCK OWNERS)",
+        };
+        let _ = writeln!(out, "  {milliseconds} ms in {waits} waits {what}");
+    }
+}
+
 /// A heap dump: totals, roots, the classes with the most shallow bytes.
 fn render_heap(out: &mut String, profile: &TextProfile, histogram: &HeapHistogram, top: usize) {
     use std::fmt::Write;
@@ -369,6 +400,7 @@ pub fn render(file: &Path, profile: &TextProfile, shown: &Shown) -> String {
         render_heap(&mut out, profile, histogram, shown.top);
     }
     render_sites(&mut out, profile, shown);
+    render_locks(&mut out, profile);
     if !profile.mpt.is_empty() {
         let _ = writeln!(
             out,
@@ -381,11 +413,12 @@ pub fn render(file: &Path, profile: &TextProfile, shown: &Shown) -> String {
         && profile.heap_dumps.is_empty()
         && profile.sites.is_empty()
         && profile.mpt.is_empty()
+        && profile.lock_tables.is_empty()
     {
         let _ = writeln!(
             out,
-            "no CPU samples, CPU times, heap dump, allocation sites or parameter values in this \
-             profile"
+            "no CPU samples, CPU times, heap dump, allocation sites, lock waits or parameter \
+             values in this profile"
         );
     }
     out

@@ -254,6 +254,16 @@ pub fn send_signal(pid: u32, signal: i32) {
     assert_eq!(status, 0, "kill({pid}, {signal})");
 }
 
+/// A figure a workload printed as `NAME=VALUE` among whitespace-separated fields (its ground
+/// truth); fails the test when there is none.
+pub fn printed_figure(stdout: &str, name: &str) -> f64 {
+    stdout
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {name}= in the workload's output: {stdout}"))
+}
+
 /// Samples per top-frame method (`class.method`) over every CPU SAMPLES table of a profile.
 pub fn samples_by_method(profile: &TextProfile) -> std::collections::BTreeMap<String, u64> {
     let mut by_method = std::collections::BTreeMap::new();

@@ -1,5 +1,6 @@
 //! HPROF's profiles (text, or binary read into the same records) as the profile model: CPU
-//! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, MONITOR TIME as `lock`, SITES as live
+//! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, MONITOR TIME and PARK TIME as `lock`,
+//! LOCK OWNERS as `lock_owner`, SITES as live
 //! and allocated bytes and objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
 //! sampler reports is marked `[truncated]` at its root: it may have been cut there.
 //!
@@ -8,9 +9,13 @@
 
 use std::collections::HashMap;
 
-use openprof_format::hprof_text::{self, CpuTableKind, FrameLine, TextProfile, Trace};
+use openprof_format::hprof_text::{
+    self, CpuTableKind, FrameLine, LockTableKind, TextProfile, Trace,
+};
 
-use crate::profile::{Event, Frame, FrameKind, Profile, Sample, StackId, ThreadId, TRUNCATED};
+use crate::profile::{
+    Event, Frame, FrameKind, LockWait, Profile, Sample, StackId, ThreadId, STATE_LABEL, TRUNCATED,
+};
 
 /// The mark of the samples a table does not list: rows below HPROF's `cutoff`.
 pub const BELOW_CUTOFF: &str = "[below cutoff]";
@@ -89,7 +94,7 @@ impl HprofIngest {
                             labels: row
                                 .state
                                 .iter()
-                                .map(|state| ("state".to_string(), state.clone()))
+                                .map(|state| (STATE_LABEL.to_string(), state.clone()))
                                 .collect(),
                         });
                     }
@@ -108,25 +113,38 @@ impl HprofIngest {
                 self.add(stack, None, event, rest, rest);
             }
         }
-        // HPROF's monitor=y: time blocked per trace and monitor class, as `lock` with the class
-        // as a label (each row's share of the table's milliseconds is its own).
-        for table in &hprof.monitor_tables {
+        // Waits for locks: MONITOR TIME (HPROF's monitor=y; blocked) and PARK TIME (parked) as
+        // `lock` on the waiting threads' stacks, LOCK OWNERS as `lock_owner` on the owners'; each
+        // row's share of its table's milliseconds is its own; the lock's class is the leaf.
+        for table in &hprof.lock_tables {
+            let event = match table.kind {
+                LockTableKind::Monitor | LockTableKind::Park => Event::Lock,
+                LockTableKind::Owners => Event::LockOwner,
+            };
             for row in &table.rows {
-                let (stack, thread) = self.stack_of_trace(hprof, row.trace, None, depth);
+                let wait = match table.kind {
+                    LockTableKind::Monitor => LockWait::Blocked,
+                    LockTableKind::Park => LockWait::Parked,
+                    LockTableKind::Owners => {
+                        match row.state.as_deref().and_then(LockWait::from_name) {
+                            Some(wait) => wait,
+                            None => continue,
+                        }
+                    }
+                };
+                let class = row.method.as_deref();
+                let leaf = class.map(|class| wait.class_frame(class));
+                let (stack, thread) = self.stack_of_trace(hprof, row.trace, leaf, depth);
                 let nanoseconds =
                     (row.self_percent / 100.0 * table.total_ms as f64 * 1e6).round() as u64;
                 self.profile.add_sample(Sample {
                     stack,
-                    event: Event::Lock,
+                    event,
                     value: nanoseconds,
                     count: row.count,
                     thread,
                     time_ns: None,
-                    labels: row
-                        .method
-                        .iter()
-                        .map(|class| ("lock_class".to_string(), class.clone()))
-                        .collect(),
+                    labels: wait.labels(class),
                 });
             }
         }
@@ -241,6 +259,26 @@ pub fn frame(frame: &hprof_text::Frame) -> Frame {
 mod tests {
     use super::*;
 
+    /// The frames of a sample's stack, root first, as (name, kind).
+    fn frames_of(profile: &Profile, sample: &Sample) -> Vec<(String, FrameKind)> {
+        profile
+            .stack(sample.stack)
+            .iter()
+            .map(|id| {
+                let frame = profile.frame(*id);
+                (frame.name.clone(), frame.kind)
+            })
+            .collect()
+    }
+
+    fn label<'a>(sample: &'a Sample, name: &str) -> Option<&'a str> {
+        sample
+            .labels
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
     #[test]
     fn monitor_time_becomes_lock_time_by_monitor_class() {
         let text = "JAVA PROFILE 1.0.1\n--------\n\
@@ -257,12 +295,99 @@ mod tests {
         let object = profile
             .samples
             .iter()
-            .find(|sample| {
-                sample.labels == [("lock_class".to_string(), "java.lang.Object".to_string())]
-            })
+            .find(|sample| label(sample, "lock_class") == Some("java.lang.Object"))
             .unwrap();
         assert_eq!((object.value, object.count), (200_000_000, 4));
-        let leaf = *profile.stack(object.stack).last().unwrap();
-        assert_eq!(profile.frame(leaf).name, "Calls.contend");
+        assert_eq!(label(object, "state"), Some("blocked"));
+        // The monitor's class on top of the blocked method.
+        assert_eq!(
+            frames_of(&profile, object),
+            [
+                ("Calls.main".to_string(), FrameKind::Java),
+                ("Calls.contend".to_string(), FrameKind::Java),
+                ("java.lang.Object".to_string(), FrameKind::MonitorClass),
+            ]
+        );
+    }
+
+    /// PARK TIME joins MONITOR TIME in `lock` (parked, the blocker's class on top; a park
+    /// without a blocker ends at the parking method); LOCK OWNERS is `lock_owner` on the
+    /// owners' stacks, blocked and parked apart.
+    #[test]
+    fn parks_are_lock_time_and_owners_their_own_event() {
+        let text = "JAVA PROFILE 1.0.1\n--------\n\
+            TRACE 300001:\n\tjdk.internal.misc.Unsafe.park(Unsafe.java:Native method)\n\tWork.run(Work.java:5)\n\
+            TRACE 300002:\n\tWork.hold(Work.java:9)\n\
+            MONITOR TIME BEGIN (total = 100 ms) Mon Nov 23 10:00:00 2026\n\
+            rank   self  accum   count trace monitor\n   \
+            1 100.00% 100.00%       2 300001 Work$Ledger (Java)\n\
+            MONITOR TIME END\n\
+            PARK TIME BEGIN (total = 400 ms) Mon Nov 23 10:00:00 2026\n\
+            rank   self  accum   count trace blocker\n   \
+            1 75.00% 75.00%       3 300001 java.util.concurrent.locks.ReentrantLock$NonfairSync\n   \
+            2 25.00% 100.00%       1 300001 <none>\n\
+            PARK TIME END\n\
+            LOCK OWNERS BEGIN (total = 400 ms) Mon Nov 23 10:00:00 2026\n\
+            rank   self  accum   count trace state lock\n   \
+            1 75.00% 75.00%       3 300002 parked java.util.concurrent.locks.ReentrantLock$NonfairSync\n   \
+            2 25.00% 100.00%       2 300002 blocked Work$Ledger\n\
+            LOCK OWNERS END\n";
+        let hprof = hprof_text::read(text.as_bytes()).unwrap();
+        let profile = from_hprof(&hprof, "locks.txt");
+        assert_eq!(profile.events(), [Event::Lock, Event::LockOwner]);
+        assert_eq!(profile.total(Event::Lock), 500_000_000);
+        assert_eq!(profile.total(Event::LockOwner), 400_000_000);
+        let lock: Vec<&Sample> = profile
+            .samples
+            .iter()
+            .filter(|sample| sample.event == Event::Lock)
+            .collect();
+        let parked: u64 = lock
+            .iter()
+            .filter(|sample| label(sample, "state") == Some("parked"))
+            .map(|sample| sample.value)
+            .sum();
+        assert_eq!(parked, 400_000_000);
+        let sync = lock
+            .iter()
+            .find(|sample| {
+                label(sample, "lock_class").is_some_and(|class| class.ends_with("NonfairSync"))
+            })
+            .unwrap();
+        assert_eq!(
+            frames_of(&profile, sync).last().unwrap(),
+            &(
+                "java.util.concurrent.locks.ReentrantLock$NonfairSync".to_string(),
+                FrameKind::ParkBlocker
+            )
+        );
+        let unblocked = lock
+            .iter()
+            .find(|sample| {
+                label(sample, "state") == Some("parked") && label(sample, "lock_class").is_none()
+            })
+            .unwrap();
+        assert_eq!(unblocked.value, 100_000_000);
+        assert_eq!(
+            frames_of(&profile, unblocked).last().unwrap().0,
+            "jdk.internal.misc.Unsafe.park"
+        );
+        let owners: Vec<&Sample> = profile
+            .samples
+            .iter()
+            .filter(|sample| sample.event == Event::LockOwner)
+            .collect();
+        assert_eq!(owners.len(), 2);
+        for sample in owners {
+            let (state, value) = (label(sample, "state"), sample.value);
+            let frames = frames_of(&profile, sample);
+            assert_eq!(frames[0].0, "Work.hold");
+            let (expected, kind) = match state {
+                Some("parked") => (300_000_000, FrameKind::ParkBlocker),
+                Some("blocked") => (100_000_000, FrameKind::MonitorClass),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!((value, frames[1].1), (expected, kind));
+        }
     }
 }

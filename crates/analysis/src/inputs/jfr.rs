@@ -8,7 +8,8 @@ use std::fmt;
 use std::io::Read;
 
 use crate::profile::{
-    Event, Frame, FrameId, FrameKind, Profile, Sample, Span, SpanKind, StackId, ThreadId, TRUNCATED,
+    Event, Frame, FrameId, FrameKind, LockWait, Profile, Sample, Span, SpanKind, StackId, ThreadId,
+    TRUNCATED,
 };
 
 /// Why a recording could not be read: what was wrong and at which byte of the file.
@@ -36,8 +37,6 @@ const CONSTANT_POOL_EVENT: u64 = 1;
 const COMPRESSED_INTEGERS: u32 = 1;
 /// Nesting deeper than this is taken for a cycle in a broken recording, not real data.
 const MAX_DEPTH: usize = 64;
-/// The label a lock sample's monitor or blocker class is under.
-pub const LOCK_CLASS_LABEL: &str = "lock_class";
 
 /// Reads a whole recording, every chunk, reporting progress in bytes read.
 pub fn from_jfr(bytes: &[u8], source: &str, progress: &mut dyn FnMut(u64)) -> Result<Profile> {
@@ -833,11 +832,10 @@ impl RecordingReader {
         } else {
             1
         };
-        let labels = match (layout.kind, &object_class) {
-            (EventKind::MonitorEnter | EventKind::ThreadPark, Some(class)) => {
-                vec![(LOCK_CLASS_LABEL.to_string(), class.clone())]
-            }
-            _ => Vec::new(),
+        let wait = match layout.kind {
+            EventKind::MonitorEnter => Some(LockWait::Blocked),
+            EventKind::ThreadPark => Some(LockWait::Parked),
+            _ => None,
         };
         if layout.kind == EventKind::MonitorEnter {
             if let Some(start_ns) = time_ns {
@@ -857,6 +855,15 @@ impl RecordingReader {
                 });
             }
         }
+        let labels = match wait {
+            Some(wait) => {
+                if let Some(class) = &object_class {
+                    stack.push(self.profile.frame_id(wait.class_frame(class)));
+                }
+                wait.labels(object_class.as_deref())
+            }
+            None => Vec::new(),
+        };
         let stack: StackId = self.profile.stack_id(&stack);
         let sample = Sample {
             stack,

@@ -15,7 +15,7 @@ const DATA_MARK: &str = "/*OPENPROF_DATA*/";
 const TITLE_MARK: &str = "<!--OPENPROF_TITLE-->";
 
 /// Frame kinds in the order the page's data numbers them.
-const KINDS: [ViewFrameKind; 7] = [
+const KINDS: [ViewFrameKind; 9] = [
     ViewFrameKind::Java,
     ViewFrameKind::Jdk,
     ViewFrameKind::Inlined,
@@ -23,6 +23,8 @@ const KINDS: [ViewFrameKind; 7] = [
     ViewFrameKind::Marker,
     ViewFrameKind::AllocatedClass,
     ViewFrameKind::Thread,
+    ViewFrameKind::MonitorClass,
+    ViewFrameKind::ParkBlocker,
 ];
 
 /// Writes the page: every event of the profile folded with the same options, the one asked for

@@ -128,6 +128,8 @@ pub enum ViewFrameKind {
     Native,
     Marker,
     AllocatedClass,
+    MonitorClass,
+    ParkBlocker,
     Thread,
 }
 
@@ -140,6 +142,8 @@ impl ViewFrameKind {
             ViewFrameKind::Native => "native",
             ViewFrameKind::Marker => "marker",
             ViewFrameKind::AllocatedClass => "allocated_class",
+            ViewFrameKind::MonitorClass => "monitor_class",
+            ViewFrameKind::ParkBlocker => "park_blocker",
             ViewFrameKind::Thread => "thread",
         }
     }
@@ -304,6 +308,8 @@ fn view_frame(frame: &Frame, options: &ViewOptions) -> ViewFrame {
         FrameKind::Native => ViewFrameKind::Native,
         FrameKind::Marker => ViewFrameKind::Marker,
         FrameKind::AllocatedClass => ViewFrameKind::AllocatedClass,
+        FrameKind::MonitorClass => ViewFrameKind::MonitorClass,
+        FrameKind::ParkBlocker => ViewFrameKind::ParkBlocker,
     };
     let name = if options.simple {
         frame.simple_name().to_string()

@@ -6,15 +6,16 @@ use std::path::PathBuf;
 use std::process::{Child, Output, Stdio};
 use std::thread::JoinHandle;
 
-use openprof_format::hprof_text::TextProfile;
+use openprof_format::hprof_text::{LockTableKind, TextProfile};
 use openprof_testkit::{
-    agent_library, java_command, read_profile, samples_by_method, wait_until_ready_keeping_output,
-    wait_with_limit,
+    agent_library, java_command, jcmd, printed_figure, read_profile, samples_by_method,
+    wait_until_ready_keeping_output, wait_with_limit,
 };
 
 use crate::helpers::{openprof, text, LIMIT};
 
-/// A JVM running AttachTarget without any agent, waiting for "go".
+/// A JVM running a workload without any agent, waiting for "go" after printing "ready"
+/// (AttachTarget, or ParkTimes with `attach`).
 struct Target {
     child: Child,
     dir: PathBuf,
@@ -23,8 +24,13 @@ struct Target {
 }
 
 impl Target {
+    /// AttachTarget burning CPU_SECONDS once it may go.
     fn start(cpu_seconds: &str) -> Target {
-        let (mut command, dir) = java_command(None, "AttachTarget", &[cpu_seconds]);
+        Target::start_workload("AttachTarget", &[cpu_seconds])
+    }
+
+    fn start_workload(workload: &str, args: &[&str]) -> Target {
+        let (mut command, dir) = java_command(None, workload, args);
         let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
         let stdout = wait_until_ready_keeping_output(&mut child);
         Target { child, dir, stdout }
@@ -34,7 +40,7 @@ impl Target {
         self.child.id().to_string()
     }
 
-    /// Lets it burn its CPU and waits for it to exit: (exit status and stderr, stdout).
+    /// Lets it go and waits for it to exit: (exit status and stderr, stdout).
     fn go(mut self) -> (Output, String) {
         let mut stdin = self.child.stdin.take().expect("piped stdin");
         stdin.write_all(b"go\n").expect("write go");
@@ -126,6 +132,80 @@ fn attached_agent_samples_running_and_new_threads_with_the_known_split() {
             _ => {}
         }
     }
+}
+
+/// The parks of ParkTimes' `parkLoop`, which the JIT compiled before the agent came (so that
+/// compiled code calls Unsafe.park): every one is caught once the agent has rebound the native,
+/// by the blocker's class, with the time the workload measured.
+#[test]
+fn attached_agent_times_the_parks_of_compiled_code() {
+    let target = Target::start_workload("ParkTimes", &["20", "1", "50", "attach"]);
+    let pid = target.pid();
+    // The premise: parkLoop runs as code of the JIT's last tier (level 4, in use) before the
+    // attach. Compilation is in the background: wait for it (the test's time limit bounds the
+    // wait).
+    let compiled = |codelist: &str| {
+        codelist.lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 3
+                && fields[1] == "4"
+                && fields[2] == "0"
+                && fields[3].starts_with("ParkTimes.parkLoop(")
+        })
+    };
+    while !compiled(&jcmd(target.child.id(), &["Compiler.codelist"])) {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let attached = openprof(&["attach", &pid, "lock=0,depth=8,file=attached.txt"]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let said = text(&attached.stdout);
+    assert!(
+        said.contains("contended monitor enters and parks"),
+        "{said}"
+    );
+    let file = target.dir.join("attached.txt");
+
+    let (exited, stdout) = target.go();
+    let stderr = text(&exited.stderr);
+    assert!(exited.status.success(), "{stderr}");
+    assert!(
+        !stderr.contains("openprof ERROR") && !stderr.contains("openprof WARNING"),
+        "{stderr}"
+    );
+    // HotSpot warns on the program's output when a JDK native is rebound from outside the JDK.
+    assert!(!stdout.contains("Re-registering"), "{stdout}");
+    let measured = |name: &str| printed_figure(&stdout, name);
+    let profile = read_profile(&file);
+    for (class, parks, ms) in [
+        ("ParkTimes$Brief", "brief_parks", "brief_ms"),
+        ("ParkTimes$Long", "long_parks", "long_ms"),
+    ] {
+        let (count, profiled_ms) = profile
+            .lock_tables_of(LockTableKind::Park)
+            .flat_map(|table| {
+                table
+                    .rows
+                    .iter()
+                    .filter(|row| row.method.as_deref() == Some(class))
+                    .map(|row| (row.count, row.self_percent / 100.0 * table.total_ms as f64))
+            })
+            .fold((0, 0.0), |(count, ms), row| (count + row.0, ms + row.1));
+        assert_eq!(count, measured(parks) as u64, "{class}");
+        let measured_ms = measured(ms);
+        assert!(
+            (profiled_ms - measured_ms).abs() <= 0.1 * measured_ms + 1.0,
+            "{class}: {profiled_ms:.1} ms parked in the profile, {measured_ms} ms measured"
+        );
+    }
+    // The warm-up's parks came before the agent.
+    assert!(
+        !profile
+            .lock_tables
+            .iter()
+            .flat_map(|table| &table.rows)
+            .any(|row| row.method.as_deref() == Some("ParkTimes$Warmup")),
+        "a warm-up park was recorded"
+    );
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The HTML flame graph driven in a real headless Chromium (Playwright's `playwright-core` on
 //! Debian's chromium, by `tests/browser/flamegraph.mjs`): what the page shows of a CPU profile
 //! checked against the HPROF text it came from (CpuSplit's 3:1), the event selector on an
-//! allocation sites profile, a differential page, and a page of 100,000 stacks loading quickly.
+//! allocation sites profile and on a lock profile (blocked, parked, owners), a differential
+//! page, and a page of 100,000 stacks loading quickly.
 //! `OPENPROF_SCREENSHOTS=DIR` saves the views' screenshots there (docs/images holds one set).
 
 use std::fs;
@@ -12,7 +13,7 @@ use std::time::Duration;
 
 use openprof_analysis::profile::{Event, Frame, Profile, Sample};
 use openprof_analysis::views::{self, ViewOptions};
-use openprof_format::hprof_text::TextProfile;
+use openprof_format::hprof_text::{LockTableKind, TextProfile};
 use openprof_testkit::{run_java, samples_by_method, target_dir, workspace_root};
 use serde_json::Value;
 
@@ -324,6 +325,61 @@ fn the_event_selector_switches_to_each_events_total() {
         seen["eventTotals"]["alloc_bytes"]["value"], seen["eventTotals"]["alloc_objects"]["value"],
         "the switch must change the total: {context}"
     );
+}
+
+/// A lock profile's page: the lock event holds the time blocked and parked (the Ledger monitor
+/// and the ReentrantLock's sync object as the stacks' leaves, told apart by kind), the
+/// lock_owner event the same waits on the holders' stacks, each as the HPROF text's tables.
+#[test]
+fn a_lock_profile_offers_blocked_parked_and_the_owners() {
+    let run = run_java(
+        Some("lock=0,lockowner=y,depth=16,cutoff=0,file=x.txt"),
+        "WallStates",
+        &["2", "15"],
+        LIMIT,
+    );
+    assert!(run.success(), "WallStates: {}", run.stderr());
+    let hprof = run.profile("x.txt");
+    let table_ns = |kinds: &[LockTableKind]| -> f64 {
+        hprof
+            .lock_tables
+            .iter()
+            .filter(|table| kinds.contains(&table.kind))
+            .map(|table| table.total_ms as f64 * 1e6)
+            .sum()
+    };
+    let lock_ns = table_ns(&[LockTableKind::Monitor, LockTableKind::Park]);
+    let blocked_share = 100.0 * table_ns(&[LockTableKind::Monitor]) / lock_ns;
+    convert_in(&run.dir, &["x.txt", "-o", "x.html", "--total"]);
+    let seen = drive(&run.dir.join("x.html"), &["--search", "Ledger"], None);
+    let context = format!("{seen:#}");
+    assert_eq!(
+        seen["events"],
+        serde_json::json!(["lock", "lock_owner"]),
+        "{context}"
+    );
+    for (event, expected) in [
+        ("lock", lock_ns),
+        ("lock_owner", table_ns(&[LockTableKind::Owners])),
+    ] {
+        let shown = &seen["eventTotals"][event];
+        assert_eq!(shown["unit"], "nanoseconds", "{context}");
+        let value = number(&shown["value"]);
+        assert!(
+            (value - expected).abs() <= 0.005 * expected + 2e6,
+            "{event}: {value} ns on the page, {expected} ns in the tables"
+        );
+    }
+    // The Ledger frames, the blocked share of the lock event.
+    let share = number(&seen["searches"]["Ledger"]["share"]);
+    assert!(
+        (share - blocked_share).abs() <= 0.5,
+        "the Ledger's share {share} %, blocked {blocked_share} % in the tables: {context}"
+    );
+    let legend = seen["legend"].to_string();
+    for kind in ["monitor class (blocked)", "park blocker class (parked)"] {
+        assert!(legend.contains(kind), "{legend}");
+    }
 }
 
 #[test]

@@ -335,7 +335,14 @@ fn monitor_contention_is_lock_time_as_the_jdks_reader_reads_it() {
         total.abs_diff(expected) <= durations_ns.len() as u64,
         "lock time {total} ns, jfr reads {expected} ns"
     );
-    let contended = weight_at(&lock, "Calls.contend", 0);
+    // The monitor's class on top of the method that blocked.
+    let contended = weight_at(&lock, "Calls.contend", 1);
+    for stack in lock
+        .keys()
+        .filter(|stack| stack.split(';').rev().nth(1) == Some("Calls.contend"))
+    {
+        assert!(stack.ends_with(";java.lang.Object"), "{stack}");
+    }
     assert!(
         (200_000_000..1_000_000_000).contains(&contended),
         "Calls.contend waited {contended} ns, not about 250 ms"

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use openprof_format::hprof_text::{CpuTableKind, TextProfile};
-use openprof_testkit::{run_java, samples_by_method};
+use openprof_format::hprof_text::{CpuTableKind, LockTableKind, TextProfile};
+use openprof_testkit::{printed_figure, run_java, samples_by_method};
 use serde_json::Value;
 
 use crate::helpers::{convert_in, leaf_samples, openprof_in, text, LIMIT};
@@ -506,8 +506,20 @@ fn wall_samples_carry_their_states_into_the_views() {
         ],
     );
     assert!(parked.contains("Unsafe.park"), "{parked}");
-    // The lock profile of the same run: nanoseconds blocked, the monitor's class as a label.
-    let monitor = hprof.monitor_tables.last().expect("a MONITOR TIME table");
+    // The lock profile of the same run: nanoseconds blocked and parked, the lock's class as
+    // the leaf and as a label, how the thread waited as the state.
+    let table_ms = |kind| -> f64 {
+        hprof
+            .lock_tables_of(kind)
+            .map(|table| table.total_ms as f64)
+            .sum()
+    };
+    let blocked_ms = table_ms(LockTableKind::Monitor);
+    let parked_ms = table_ms(LockTableKind::Park);
+    assert!(
+        blocked_ms > 0.0 && parked_ms > 0.0,
+        "{blocked_ms} {parked_ms}"
+    );
     convert_in(
         &run.dir,
         &[
@@ -520,12 +532,60 @@ fn wall_samples_carry_their_states_into_the_views() {
         ],
     );
     let collapsed = std::fs::read_to_string(run.dir.join("lock.collapsed")).unwrap();
-    let blocked_ms = leaf_samples(&collapsed).values().sum::<u64>() as f64 / 1e6;
+    let by_leaf = leaf_samples(&collapsed);
+    let lock_ms = by_leaf.values().sum::<u64>() as f64 / 1e6;
+    let expected_ms = blocked_ms + parked_ms;
     assert!(
-        (blocked_ms - monitor.total_ms as f64).abs() <= 0.01 * monitor.total_ms as f64 + 1.0,
-        "{blocked_ms} ms in the view, {} ms in MONITOR TIME",
-        monitor.total_ms
+        (lock_ms - expected_ms).abs() <= 0.01 * expected_ms + 2.0,
+        "{lock_ms} ms in the view, {blocked_ms} + {parked_ms} ms in MONITOR TIME and PARK TIME"
     );
+    let ledger_ms = by_leaf.get("WallStates$Ledger").copied().unwrap_or(0) as f64 / 1e6;
+    assert!(
+        (ledger_ms - blocked_ms).abs() <= 0.01 * blocked_ms + 1.0,
+        "{ledger_ms} ms on the Ledger leaf, {blocked_ms} ms blocked"
+    );
+    assert!(
+        by_leaf.contains_key("java.util.concurrent.locks.ReentrantLock$NonfairSync"),
+        "{by_leaf:?}"
+    );
+    for (state, expected) in [("blocked", blocked_ms), ("parked", parked_ms)] {
+        let top = go_pprof(
+            &run.dir,
+            &[
+                "-top",
+                "-unit=ms",
+                "-sample_index=lock",
+                &format!("-tagfocus=state={state}"),
+                "wall.pb.gz",
+            ],
+        );
+        // "Showing nodes accounting for 603ms, 25.10% of 2402.82ms total": the focused part.
+        let total: f64 = top
+            .split("accounting for ")
+            .nth(1)
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|ms| ms.trim_end_matches("ms").parse().ok())
+            .unwrap_or_else(|| panic!("no total in\n{top}"));
+        assert!(
+            (total - expected).abs() <= 0.01 * expected + 2.0,
+            "{state}: {total} ms in pprof, {expected} ms in the tables"
+        );
+    }
     let tags = go_pprof(&run.dir, &["-tags", "-sample_index=lock", "wall.pb.gz"]);
     assert!(tags.contains("WallStates$Ledger"), "{tags}");
+    // `openprof report` sums the lock tables: the time blocked is the workload's own.
+    let report = openprof_in(&run.dir, &["report", "wall.txt"]);
+    let said = text(&report.stdout);
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    let reported_ms: f64 = said
+        .lines()
+        .find(|line| line.contains("blocked entering monitors"))
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no blocked time in the report:\n{said}"));
+    let measured_ms = printed_figure(&run.stdout(), "blocked_ms");
+    assert!(
+        (reported_ms - measured_ms).abs() <= 0.1 * measured_ms,
+        "{reported_ms} ms blocked in the report, {measured_ms} ms measured by the workload"
+    );
 }

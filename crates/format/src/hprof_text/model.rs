@@ -201,15 +201,114 @@ pub struct CpuTable {
     pub rows: Vec<CpuRow>,
 }
 
-/// A `MONITOR TIME BEGIN … END` table (HPROF's `monitor=y`): time threads spent blocked on
-/// contended monitors, by trace and monitor class. Its rows have a CPU table's columns; a row's
-/// `method` holds the monitor's class.
+/// Which lock table a [`LockTable`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockTableKind {
+    /// HPROF's `MONITOR TIME`: time threads spent blocked entering contended monitors, by the
+    /// blocked thread's trace and the monitor's class.
+    Monitor,
+    /// openprof's `PARK TIME`: time threads spent parked (`LockSupport.park`: the locks,
+    /// conditions and queues of `java.util.concurrent`), by the parked thread's trace and the
+    /// class of the object it parked on (its park blocker).
+    Park,
+    /// openprof's `LOCK OWNERS`: the same waits' time by the trace of the thread that held the
+    /// lock when the wait began, with how its waiters waited (`blocked` or `parked`) and the
+    /// lock's class.
+    Owners,
+}
+
+impl LockTableKind {
+    pub const ALL: [LockTableKind; 3] = [
+        LockTableKind::Monitor,
+        LockTableKind::Park,
+        LockTableKind::Owners,
+    ];
+
+    /// The record's name, before ` BEGIN` and ` END`.
+    pub fn record_name(self) -> &'static str {
+        match self {
+            LockTableKind::Monitor => "MONITOR TIME",
+            LockTableKind::Park => "PARK TIME",
+            LockTableKind::Owners => "LOCK OWNERS",
+        }
+    }
+
+    /// The name of the rows' last column.
+    pub(super) fn class_column(self) -> &'static str {
+        match self {
+            LockTableKind::Monitor => "monitor",
+            LockTableKind::Park => "blocker",
+            LockTableKind::Owners => "lock",
+        }
+    }
+}
+
+/// A row's class when there is none to give (a park without a blocker object).
+pub const NO_LOCK_CLASS: &str = "<none>";
+
+/// How a thread waited for a lock, as `LOCK OWNERS` rows say it.
+pub const WAITED_BLOCKED: &str = "blocked";
+pub const WAITED_PARKED: &str = "parked";
+
+/// A lock table: MONITOR TIME (HPROF's `monitor=y`), PARK TIME or LOCK OWNERS. Its rows have a
+/// CPU table's columns: a row's `method` holds the lock's class (`None`: a park without a
+/// blocker), `count` the waits, `self` the share of the time; LOCK OWNERS rows have `state`,
+/// how the waiters waited.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MonitorTable {
-    /// Milliseconds blocked, over all rows.
+pub struct LockTable {
+    pub kind: LockTableKind,
+    /// Milliseconds waited, over all rows.
     pub total_ms: u64,
     pub date: String,
     pub rows: Vec<CpuRow>,
+}
+
+/// One row's figures before ranking: its trace, how the waiters waited (LOCK OWNERS only),
+/// the lock's class, the waits and the nanoseconds waited.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockEntry {
+    pub trace: u32,
+    pub state: Option<String>,
+    pub class: Option<String>,
+    pub waits: u64,
+    pub nanoseconds: u64,
+}
+
+impl LockTable {
+    /// Ranks entries by time waited, most first (ties by trace, then class): percentages of
+    /// the whole, every entry listed (a wait counts whatever its share).
+    pub fn rank(kind: LockTableKind, date: String, mut entries: Vec<LockEntry>) -> LockTable {
+        entries.sort_by(|a, b| {
+            b.nanoseconds
+                .cmp(&a.nanoseconds)
+                .then_with(|| (a.trace, &a.state, &a.class).cmp(&(b.trace, &b.state, &b.class)))
+        });
+        let total_ns: u64 = entries.iter().map(|entry| entry.nanoseconds).sum();
+        let mut accum = 0.0;
+        let rows = entries
+            .into_iter()
+            .enumerate()
+            .map(|(index, entry)| {
+                let share = 100.0 * entry.nanoseconds as f64 / total_ns.max(1) as f64;
+                accum += share;
+                CpuRow {
+                    rank: index as u32 + 1,
+                    self_percent: share,
+                    accum_percent: accum,
+                    count: entry.waits,
+                    trace: entry.trace,
+                    state: entry.state,
+                    method: entry.class,
+                }
+            })
+            .collect();
+        LockTable {
+            kind,
+            total_ms: total_ns / 1_000_000,
+            date,
+            rows,
+        }
+    }
 }
 
 /// One trace's cost for a CPU table: samples (cost = hits) or CPU time with entry counts.
@@ -361,8 +460,8 @@ pub struct TextProfile {
     pub sites: Vec<SitesTable>,
     /// Every heap dump, summed by class as it was read, in file order.
     pub heap_dumps: Vec<HeapHistogram>,
-    /// MONITOR TIME tables, in file order.
-    pub monitor_tables: Vec<MonitorTable>,
+    /// MONITOR TIME, PARK TIME and LOCK OWNERS tables, in file order.
+    pub lock_tables: Vec<LockTable>,
     /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
     pub skipped_sections: Vec<String>,
     /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run
@@ -371,6 +470,13 @@ pub struct TextProfile {
 }
 
 impl TextProfile {
+    /// The lock tables of one kind, in file order (one per dump: each counts since the last).
+    pub fn lock_tables_of(&self, kind: LockTableKind) -> impl Iterator<Item = &LockTable> {
+        self.lock_tables
+            .iter()
+            .filter(move |table| table.kind == kind)
+    }
+
     /// The last CPU SAMPLES table: at exit it holds every sample of the run.
     pub fn last_cpu_samples(&self) -> Option<&CpuTable> {
         self.cpu_tables

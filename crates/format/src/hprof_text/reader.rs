@@ -4,8 +4,9 @@
 use std::io::{self, BufRead};
 
 use super::{
-    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, MonitorTable,
-    SamplerReport, SitesTable, TextProfile, ThreadStart, Trace, WallSampler,
+    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, LockTable,
+    LockTableKind, SamplerReport, SitesTable, TextProfile, ThreadStart, Trace, WallSampler,
+    NO_LOCK_CLASS,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -480,25 +481,32 @@ fn parse<R: BufRead>(
                 date,
                 rows,
             });
-        } else if let Some(rest) = line.strip_prefix("MONITOR TIME BEGIN (total = ") {
+        } else if let Some((kind, rest)) = LockTableKind::ALL.iter().find_map(|kind| {
+            line.strip_prefix(kind.record_name())
+                .and_then(|rest| rest.strip_prefix(" BEGIN (total = "))
+                .map(|rest| (*kind, rest))
+        }) {
+            let name = kind.record_name();
             let (total, date) = rest
                 .split_once(" ms)")
-                .ok_or_else(|| malformed(number, "MONITOR TIME: no ' ms)' after the total"))?;
-            let total_ms = parse_number(total, number, "MONITOR TIME total")?;
+                .ok_or_else(|| malformed(number, format!("{name}: no ' ms)' after the total")))?;
+            let total_ms = parse_number(total, number, &format!("{name} total"))?;
             let date = date.trim().to_string();
             let mut rows = Vec::new();
-            lines.section("MONITOR TIME END", number, |row, number| {
+            lines.section(&format!("{name} END"), number, |row, number| {
                 if !row.starts_with("rank ") {
-                    let mut row = parse_cpu_row(row, number, false)?;
+                    let mut row = parse_cpu_row(row, number, kind == LockTableKind::Owners)?;
                     // `java.lang.Object (Java)`: the class, and the kind HPROF prints after it.
                     row.method = row
                         .method
-                        .map(|class| class.trim_end_matches(" (Java)").to_string());
+                        .map(|class| class.trim_end_matches(" (Java)").to_string())
+                        .filter(|class| class != NO_LOCK_CLASS);
                     rows.push(row);
                 }
                 Ok(())
             })?;
-            profile.monitor_tables.push(MonitorTable {
+            profile.lock_tables.push(LockTable {
+                kind,
                 total_ms,
                 date,
                 rows,
@@ -564,7 +572,7 @@ pub(super) fn cut<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hprof_text::{TextWriter, THREAD_SERIAL_START, TRACE_SERIAL_START};
+    use crate::hprof_text::{LockEntry, TextWriter, THREAD_SERIAL_START, TRACE_SERIAL_START};
     use proptest::prelude::*;
 
     fn frame(class: &str, method: &str, line: FrameLine) -> Frame {
@@ -680,19 +688,103 @@ mod tests {
             MONITOR TIME BEGIN (total = 0 ms) Mon Nov 23 10:00:01 2026\n\
             MONITOR TIME END\n";
         let profile = read(text.as_bytes()).unwrap();
-        assert_eq!(profile.monitor_tables.len(), 2);
-        let table = &profile.monitor_tables[0];
+        assert_eq!(profile.lock_tables.len(), 2);
+        let table = &profile.lock_tables[0];
+        assert_eq!(table.kind, LockTableKind::Monitor);
         assert_eq!((table.total_ms, table.rows.len()), (250, 2));
         assert_eq!(table.rows[0].method.as_deref(), Some("java.lang.Object"));
         assert_eq!((table.rows[1].count, table.rows[1].trace), (1, 300011));
         assert_eq!(table.rows[1].self_percent, 20.0);
-        assert!(profile.monitor_tables[1].rows.is_empty());
+        assert!(profile.lock_tables[1].rows.is_empty());
         let bad =
             "JAVA PROFILE 1.0.1\n--------\nMONITOR TIME BEGIN (total = x ms) d\nMONITOR TIME END\n";
         assert!(read(bad.as_bytes())
             .unwrap_err()
             .to_string()
             .contains("line 3"));
+    }
+
+    /// Every kind of lock table, written and read back: classes, states, the park without a
+    /// blocker, the totals.
+    #[test]
+    fn lock_tables_read_back_as_written() {
+        let entry = |trace, state: Option<&str>, class: Option<&str>, waits, ms: u64| LockEntry {
+            trace,
+            state: state.map(str::to_string),
+            class: class.map(str::to_string),
+            waits,
+            nanoseconds: ms * 1_000_000,
+        };
+        let date = "Mon Nov 23 10:00:00 2026".to_string();
+        let tables = [
+            LockTable::rank(
+                LockTableKind::Monitor,
+                date.clone(),
+                vec![entry(300001, None, Some("WallStates$Ledger"), 40, 800)],
+            ),
+            LockTable::rank(
+                LockTableKind::Park,
+                date.clone(),
+                vec![
+                    entry(300002, None, None, 3, 100),
+                    entry(
+                        300003,
+                        None,
+                        Some("java.util.concurrent.locks.ReentrantLock$NonfairSync"),
+                        40,
+                        300,
+                    ),
+                ],
+            ),
+            LockTable::rank(
+                LockTableKind::Owners,
+                date,
+                vec![
+                    entry(300004, Some("blocked"), Some("WallStates$Ledger"), 40, 750),
+                    entry(
+                        300005,
+                        Some("parked"),
+                        Some("java.util.concurrent.locks.ReentrantLock$NonfairSync"),
+                        40,
+                        250,
+                    ),
+                ],
+            ),
+        ];
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("Mon Nov 23 10:00:00 2026").unwrap();
+        for table in &tables {
+            writer.lock_table(table).unwrap();
+        }
+        let bytes = writer.into_inner();
+        let text = String::from_utf8_lossy(&bytes);
+        // HPROF's own layout for monitors.
+        assert!(
+            text.contains("rank   self  accum   count trace monitor\n   1 100.00% 100.00%      40 300001 WallStates$Ledger (Java)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("   2 25.00% 100.00%       3 300002 <none>\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("rank   self  accum   count trace state lock\n"),
+            "{text}"
+        );
+        let profile = read(bytes.as_slice()).unwrap();
+        assert_eq!(profile.lock_tables, tables);
+        assert_eq!(profile.lock_tables_of(LockTableKind::Park).count(), 1);
+        let parks = &profile.lock_tables[1];
+        assert_eq!(parks.total_ms, 400);
+        assert_eq!(
+            parks.rows[0].method.as_deref(),
+            Some("java.util.concurrent.locks.ReentrantLock$NonfairSync")
+        );
+        assert_eq!(parks.rows[1].method, None);
+        assert_eq!(
+            profile.lock_tables[2].rows[1].state.as_deref(),
+            Some("parked")
+        );
     }
 
     #[test]

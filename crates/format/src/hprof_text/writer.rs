@@ -3,7 +3,10 @@
 
 use std::io::{self, Write};
 
-use super::{CpuTable, CpuTableKind, MonitorTable, SamplerReport, ThreadStart, Trace, WallSampler};
+use super::{
+    CpuTable, CpuTableKind, LockTable, LockTableKind, SamplerReport, ThreadStart, Trace,
+    WallSampler, NO_LOCK_CLASS,
+};
 
 /// Writes HPROF text records to any byte sink.
 pub struct TextWriter<W: Write> {
@@ -112,29 +115,41 @@ impl<W: Write> TextWriter<W> {
         writeln!(self.out, "WALL SAMPLER END")
     }
 
-    /// HPROF's MONITOR TIME table: the rows' `method` is the monitor's class.
-    pub fn monitor_table(&mut self, table: &MonitorTable) -> io::Result<()> {
+    /// A lock table: HPROF's MONITOR TIME, or openprof's PARK TIME and LOCK OWNERS in the same
+    /// layout (LOCK OWNERS rows say how the waiters waited before the class).
+    pub fn lock_table(&mut self, table: &LockTable) -> io::Result<()> {
+        let name = table.kind.record_name();
         writeln!(
             self.out,
-            "MONITOR TIME BEGIN (total = {} ms) {}",
+            "{name} BEGIN (total = {} ms) {}",
             table.total_ms, table.date
         )?;
+        let owners = table.kind == LockTableKind::Owners;
         if !table.rows.is_empty() {
-            writeln!(self.out, "rank   self  accum   count trace monitor")?;
-        }
-        for row in &table.rows {
+            let state = if owners { " state" } else { "" };
             writeln!(
                 self.out,
-                "{:4} {:5.2}% {:5.2}% {:7} {:5} {} (Java)",
-                row.rank,
-                row.self_percent,
-                row.accum_percent,
-                row.count,
-                row.trace,
-                row.method.as_deref().unwrap_or("<unknown>")
+                "rank   self  accum   count trace{state} {}",
+                table.kind.class_column()
             )?;
         }
-        writeln!(self.out, "MONITOR TIME END")
+        for row in &table.rows {
+            write!(
+                self.out,
+                "{:4} {:5.2}% {:5.2}% {:7} {:5}",
+                row.rank, row.self_percent, row.accum_percent, row.count, row.trace
+            )?;
+            if owners {
+                write!(self.out, " {}", row.state.as_deref().unwrap_or("unknown"))?;
+            }
+            let class = row.method.as_deref().unwrap_or(NO_LOCK_CLASS);
+            // HPROF's rows say what kind of monitor it is; every monitor here is a Java object's.
+            match table.kind {
+                LockTableKind::Monitor => writeln!(self.out, " {class} (Java)")?,
+                LockTableKind::Park | LockTableKind::Owners => writeln!(self.out, " {class}")?,
+            }
+        }
+        writeln!(self.out, "{name} END")
     }
 
     pub fn cpu_table(&mut self, table: &CpuTable) -> io::Result<()> {
@@ -203,6 +218,19 @@ HEAP DUMP       is a snapshot of the live objects of the Java heap: the
                 garbage collection roots (ROOT), classes (CLS), instances
                 (OBJ) and arrays (ARR), each followed by the references
                 it holds; object ids are in hex.
+
+MONITOR TIME    is a profile of monitor contention (lock=, monitor=y): the
+                time threads spent blocked entering a monitor another
+                thread held, by TRACE and the monitor's class.
+
+PARK TIME       (openprof) the time threads spent parked (lock=): in
+                java.util.concurrent's locks, conditions and queues, by
+                TRACE and the class of the object they parked on.
+
+LOCK OWNERS     (openprof) the same waits' time by the TRACE of the
+                thread that held the lock when the wait began (lock=
+                with lockowner=y), and whether its waiters were blocked
+                or parked.
 
 MPT             (openprof) method parameter tracing (mpt=): per traced
                 method and specification, the calls of each value the

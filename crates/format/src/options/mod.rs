@@ -179,9 +179,13 @@ pub struct Options {
     /// `wall=MS`: every Java thread, running or not, sampled every MS milliseconds of wall
     /// time with its state (an openprof extension).
     pub wall_ms: Option<u32>,
-    /// `lock=DURATION`: contended monitor enters that blocked at least this many nanoseconds,
-    /// by stack and monitor class, in MONITOR TIME tables (`monitor=y` is `lock=0`).
+    /// `lock=DURATION`: contended monitor enters and parks that waited at least this many
+    /// nanoseconds, by stack and lock class, in MONITOR TIME and PARK TIME tables (`monitor=y`
+    /// is `lock=0`).
     pub lock_ns: Option<u64>,
+    /// `lockowner=y`: the lock profile also takes the stack of the thread holding the lock
+    /// when a wait begins, for LOCK OWNERS tables (an openprof extension).
+    pub lock_owners: bool,
     /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
     /// extension).
     pub threads: Option<ThreadNames>,
@@ -231,6 +235,7 @@ impl Default for Options {
             vmthreads: false,
             wall_ms: None,
             lock_ns: None,
+            lock_owners: false,
             threads: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -497,6 +502,9 @@ impl fmt::Display for Options {
         if let Some(lock) = self.lock_ns {
             parts.push(format!("lock={lock}ns"));
         }
+        if self.lock_owners {
+            parts.push("lockowner=y".to_string());
+        }
         if let Some(threads) = &self.threads {
             parts.push(format!("threads={}", threads.0.join("|")));
         }
@@ -671,6 +679,8 @@ mod tests {
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
             ("cpu=samples,lock=1ms,format=b", "lock"),
+            ("cpu=samples,lockowner=y", "lockowner"),
+            ("format=x,monitor=y,lockowner=y", "lockowner"),
             ("cpu=samples,msa=y", "msa"),
         ] {
             let error = Options::parse(text)
@@ -735,6 +745,23 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn lock_owners_go_with_a_lock_profile() {
+        for text in [
+            "lock=1ms,lockowner=y",
+            "monitor=y,lockowner=y",
+            "lock=0,lockowner=n",
+        ] {
+            let options = Options::parse(text).unwrap();
+            assert_eq!(options.refuse_unbuilt(), Ok(()), "{text}");
+            assert_eq!(options.lock_owners, text.ends_with("=y"), "{text}");
+            assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        }
+        assert!(error_of("lock=1ms,lockowner=yes")
+            .problem
+            .contains("y or n"));
     }
 
     #[test]

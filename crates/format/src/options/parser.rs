@@ -237,6 +237,7 @@ impl Options {
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
                 "lock" => options.lock_ns = Some(parse_duration_ns(name, value)?),
+                "lockowner" => options.lock_owners = parse_yes_no(name, value)?,
                 "threads" => {
                     let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
                     if value.is_empty() || patterns.iter().any(String::is_empty) {
@@ -406,6 +407,12 @@ impl Options {
             return Err(bad(
                 "lock",
                 "lock= writes HPROF's MONITOR TIME tables, in format=a only; with format=x use monitor=y",
+            ));
+        }
+        if self.lock_owners && self.lock_threshold_ns().is_none() {
+            return Err(bad(
+                "lockowner",
+                "lockowner=y adds the lock owners' stacks to a lock profile; give lock=<duration> too",
             ));
         }
         if self.filter.is_some() && text && self.cpu != Some(CpuMode::Times) {
