@@ -415,6 +415,29 @@ fn dump(context: &Context, jni: *mut JNIEnv) {
     }
 }
 
+/// What the collector's DUMP PROFILE command writes: each engine's part of a dump, as
+/// [`dump`], but the heap dump (every object, on demand only).
+fn dump_profile(context: &Context, jni: *mut JNIEnv) -> Result<(), String> {
+    let report = context
+        .report
+        .as_ref()
+        .ok_or("DumpProfile needs HPROF output (format=a or format=b)")?;
+    let collect = |report: &mut Report| collect(context, report);
+    let dump = Dump {
+        jni,
+        report,
+        collect: &collect,
+    };
+    for engine in engine::all() {
+        let heap = (engine as &dyn std::any::Any).is::<crate::engines::heap_dump::HeapDump>();
+        if !heap {
+            engine.dump(context, &dump);
+        }
+    }
+    let _ = lock(report).output.flush();
+    Ok(())
+}
+
 fn vm_death(context: &Context, jni: *mut JNIEnv) {
     guard::set_dying();
     signals::disable_all();

@@ -274,7 +274,7 @@ pub struct Sample {
 }
 
 /// What a timed span on a thread's timeline is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SpanKind {
     /// A method call, from entry to exit.
     Call,
@@ -428,5 +428,176 @@ impl Profile {
     /// The event a view shows when none is asked for: the first present, CPU first.
     pub fn default_event(&self) -> Option<Event> {
         self.events().into_iter().next()
+    }
+
+    /// What this profile has that `earlier` — the same source read at an earlier moment — did
+    /// not: the samples and spans of the time between the two. Values and counts are
+    /// subtracted per stack, event, thread and labels (a sample's time is not kept); a span is
+    /// this one's when `earlier` has no span equal to it left over.
+    pub fn since(&self, earlier: &Profile) -> Profile {
+        type Key = (
+            Vec<Frame>,
+            Event,
+            Option<(u64, String)>,
+            Vec<(String, String)>,
+        );
+        let key_of = |profile: &Profile, sample: &Sample| -> Key {
+            let frames = profile
+                .stack(sample.stack)
+                .iter()
+                .map(|id| profile.frame(*id).clone())
+                .collect();
+            let thread = sample.thread.map(|id| {
+                let thread = profile.thread(id);
+                (thread.id, thread.name.clone())
+            });
+            (frames, sample.event, thread, sample.labels.clone())
+        };
+        let mut before: HashMap<Key, (u64, u64)> = HashMap::new();
+        for sample in &earlier.samples {
+            let sums = before.entry(key_of(earlier, sample)).or_default();
+            sums.0 += sample.value;
+            sums.1 += sample.count;
+        }
+        let mut now: Vec<(Key, (u64, u64))> = Vec::new();
+        let mut index: HashMap<Key, usize> = HashMap::new();
+        for sample in &self.samples {
+            let key = key_of(self, sample);
+            let at = *index.entry(key.clone()).or_insert_with(|| {
+                now.push((key, (0, 0)));
+                now.len() - 1
+            });
+            now[at].1 .0 += sample.value;
+            now[at].1 .1 += sample.count;
+        }
+        let mut period = Profile {
+            source: self.source.clone(),
+            period_ns: self.period_ns,
+            start_epoch_ns: self.start_epoch_ns,
+            duration_ns: self.duration_ns,
+            ..Profile::default()
+        };
+        for ((frames, event, thread, labels), (value, count)) in now {
+            let (value_before, count_before) = before
+                .get(&(frames.clone(), event, thread.clone(), labels.clone()))
+                .copied()
+                .unwrap_or_default();
+            let (value, count) = (
+                value.saturating_sub(value_before),
+                count.saturating_sub(count_before),
+            );
+            if value == 0 && count == 0 {
+                continue;
+            }
+            let ids: Vec<FrameId> = frames
+                .into_iter()
+                .map(|frame| period.frame_id(frame))
+                .collect();
+            let stack = period.stack_id(&ids);
+            let thread = thread.map(|(id, name)| period.thread_id(id, &name));
+            period.add_sample(Sample {
+                stack,
+                event,
+                value,
+                count,
+                thread,
+                time_ns: None,
+                labels,
+            });
+        }
+        type SpanKey = (Option<(u64, String)>, Frame, SpanKind, u64, u64);
+        let span_key = |profile: &Profile, span: &Span| -> SpanKey {
+            let thread = span.thread.map(|id| {
+                let thread = profile.thread(id);
+                (thread.id, thread.name.clone())
+            });
+            (
+                thread,
+                profile.frame(span.frame).clone(),
+                span.kind,
+                span.start_ns,
+                span.end_ns,
+            )
+        };
+        let mut spans_before: HashMap<SpanKey, usize> = HashMap::new();
+        for span in &earlier.spans {
+            *spans_before.entry(span_key(earlier, span)).or_default() += 1;
+        }
+        for span in &self.spans {
+            let key = span_key(self, span);
+            match spans_before.get_mut(&key) {
+                Some(left) if *left > 0 => *left -= 1,
+                _ => {
+                    let (thread, frame, kind, start_ns, end_ns) = key;
+                    let thread = thread.map(|(id, name)| period.thread_id(id, &name));
+                    let frame = period.frame_id(frame);
+                    period.spans.push(Span {
+                        thread,
+                        frame,
+                        kind,
+                        start_ns,
+                        end_ns,
+                    });
+                }
+            }
+        }
+        period
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(profile: &mut Profile, stack: &[&str], value: u64, thread: &str) -> Sample {
+        let stack =
+            profile.stack_of_frames_leaf_first(stack.iter().rev().map(|name| Frame::java(*name)));
+        let thread = Some(profile.thread_id(thread.len() as u64, thread));
+        Sample {
+            stack,
+            event: Event::Cpu,
+            value,
+            count: value,
+            thread,
+            time_ns: None,
+            labels: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_later_reading_less_an_earlier_one_is_the_time_between() {
+        let mut earlier = Profile::new("x");
+        for (stack, value) in [(&["main", "a"][..], 5), (&["main", "b"][..], 3)] {
+            let sample = sample(&mut earlier, stack, value, "main");
+            earlier.add_sample(sample);
+        }
+        let mut later = Profile::new("x");
+        // Read again: the same rows, more of a, a new c; b unchanged.
+        for (stack, value) in [
+            (&["main", "b"][..], 3),
+            (&["main", "a"][..], 5),
+            (&["main", "a"][..], 4),
+            (&["main", "c"][..], 2),
+        ] {
+            let sample = sample(&mut later, stack, value, "main");
+            later.add_sample(sample);
+        }
+        let period = later.since(&earlier);
+        let by_leaf: HashMap<String, u64> = period
+            .samples
+            .iter()
+            .map(|sample| {
+                let leaf = *period.stack(sample.stack).last().unwrap();
+                (period.frame(leaf).name.clone(), sample.value)
+            })
+            .collect();
+        assert_eq!(by_leaf.len(), 2, "{by_leaf:?}");
+        assert_eq!(by_leaf["a"], 4);
+        assert_eq!(by_leaf["c"], 2);
+        assert_eq!(
+            period.thread(period.samples[0].thread.unwrap()).name,
+            "main"
+        );
+        assert!(later.since(&later).samples.is_empty());
     }
 }

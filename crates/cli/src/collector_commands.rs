@@ -145,6 +145,10 @@ pub struct ServeArgs {
     /// suffixes); agents are told and keep their data.
     #[arg(long, value_parser = parse_bytes)]
     max_store_bytes: Option<u64>,
+    /// Serve the web UI and its JSON API here too (e.g. 127.0.0.1:7912; port 0 picks one),
+    /// opened by the control credential (docs/ui.md). Off unless given.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
 }
 
 /// A byte count: a number, optionally followed by k, m or g (powers of 1024).
@@ -183,6 +187,12 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     if control_token.as_deref() == Some(token.as_str()) {
         bail!("the control credential must differ from the agent credential: whoever holds an agent's token would otherwise control every agent");
     }
+    if args.http.is_some() && control_token.is_none() {
+        bail!("--http needs the control credential (--control-token-file): the UI opens to it and to nothing else");
+    }
+    if args.http.is_some() && args.tls_cert.is_some() {
+        bail!("--http with a TLS collector is not built yet: the UI sends its commands over plain TCP; serve the UI with a collector without TLS, or read the store with openprof ui");
+    }
     // SAFETY: setting a signal's disposition to "ignore" involves no handler code. A file size
     // limit then makes writes fail (EFBIG), which the store reports, instead of killing us.
     unsafe {
@@ -195,7 +205,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let store = SqliteStore::open_with(&args.store, options)
         .with_context(|| format!("can't open the store {}", args.store.display()))?;
     let mut config = ServerConfig::new(token);
-    config.control_token = control_token;
+    config.control_token = control_token.clone();
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     config.command_timeout = Duration::from_secs(args.command_timeout.max(1));
     config.max_unauthenticated = args.max_unauthenticated as usize;
@@ -214,6 +224,26 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
             .with_context(|| format!("can't listen on {}", args.listen))?;
         // The address on stdout, so that scripts and tests can find an ephemeral port.
         println!("openprof collector listening on {}", server.local_addr);
+        let _web = match (args.http, control_token) {
+            (Some(http), Some(credential)) => {
+                let collector = match server.local_addr {
+                    address if address.ip().is_unspecified() => {
+                        format!("127.0.0.1:{}", address.port())
+                    }
+                    address => address.to_string(),
+                };
+                let running = start_web(
+                    http,
+                    credential,
+                    &args.store,
+                    Some(collector),
+                    Some(server.connected_agents_watch()),
+                )
+                .await?;
+                Some(running)
+            }
+            _ => None,
+        };
         let terminate = async {
             let mut term =
                 tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -293,6 +323,61 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Starts the web UI over a store (read-only: the collector, if any, writes it), and says where
+/// on stdout.
+async fn start_web(
+    listen: SocketAddr,
+    credential: String,
+    store_dir: &Path,
+    collector: Option<String>,
+    connected: Option<openprof_web::ConnectedAgents>,
+) -> Result<openprof_web::Running> {
+    let store: Arc<dyn Store> = Arc::new(open_store(store_dir)?);
+    let config = openprof_web::WebConfig {
+        listen,
+        credential,
+        store_dir: store_dir.to_path_buf(),
+        collector,
+    };
+    let running = openprof_web::serve(config, store, connected)
+        .await
+        .with_context(|| format!("can't serve the web UI on {listen}"))?;
+    println!("openprof web UI on http://{}/", running.local_addr);
+    Ok(running)
+}
+
+#[derive(Args, Debug)]
+pub struct UiArgs {
+    /// The store's directory.
+    #[arg(long, default_value = "openprof-store")]
+    store: PathBuf,
+    /// Where to serve the UI (port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:7912", value_name = "ADDR")]
+    http: SocketAddr,
+    #[command(flatten)]
+    control_token: ControlTokenArgs,
+}
+
+/// `openprof ui`: the web UI over a store alone (no collector: nothing is live, no command is
+/// sent), until Ctrl-C.
+pub fn ui(args: UiArgs) -> Result<ExitCode> {
+    let credential = args.control_token.value()?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "the UI opens to a credential only: give --control-token-file (or --control-token, $OPENPROF_CONTROL_TOKEN)"
+        )
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("can't start the runtime")?;
+    runtime.block_on(async move {
+        let _web = start_web(args.http, credential, &args.store, None, None).await?;
+        tokio::signal::ctrl_c().await?;
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 pub fn open_store(dir: &Path) -> Result<SqliteStore> {

@@ -9,9 +9,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use openprof_analysis::inputs;
-use openprof_analysis::profile::{Event, Profile};
-use openprof_analysis::views::{self, OutputFormat, ViewOptions};
-use regex::Regex;
+use openprof_analysis::profile::Profile;
+use openprof_analysis::views::{self, OutputFormat, ViewOptions, ViewRequest};
 
 /// How a profile is shown, for `convert`, `run` and `attach`.
 #[derive(Args, Debug, Clone, Default)]
@@ -156,50 +155,22 @@ pub fn read_input(input: &Path) -> Result<Profile> {
 
 /// The view options of the arguments, checked.
 pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
-    let regexes = |patterns: &[String], option: &str| -> Result<Vec<Regex>> {
-        patterns
-            .iter()
-            .map(|pattern| {
-                Regex::new(pattern).with_context(|| format!("bad --{option} {pattern:?}"))
-            })
-            .collect()
-    };
-    let event = match &args.event {
-        Some(name) => Some(Event::from_name(name).with_context(|| {
-            format!(
-                "bad --event {name:?}: one of {}",
-                Event::ALL.map(Event::name).join(", ")
-            )
-        })?),
-        None => None,
-    };
-    let seconds = |value: Option<f64>, option: &str| -> Result<Option<u64>> {
-        match value {
-            Some(seconds) if !(seconds.is_finite() && seconds >= 0.0) => {
-                bail!("bad --{option} {seconds}: seconds from the recording's start, 0 or more")
-            }
-            Some(seconds) => Ok(Some((seconds * 1e9) as u64)),
-            None => Ok(None),
-        }
-    };
-    if !(args.minwidth.is_finite() && (0.0..=100.0).contains(&args.minwidth)) {
-        bail!("bad --minwidth {}: a percentage, 0 to 100", args.minwidth);
-    }
-    Ok(ViewOptions {
-        event,
-        include: regexes(&args.include, "include")?,
-        exclude: regexes(&args.exclude, "exclude")?,
-        by_thread: args.threads,
+    ViewRequest {
+        event: args.event.clone(),
+        include: args.include.clone(),
+        exclude: args.exclude.clone(),
+        threads: args.threads,
         reverse: args.reverse,
         total: args.total,
-        from_ns: seconds(args.from, "from")?,
-        to_ns: seconds(args.to, "to")?,
+        from: args.from,
+        to: args.to,
         simple: args.simple,
-        min_width_percent: args.minwidth,
+        lines: args.lines,
+        minwidth: args.minwidth,
         title: args.title.clone(),
-        with_labels: false,
-        with_lines: args.lines,
-    })
+    }
+    .options("--")
+    .map_err(anyhow::Error::msg)
 }
 
 /// The output format asked for, or told by the output file's extension.
@@ -225,51 +196,13 @@ pub fn output_format(output: &Path, args: &ViewArgs) -> Result<OutputFormat> {
 pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
     let format = output_format(output, args)?;
     let options = view_options(args)?;
-    check_event(profile, &options)?;
-    if format == OutputFormat::ChromeTrace && profile.spans.is_empty() {
-        bail!(
-            "{} has no timeline (method calls, waits, GCs) for a Chrome trace: traces \
-             (format=x) with cpu=times or monitor=y have one",
-            profile.source
-        );
-    }
-    match format {
-        OutputFormat::Collapsed => write_file(output, |out| {
-            views::collapsed::write(&views::fold(profile, &options), out)
-        }),
-        OutputFormat::Pprof => {
-            write_file(output, |out| views::pprof::write(profile, &options, out))
-        }
-        // A profile with a timeline (a trace) opens in speedscope as one, unless an event's
-        // samples are asked for; anything else as sampled stacks.
-        OutputFormat::Speedscope if !profile.spans.is_empty() && options.event.is_none() => {
-            write_file(output, |out| {
-                views::timeline::write_speedscope_evented(profile, &options, out)
-            })
-        }
-        OutputFormat::Speedscope => write_file(output, |out| {
-            views::speedscope::write(profile, &options, out)
-        }),
-        OutputFormat::Html => write_file(output, |out| views::html::write(profile, &options, out)),
-        OutputFormat::ChromeTrace => write_file(output, |out| {
-            views::timeline::write_chrome_trace(profile, &options, out)
-        }),
-    }
+    views::check(profile, format, &options).map_err(anyhow::Error::msg)?;
+    write_file(output, |out| views::write(profile, format, &options, out))
 }
 
 /// Refuses an event the profile has no samples of.
 pub fn check_event(profile: &Profile, options: &ViewOptions) -> Result<()> {
-    if let Some(event) = options.event {
-        if !profile.events().contains(&event) {
-            bail!(
-                "{} has no {} samples; it has: {}",
-                profile.source,
-                event.name(),
-                event_names(profile)
-            );
-        }
-    }
-    Ok(())
+    views::check(profile, OutputFormat::Collapsed, options).map_err(anyhow::Error::msg)
 }
 
 /// Creates `output` and writes it through a buffer.
@@ -283,13 +216,4 @@ fn write_file(
     write(&mut out)
         .and_then(|()| out.flush())
         .with_context(|| format!("can't write {}", output.display()))
-}
-
-fn event_names(profile: &Profile) -> String {
-    let names: Vec<&str> = profile.events().into_iter().map(Event::name).collect();
-    if names.is_empty() {
-        "no samples at all".into()
-    } else {
-        names.join(", ")
-    }
 }

@@ -44,6 +44,9 @@ enum Commands {
             See docs/protocol.md. Stops on Ctrl-C or SIGTERM; what was acknowledged is on disk."
     )]
     Serve(collector_commands::ServeArgs),
+    /// Serve the web UI over a store alone, read-only (`openprof serve --http` serves it beside
+    /// a running collector, with live agents and their controls).
+    Ui(collector_commands::UiArgs),
     /// Send a command to live agents through a collector (HPROF's socket commands and ours).
     Control(collector_commands::ControlArgs),
     /// List what a store holds: nodes, processes, agents (clock offsets, losses), traces
@@ -180,6 +183,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Profile(args) => profile_command::profile(args),
         Commands::Serve(args) => collector_commands::serve(args),
         Commands::Control(args) => collector_commands::control(args),
+        Commands::Ui(args) => collector_commands::ui(args),
         Commands::Ls(args) => collector_commands::ls(args),
         Commands::Export(args) => collector_commands::export(args),
         Commands::Replay(args) => collector_commands::replay_command(args),

@@ -185,6 +185,7 @@ pub fn command_names() -> &'static [&'static str] {
         "mpt-add",
         "mpt-remove",
         "mpt-list",
+        "dump",
     ]
 }
 
@@ -251,6 +252,7 @@ pub fn parse_command(
             })
         }
         "mpt-list" => none(Command::MptList),
+        "dump" => none(Command::DumpProfile),
         other => Err(format!(
             "'{other}' is not a command; the commands are: {}",
             command_names().join(", ")

@@ -264,6 +264,12 @@ impl Server {
         lock(&self.registry.agents).keys().copied().collect()
     }
 
+    /// What tells the agents connected at any moment, for others to keep (the web UI).
+    pub fn connected_agents_watch(&self) -> Arc<dyn Fn() -> Vec<Uuid> + Send + Sync> {
+        let registry = self.registry.clone();
+        Arc::new(move || lock(&registry.agents).keys().copied().collect())
+    }
+
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.accept.await;

@@ -433,6 +433,9 @@ pub enum Command {
     MptRemove { specs: String },
     /// 0x86 (openprof): list the method parameter tracing specifications in force.
     MptList,
+    /// 0x87 (openprof): dump what every engine recorded since its last dump, as a kill -QUIT
+    /// does, but no heap dump.
+    DumpProfile,
 }
 
 const CMD_GC: u8 = 0x01;
@@ -450,6 +453,7 @@ const CMD_SNAPSHOT: u8 = 0x83;
 const CMD_MPT_ADD: u8 = 0x84;
 const CMD_MPT_REMOVE: u8 = 0x85;
 const CMD_MPT_LIST: u8 = 0x86;
+const CMD_DUMP_PROFILE: u8 = 0x87;
 
 /// What a command may do beyond steering the profile; an agent carries out such commands only
 /// when its `commands=` option allows them.
@@ -525,6 +529,7 @@ impl Command {
             Command::MptAdd { specs } => (CMD_MPT_ADD, specs.as_bytes().to_vec()),
             Command::MptRemove { specs } => (CMD_MPT_REMOVE, specs.as_bytes().to_vec()),
             Command::MptList => (CMD_MPT_LIST, vec![]),
+            Command::DumpProfile => (CMD_DUMP_PROFILE, vec![]),
         };
         let mut record = vec![tag];
         record.extend_from_slice(&serial.to_be_bytes());
@@ -616,6 +621,7 @@ impl Command {
             CMD_MPT_ADD => Command::MptAdd { specs: text()? },
             CMD_MPT_REMOVE => Command::MptRemove { specs: text()? },
             CMD_MPT_LIST => exact(0).map(|()| Command::MptList)?,
+            CMD_DUMP_PROFILE => exact(0).map(|()| Command::DumpProfile)?,
             other => return Err(fault(format!("command tag 0x{other:02x} is unknown"))),
         };
         Ok((serial, command))
@@ -701,6 +707,7 @@ mod tests {
                 specs: "Slow.work(int) 1".into(),
             },
             Command::MptList,
+            Command::DumpProfile,
         ]
     }
 

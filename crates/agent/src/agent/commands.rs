@@ -197,6 +197,10 @@ fn execute(context: &Context, jni: *mut JNIEnv, command: &Command) -> Result<Str
             let specs = parse_specs(specs)?;
             parameter_tracing()?.remove_specs(jni, &specs)
         }
+        Command::DumpProfile => {
+            super::dump_profile(context, jni)?;
+            Ok("profile dumped".into())
+        }
         Command::MptList => {
             let specs = parameter_tracing()?.specs_in_force();
             Ok(if specs.is_empty() {

@@ -330,7 +330,8 @@ fn add_missing_engines(
     Ok(())
 }
 
-/// Writes the session engines' dumps (what they recorded since the last dump).
+/// Writes the session engines' dumps (what they recorded since the last dump): at a
+/// session's dump and stop.
 fn dump_session(context: &Context, jni: *mut JNIEnv, report: &std::sync::Mutex<Report>) {
     let collect = |report: &mut Report| collect(context, report);
     let dump = Dump {

@@ -44,12 +44,39 @@ pub fn write_diff(
     write_page(profile, Some(base), options, out)
 }
 
+/// The page's data alone (the JSON `write_data` describes), for a page that has the component
+/// already and swaps its data (the web UI's live view): the same folds as [`write`] or, with a
+/// base, [`write_diff`].
+pub fn page_data(
+    profile: &Profile,
+    base: Option<&Profile>,
+    options: &ViewOptions,
+) -> io::Result<Vec<u8>> {
+    let (_, data) = folds_and_data(profile, base, options)?;
+    Ok(data)
+}
+
 fn write_page(
     profile: &Profile,
     base: Option<&Profile>,
     options: &ViewOptions,
     out: &mut impl Write,
 ) -> io::Result<()> {
+    let (title, data) = folds_and_data(profile, base, options)?;
+    let (head, tail) = TEMPLATE
+        .split_once(DATA_MARK)
+        .expect("the template has a data mark");
+    out.write_all(head.replace(TITLE_MARK, &escape_html(&title)).as_bytes())?;
+    out.write_all(&data)?;
+    out.write_all(tail.as_bytes())
+}
+
+/// The shown event's title and the page's data.
+fn folds_and_data(
+    profile: &Profile,
+    base: Option<&Profile>,
+    options: &ViewOptions,
+) -> io::Result<(String, Vec<u8>)> {
     let shown = options.event.or_else(|| profile.default_event());
     let event_options = |event: Option<Event>| ViewOptions {
         event,
@@ -83,17 +110,13 @@ fn write_page(
     }
     let mut data = Vec::new();
     write_data(&folds, base_folds.as_deref(), shown, options, &mut data)?;
-    let title = &folds
+    let title = folds
         .iter()
         .find(|folded| folded.event == shown)
         .unwrap_or(&folds[0])
-        .title;
-    let (head, tail) = TEMPLATE
-        .split_once(DATA_MARK)
-        .expect("the template has a data mark");
-    out.write_all(head.replace(TITLE_MARK, &escape_html(title)).as_bytes())?;
-    out.write_all(&data)?;
-    out.write_all(tail.as_bytes())
+        .title
+        .clone();
+    Ok((title, data))
 }
 
 /// The page's data, JSON:

@@ -108,6 +108,131 @@ pub struct ViewOptions {
     pub with_lines: bool,
 }
 
+/// Whether a profile can be shown as asked: an event it has samples of; a timeline only of a
+/// profile that has one. The problem in words when not.
+pub fn check(profile: &Profile, format: OutputFormat, options: &ViewOptions) -> Result<(), String> {
+    if let Some(event) = options.event {
+        if !profile.events().contains(&event) {
+            let names: Vec<&str> = profile.events().into_iter().map(Event::name).collect();
+            return Err(format!(
+                "{} has no {} samples; it has: {}",
+                profile.source,
+                event.name(),
+                if names.is_empty() {
+                    "no samples at all".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ));
+        }
+    }
+    if format == OutputFormat::ChromeTrace && profile.spans.is_empty() {
+        return Err(format!(
+            "{} has no timeline (method calls, waits, GCs) for a Chrome trace: traces \
+             (format=x) with cpu=times or monitor=y have one",
+            profile.source
+        ));
+    }
+    Ok(())
+}
+
+/// Writes a profile in an output format ([`check`] it first): the one dispatch every front end
+/// uses.
+pub fn write(
+    profile: &Profile,
+    format: OutputFormat,
+    options: &ViewOptions,
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    match format {
+        OutputFormat::Collapsed => collapsed::write(&fold(profile, options), out),
+        OutputFormat::Pprof => pprof::write(profile, options, out),
+        // A profile with a timeline (a trace) opens in speedscope as one, unless an event's
+        // samples are asked for; anything else as sampled stacks.
+        OutputFormat::Speedscope if !profile.spans.is_empty() && options.event.is_none() => {
+            timeline::write_speedscope_evented(profile, options, out)
+        }
+        OutputFormat::Speedscope => speedscope::write(profile, options, out),
+        OutputFormat::Html => html::write(profile, options, out),
+        OutputFormat::ChromeTrace => timeline::write_chrome_trace(profile, options, out),
+    }
+}
+
+/// The view options as people give them — the command line's flags, the web API's query —
+/// before they are checked: one place turns them into [`ViewOptions`] for every front end.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ViewRequest {
+    pub event: Option<String>,
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+    pub threads: bool,
+    pub reverse: bool,
+    pub total: bool,
+    /// Seconds from the recording's start.
+    pub from: Option<f64>,
+    pub to: Option<f64>,
+    pub simple: bool,
+    pub lines: bool,
+    pub minwidth: f64,
+    pub title: Option<String>,
+}
+
+impl ViewRequest {
+    /// The options, checked; a problem names the option as `flag` spells it (`--` on the
+    /// command line, nothing in a query).
+    pub fn options(&self, flag: &str) -> Result<ViewOptions, String> {
+        let regexes = |patterns: &[String], option: &str| -> Result<Vec<Regex>, String> {
+            patterns
+                .iter()
+                .map(|pattern| {
+                    Regex::new(pattern)
+                        .map_err(|error| format!("bad {flag}{option} {pattern:?}: {error}"))
+                })
+                .collect()
+        };
+        let event = match &self.event {
+            Some(name) => Some(Event::from_name(name).ok_or_else(|| {
+                format!(
+                    "bad {flag}event {name:?}: one of {}",
+                    Event::ALL.map(Event::name).join(", ")
+                )
+            })?),
+            None => None,
+        };
+        let seconds = |value: Option<f64>, option: &str| -> Result<Option<u64>, String> {
+            match value {
+                Some(seconds) if !(seconds.is_finite() && seconds >= 0.0) => Err(format!(
+                    "bad {flag}{option} {seconds}: seconds from the recording's start, 0 or more"
+                )),
+                Some(seconds) => Ok(Some((seconds * 1e9) as u64)),
+                None => Ok(None),
+            }
+        };
+        if !(self.minwidth.is_finite() && (0.0..=100.0).contains(&self.minwidth)) {
+            return Err(format!(
+                "bad {flag}minwidth {}: a percentage, 0 to 100",
+                self.minwidth
+            ));
+        }
+        Ok(ViewOptions {
+            event,
+            include: regexes(&self.include, "include")?,
+            exclude: regexes(&self.exclude, "exclude")?,
+            by_thread: self.threads,
+            reverse: self.reverse,
+            total: self.total,
+            from_ns: seconds(self.from, "from")?,
+            to_ns: seconds(self.to, "to")?,
+            simple: self.simple,
+            min_width_percent: self.minwidth,
+            title: self.title.clone(),
+            with_labels: false,
+            with_lines: self.lines,
+        })
+    }
+}
+
 /// A frame as a view shows it: merged by name and kind, and by line too unless the view keeps
 /// lines apart (`ViewOptions::with_lines`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -22,13 +22,15 @@ use openprof_testkit::{
 
 use crate::helpers::{openprof, text};
 
-const TOKEN: &str = "test-token-4d1f";
-const CONTROL_TOKEN: &str = "test-control-token-9a2e";
+pub(crate) const TOKEN: &str = "test-token-4d1f";
+pub(crate) const CONTROL_TOKEN: &str = "test-control-token-9a2e";
 
 /// `openprof serve` as a child process, so that it can be killed for real.
-struct Collector {
+pub(crate) struct Collector {
     child: Child,
-    address: String,
+    pub(crate) address: String,
+    /// The web UI's `host:port`, when started with `--http`.
+    pub(crate) web: Option<String>,
     log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
@@ -37,7 +39,7 @@ impl Collector {
         Collector::start_with(store, listen, &[])
     }
 
-    fn start_with(store: &Path, listen: &str, extra: &[&str]) -> Collector {
+    pub(crate) fn start_with(store: &Path, listen: &str, extra: &[&str]) -> Collector {
         Collector::start_under(None, store, listen, extra)
     }
 
@@ -79,6 +81,15 @@ impl Collector {
             .strip_prefix("openprof collector listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line}"))
             .to_string();
+        let web = extra.contains(&"--http").then(|| {
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            line.trim()
+                .strip_prefix("openprof web UI on http://")
+                .and_then(|rest| rest.strip_suffix('/'))
+                .unwrap_or_else(|| panic!("unexpected second line: {line}"))
+                .to_string()
+        });
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let mut stderr = BufReader::new(child.stderr.take().unwrap());
         let sink = log.clone();
@@ -92,11 +103,12 @@ impl Collector {
         Collector {
             child,
             address,
+            web,
             log,
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 
@@ -203,7 +215,7 @@ fn method_count(document: &[u8], name: &str) -> Option<u64> {
     })
 }
 
-fn agent_options(address: &str, extra: &str) -> String {
+pub(crate) fn agent_options(address: &str, extra: &str) -> String {
     format!("net={address},token={TOKEN},{extra}")
 }
 

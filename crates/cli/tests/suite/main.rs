@@ -11,6 +11,7 @@ mod mpt_jvm;
 mod mpt_report;
 mod profile;
 mod token_files;
+mod ui;
 mod views;
 mod views_html;
 mod views_jfr;

@@ -1,0 +1,197 @@
+// Drives openprof's web UI in headless Chromium for the CLI's tests: one scenario per run,
+// printing what the pages showed as JSON.
+//
+// node ui.mjs URL SCENARIO [ARGS...]   (credentials in OPENPROF_UI_TOKEN, OPENPROF_UI_NAME)
+//   refused                      a wrong credential, and no credential at all
+//   fleet                        the fleet's rows
+//   flame AGENT                  the agent's flame graph: search shares, live growth, a click
+//   mpt AGENT SPEC               add a specification from Controls, then the values table
+//   snapshot AGENT NAME          take a snapshot
+//   diff                         compare the first and the last snapshot
+//   actions                      the action log
+// With --screenshots DIR each page is saved there as ui-*.png.
+//
+// OPENPROF_BROWSER_DEPS: the directory whose node_modules holds playwright-core (default: this
+// script's own); CHROMIUM: the browser (default /usr/bin/chromium).
+import { createRequire } from "node:module";
+import path from "node:path";
+
+const deps = process.env.OPENPROF_BROWSER_DEPS || path.dirname(new URL(import.meta.url).pathname);
+const { chromium } = createRequire(path.join(path.resolve(deps), "package.json"))("playwright-core");
+
+const args = process.argv.slice(2);
+let screenshots = null;
+const at = args.indexOf("--screenshots");
+if (at >= 0) { screenshots = args[at + 1]; args.splice(at, 2); }
+const [base, scenario, ...rest] = args;
+const token = process.env.OPENPROF_UI_TOKEN || "";
+const name = process.env.OPENPROF_UI_NAME || "tester";
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  args: process.getuid && process.getuid() === 0 ? ["--no-sandbox"] : [],
+});
+const result = { errors: [], requests: [] };
+const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
+page.on("pageerror", (error) => result.errors.push(String(error)));
+page.on("console", (message) => {
+  // Refusals the scenario provokes on purpose are not the page's errors.
+  const refusal = scenario === "refused" && message.text().includes("status of 401");
+  if (message.type() === "error" && !refusal) result.errors.push(message.text());
+});
+page.on("request", (request) => { if (!request.url().startsWith(base)) result.requests.push(request.url()); });
+page.on("dialog", (dialog) => dialog.accept());
+const shot = async (file) => { if (screenshots) await page.screenshot({ path: path.join(screenshots, file) }); };
+
+async function login() {
+  await page.goto(base + "/login");
+  await page.fill("#token", token);
+  await page.fill("#name", name);
+  await Promise.all([page.waitForURL(base + "/"), page.click("#submit")]);
+}
+
+// The flame graph frame's page, once its drawing is there.
+async function flameFrame(selector) {
+  const handle = await page.waitForSelector(selector);
+  const frame = await handle.contentFrame();
+  await frame.waitForFunction(() => window.openprofFlame && window.openprofFlame.rects.length > 0);
+  return frame;
+}
+
+try {
+  if (scenario === "refused") {
+    // No credential: the page goes to the login page; the API answers 401 with no data.
+    await page.goto(base + "/");
+    result.redirectedTo = new URL(page.url()).pathname;
+    const api = await page.evaluate(async () => {
+      const response = await fetch("/api/fleet");
+      return { status: response.status, body: await response.text() };
+    });
+    result.apiStatus = api.status;
+    result.apiBody = api.body;
+    await shot("ui-login.png");
+    // A wrong credential: refused, on the login page, and still no data.
+    await page.fill("#token", token + "-wrong");
+    await page.click("#submit");
+    await page.waitForSelector("#refused");
+    result.refused = await page.textContent("#refused");
+    result.afterRefusal = await page.evaluate(async () => (await fetch("/api/fleet")).status);
+  } else if (scenario === "fleet") {
+    await login();
+    await page.waitForSelector("#fleet tbody tr");
+    result.agents = await page.$$eval("#fleet tbody tr", (rows) => rows.map((row) => ({
+      agent: row.dataset.agent,
+      text: row.cells[0].textContent,
+      status: row.cells[3].textContent,
+    })));
+    await shot("ui-fleet.png");
+  } else if (scenario === "flame") {
+    const [agent] = rest;
+    await login();
+    await page.goto(base + "/#/agent/" + agent + "/flame");
+    let frame = await flameFrame("#flame-frame");
+    result.searches = {};
+    for (const text of ["CpuSplit\\.heavy", "CpuSplit\\.light"]) {
+      await frame.fill("#search", text);
+      result.searches[text] = Number(await frame.$eval("#matched", (element) => element.dataset.share));
+    }
+    await frame.fill("#search", "");
+    await shot("ui-flame.png");
+    // Live: the count grows while the JVM runs, without the page being loaded again.
+    await page.check("#live");
+    const totals = [];
+    const marker = await page.evaluate(() => { window.notReloaded = true; return true; });
+    for (let i = 0; i < 3; i++) {
+      await page.waitForTimeout(2500);
+      totals.push(Number(await frame.$eval("#total", (element) => element.dataset.total)));
+    }
+    result.liveTotals = totals;
+    result.pageKept = marker && await page.evaluate(() => window.notReloaded === true);
+    await page.uncheck("#live");
+    // A click on a frame shows every statistic of that method beside the graph.
+    const target = await frame.evaluate(() => {
+      const rects = window.openprofFlame.rects.filter((rect) => rect.name === "CpuSplit.heavy");
+      rects.sort((a, b) => b.w - a.w);
+      const top = document.getElementById("flame").getBoundingClientRect().top + window.scrollY;
+      window.scrollTo(0, top + rects[0].y - window.innerHeight / 2);
+      return { x: rects[0].x + rects[0].w / 2, y: rects[0].y + rects[0].h / 2 };
+    });
+    const canvas = await frame.$("#flame");
+    const box = await canvas.boundingBox();
+    await page.mouse.click(box.x + target.x, box.y + target.y);
+    await page.waitForSelector("#resource-name");
+    result.resource = await page.textContent("#resource-name");
+    result.resourceEvents = await page.$$eval(".resource-event", (items) => items.map((item) => item.textContent));
+    await shot("ui-resource.png");
+  } else if (scenario === "mpt") {
+    const [agent, spec] = rest;
+    await login();
+    await page.goto(base + "/#/agent/" + agent + "/controls");
+    await page.waitForSelector("#command");
+    await page.selectOption("#command", "mpt-add");
+    await page.fill("#argument", spec);
+    await page.click("#send");
+    await page.waitForFunction(() => document.getElementById("command-result").textContent.length > 0);
+    result.commandResult = await page.textContent("#command-result");
+    await shot("ui-controls.png");
+    await page.goto(base + "/#/agent/" + agent + "/mpt");
+    // The values come with the agent's next dumps (the MPT tab asks every few seconds).
+    const deadline = Date.now() + 60000;
+    let values = [];
+    while (Date.now() < deadline) {
+      await page.evaluate(async (id) => {
+        await fetch("/api/agents/" + id + "/live", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" });
+      }, agent);
+      values = await page.$$eval(".mpt-method tbody tr", (rows) => rows.map((row) => ({
+        value: row.dataset.value, calls: Number(row.cells[1].textContent.replace(/,/g, "")), mean: Number(row.cells[2].textContent),
+      })));
+      if (values.length >= 2 && values.every((value) => value.calls >= 3)) break;
+      await page.waitForTimeout(1000);
+    }
+    result.values = values;
+    await shot("ui-mpt.png");
+  } else if (scenario === "snapshot") {
+    const [agent, snapshotName] = rest;
+    await login();
+    await page.goto(base + "/#/agent/" + agent + "/snapshot");
+    await page.waitForSelector("#snapshot-name");
+    await page.fill("#snapshot-name", snapshotName);
+    await Promise.all([page.waitForURL(base + "/#/snapshots"), page.click("#snapshot-take")]);
+    await page.waitForSelector("#snapshots tbody tr");
+    result.snapshots = await page.$$eval("#snapshots tbody tr", (rows) => rows.map((row) => row.cells[0].textContent));
+  } else if (scenario === "diff") {
+    await login();
+    await page.goto(base + "/#/snapshots");
+    await page.waitForSelector("#snapshots tbody tr");
+    await shot("ui-snapshots.png");
+    const count = await page.$$eval("#diff-base option", (options) => options.length);
+    await page.selectOption("#diff-base", { index: 0 });
+    await page.selectOption("#diff-new", { index: count - 1 });
+    await page.click("#diff-show");
+    const frame = await flameFrame("#diff-frame");
+    await shot("ui-diff.png");
+    await frame.click("#tree-tab");
+    // Every row of the tree opened, to find each method's change of share.
+    for (let round = 0; round < 20; round++) {
+      const closed = await frame.$$("#tree tbody tr .toggle[aria-expanded=\"false\"]");
+      if (!closed.length) break;
+      for (const toggle of closed) await toggle.click();
+    }
+    result.rows = await frame.$$eval("#tree tbody tr", (rows) => rows.map((row) => ({
+      name: row.dataset.name, change: Number(row.dataset.change), total: Number(row.dataset.total),
+    })));
+  } else if (scenario === "actions") {
+    await login();
+    await page.goto(base + "/#/actions");
+    await page.waitForSelector("#actions");
+    result.actions = await page.$$eval("#actions tbody tr", (rows) => rows.map((row) => [...row.cells].map((cell) => cell.textContent)));
+    await shot("ui-actions.png");
+  } else {
+    throw new Error("unknown scenario " + scenario);
+  }
+} catch (error) {
+  result.errors.push("scenario " + scenario + ": " + (error && error.stack ? error.stack : String(error)));
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(result));

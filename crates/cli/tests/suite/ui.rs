@@ -1,0 +1,276 @@
+//! The web UI (`openprof serve --http`) in headless Chromium (Playwright, `tests/browser/ui.mjs`)
+//! with real JVMs streaming to a real collector: the fleet lists both agents, the CpuSplit
+//! agent's flame graph shows its 3:1 split and grows while live, a parameter tracing
+//! specification added from the Controls traces Phases' requests and ranks the slow key first,
+//! two snapshots of Phases' two phases compare with the method that changed highlighted, and
+//! a wrong credential gets no data. `OPENPROF_SCREENSHOTS=docs/images` keeps each page's
+//! picture for docs/ui.md.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use openprof_testkit::{java_command, workspace_root};
+use serde_json::Value;
+
+use crate::collector::{agent_options, Collector, CONTROL_TOKEN};
+use crate::helpers::{finish, text, LIMIT};
+use crate::views_html::{browser_deps, chromium};
+
+/// A GET of the web API with the control credential as a bearer token (or none): its status
+/// and body.
+pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(web).expect("connect to the web UI");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let authorization = bearer
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {web}\r\n{authorization}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    // A chunked body's framing is left in; callers look for what it holds.
+    (status, body.to_string())
+}
+
+/// Runs one scenario of the browser script and returns what it saw.
+fn drive(web: &str, args: &[&str]) -> Value {
+    let mut command = Command::new("node");
+    command
+        .arg(workspace_root().join("crates/cli/tests/browser/ui.mjs"))
+        .arg(format!("http://{web}"))
+        .args(args)
+        .env("OPENPROF_BROWSER_DEPS", browser_deps())
+        .env("CHROMIUM", chromium())
+        .env("OPENPROF_UI_TOKEN", CONTROL_TOKEN)
+        .env("OPENPROF_UI_NAME", "ui-tester")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(dir) = std::env::var_os("OPENPROF_SCREENSHOTS").filter(|dir| !dir.is_empty()) {
+        let dir = workspace_root().join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        command.arg("--screenshots").arg(dir);
+    }
+    let output = finish(command, LIMIT);
+    assert!(
+        output.status.success(),
+        "ui.mjs {args:?}: {}",
+        text(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|error| panic!("ui.mjs {args:?}: {error}: {}", text(&output.stdout)));
+    assert_eq!(
+        seen["errors"],
+        serde_json::json!([]),
+        "ui.mjs {args:?}: {seen:#}"
+    );
+    assert_eq!(
+        seen["requests"],
+        serde_json::json!([]),
+        "the UI used the network: {seen:#}"
+    );
+    seen
+}
+
+/// A JVM with the agent streaming to the collector, once it printed "ready" (or at once).
+fn jvm(address: &str, extra: &str, class: &str, args: &[&str]) -> Child {
+    let options = agent_options(address, extra);
+    let (mut command, _) = java_command(Some(&options), class, args);
+    command.stdin(Stdio::piped()).spawn().expect("start java")
+}
+
+/// The agent id of the JVM of this pid, once the collector has it connected.
+fn agent_of(web: &str, pid: u32) -> String {
+    let began = Instant::now();
+    loop {
+        let (status, body) = api_get(web, "/api/fleet", Some(CONTROL_TOKEN));
+        assert_eq!(status, 200, "{body}");
+        let start = body.find('{').unwrap_or(0);
+        let end = body.rfind('}').map_or(body.len(), |end| end + 1);
+        if let Ok(fleet) = serde_json::from_str::<Value>(&body[start..end]) {
+            if let Some(agent) = fleet["agents"].as_array().and_then(|agents| {
+                agents
+                    .iter()
+                    .find(|agent| agent["pid"] == pid && agent["connected"] == true)
+            }) {
+                return agent["agent"].as_str().unwrap().to_string();
+            }
+        }
+        assert!(began.elapsed() < LIMIT, "JVM {pid} never connected: {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn number(value: &Value) -> f64 {
+    value
+        .as_f64()
+        .unwrap_or_else(|| panic!("not a number: {value}"))
+}
+
+#[test]
+fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start_with(
+        &store.path().join("store"),
+        "127.0.0.1:0",
+        &["--http", "127.0.0.1:0"],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    let mut hot = jvm(
+        &collector.address,
+        "cpu=samples,interval=1,depth=64",
+        "CpuSplit",
+        &["300"],
+    );
+    let mut phases = jvm(
+        &collector.address,
+        "cpu=samples,interval=1,depth=64,commands=mpt",
+        "Phases",
+        &[],
+    );
+    let mut phases_out = BufReader::new(phases.stdout.take().unwrap());
+    let mut line = String::new();
+    phases_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let hot_agent = agent_of(&web, hot.id());
+    let phases_agent = agent_of(&web, phases.id());
+
+    // No credential, or a wrong one: the login page, 401, and no data.
+    let refused = drive(&web, &["refused"]);
+    assert_eq!(refused["redirectedTo"], "/login", "{refused:#}");
+    assert_eq!(refused["apiStatus"], 401, "{refused:#}");
+    assert!(
+        !refused["apiBody"].as_str().unwrap().contains(&hot_agent),
+        "{refused:#}"
+    );
+    assert_eq!(refused["afterRefusal"], 401, "{refused:#}");
+    assert!(
+        refused["refused"]
+            .as_str()
+            .unwrap()
+            .contains("not the control credential"),
+        "{refused:#}"
+    );
+    let (status, body) = api_get(&web, "/api/fleet", Some("not-the-token"));
+    assert_eq!(status, 401);
+    assert!(!body.contains(&hot_agent));
+
+    // The fleet lists both agents, connected.
+    let fleet = drive(&web, &["fleet"]);
+    for agent in [&hot_agent, &phases_agent] {
+        let row = fleet["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["agent"] == agent.as_str())
+            .unwrap_or_else(|| panic!("agent {agent} is not in the fleet: {fleet:#}"));
+        assert_eq!(row["status"], "connected", "{fleet:#}");
+    }
+
+    // CpuSplit's flame graph: heavy three times light; live, the total grows.
+    let flame = drive(&web, &["flame", &hot_agent]);
+    let heavy = number(&flame["searches"]["CpuSplit\\.heavy"]);
+    let light = number(&flame["searches"]["CpuSplit\\.light"]);
+    let heavy_of_both = 100.0 * heavy / (heavy + light);
+    assert!(
+        (heavy_of_both - 75.0).abs() <= 3.0 && heavy + light > 90.0,
+        "heavy {heavy:.2} %, light {light:.2} %: heavy {heavy_of_both:.1} % of the two, built to be 75 %"
+    );
+    let totals: Vec<f64> = flame["liveTotals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(number)
+        .collect();
+    assert!(
+        totals.windows(2).all(|pair| pair[1] > pair[0]),
+        "the live total did not grow: {totals:?}"
+    );
+    assert_eq!(flame["pageKept"], true, "the page was loaded again");
+    assert_eq!(flame["resource"], "CpuSplit.heavy", "{flame:#}");
+
+    // Parameter tracing added from the Controls: "slow" is ranked first, about 8 ms a call
+    // against 1 ms.
+    let mpt = drive(&web, &["mpt", &phases_agent, "Phases.handle(String) 1"]);
+    assert!(
+        mpt["commandResult"].as_str().unwrap().starts_with("done"),
+        "{mpt:#}"
+    );
+    let values = mpt["values"].as_array().unwrap();
+    assert!(values.len() >= 2, "{mpt:#}");
+    assert_eq!(values[0]["value"], "\"slow\"", "{mpt:#}");
+    assert_eq!(values[1]["value"], "\"fast\"", "{mpt:#}");
+    let (slow, fast) = (number(&values[0]["mean"]), number(&values[1]["mean"]));
+    assert!(
+        slow > 4.0 * fast && fast >= 0.9,
+        "slow {slow} ms, fast {fast} ms"
+    );
+
+    // Two phases, two snapshots: alpha's share goes, beta's comes.
+    let taken = drive(&web, &["snapshot", &phases_agent, "phase-1"]);
+    assert!(
+        taken["snapshots"].to_string().contains("phase-1"),
+        "{taken:#}"
+    );
+    let mut stdin = phases.stdin.take().unwrap();
+    writeln!(stdin, "next").unwrap();
+    stdin.flush().unwrap();
+    line.clear();
+    phases_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "phase 2");
+    std::thread::sleep(Duration::from_secs(4));
+    drive(&web, &["snapshot", &phases_agent, "phase-2"]);
+    let diff = drive(&web, &["diff"]);
+    let change_of = |method: &str| -> f64 {
+        diff["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|row| row["name"] == method)
+            .map(|row| number(&row["change"]))
+            .sum()
+    };
+    assert!(
+        change_of("Phases.beta") > 30.0 && change_of("Phases.alpha") < -30.0,
+        "beta {:+.1} points, alpha {:+.1} points: {diff:#}",
+        change_of("Phases.beta"),
+        change_of("Phases.alpha")
+    );
+
+    // Every command sent from the UI is in the action log, with who sent it.
+    let actions = drive(&web, &["actions"]);
+    assert!(
+        actions["actions"].as_array().unwrap().iter().any(|row| {
+            row[1].as_str().unwrap().starts_with("ui-tester")
+                && row[2].as_str().unwrap().starts_with("mpt-add")
+        }),
+        "{actions:#}"
+    );
+    // The log is the store owner's only.
+    let log = store.path().join("store/ui/actions.log");
+    let mode = std::fs::metadata(&log).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o077,
+        0,
+        "{} is readable by others",
+        log.display()
+    );
+
+    drop(stdin);
+    let _ = hot.kill();
+    let _ = hot.wait();
+    let _ = phases.wait();
+    assert!(!collector.log().contains("panicked"), "{}", collector.log());
+}

@@ -1,0 +1,330 @@
+// openprof's web UI: hash routes drawn from the JSON API (docs/ui.md). The flame graph and call
+// tree are the views' own page, in a frame; this script swaps its data for the live view and
+// hears which frame was clicked (navigation by resource name).
+"use strict";
+(function () {
+  const view = document.getElementById("view");
+  const state = { timers: [], frameName: null };
+
+  // ---- helpers -----------------------------------------------------------------------------
+  function el(tag, attributes, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null || child === false) continue;
+      node.appendChild(typeof child === "string" || typeof child === "number" ? document.createTextNode(String(child)) : child);
+    }
+    return node;
+  }
+  function say(text, isError) {
+    const box = document.getElementById("message");
+    box.textContent = text;
+    box.className = isError ? "error" : "";
+    box.hidden = false;
+    clearTimeout(say.timer);
+    say.timer = setTimeout(() => { box.hidden = true; }, isError ? 8000 : 3000);
+  }
+  async function api(path, options) {
+    const init = Object.assign({ credentials: "same-origin" }, options || {});
+    if (init.body !== undefined) {
+      init.method = init.method || "POST";
+      init.headers = { "Content-Type": "application/json" };
+      init.body = JSON.stringify(init.body);
+    }
+    const response = await fetch(path, init);
+    if (response.status === 401) { window.location = "/login"; throw new Error("logged out"); }
+    const text = await response.text();
+    let body;
+    try { body = text ? JSON.parse(text) : {}; } catch (e) { body = { error: text }; }
+    if (!response.ok) {
+      const error = new Error(body.error || body.message || ("HTTP " + response.status));
+      error.body = body;
+      error.status = response.status;
+      throw error;
+    }
+    return body;
+  }
+  function query(params) {
+    const search = new URLSearchParams();
+    for (const [key, value] of Object.entries(params)) {
+      if (value === undefined || value === null || value === "" || value === false) continue;
+      if (Array.isArray(value)) value.forEach((one) => search.append(key, one));
+      else search.append(key, value === true ? "1" : String(value));
+    }
+    return search.toString();
+  }
+  function bytes(value) {
+    const units = ["B", "KiB", "MiB", "GiB"];
+    let at = 0;
+    while (value >= 1024 && at < units.length - 1) { value /= 1024; at++; }
+    return (at ? value.toFixed(1) : String(value)) + " " + units[at];
+  }
+  function number(value) { return Number(value).toLocaleString("en"); }
+  function stopTimers() { state.timers.forEach(clearInterval); state.timers = []; }
+  function table(heads, rows, id) {
+    return el("table", { class: "grid", id },
+      el("thead", {}, el("tr", {}, heads.map((head) => el("th", { class: head.num ? "num" : null }, head.label || head)))),
+      el("tbody", {}, rows));
+  }
+  function cell(value, numeric) { return el("td", { class: numeric ? "num" : null }, value); }
+
+  // ---- fleet -------------------------------------------------------------------------------
+  async function showFleet() {
+    const filter = el("input", { type: "search", id: "fleet-filter", placeholder: "Filter: host, pid, agent id, format" });
+    const holder = el("div", {});
+    view.replaceChildren(el("h2", {}, "Fleet"), el("div", { class: "controls" }, filter), holder);
+    const draw = async () => {
+      const fleet = await api("/api/fleet?" + query({ filter: filter.value.trim() }));
+      const rows = fleet.agents.map((agent) => {
+        const status = agent.connected ? el("span", { class: "status connected" }, "connected")
+          : el("span", { class: "status gone" }, agent.finished ? "finished" : "disconnected");
+        const gaps = agent.traces.reduce((sum, trace) => sum + trace.gaps.length, 0);
+        return el("tr", { dataset: { agent: agent.agent } },
+          cell(el("a", { href: "#/agent/" + agent.agent, class: "agent-link" }, agent.hostname + " pid " + agent.pid)),
+          cell(agent.process && agent.process.name ? agent.process.name : ""),
+          cell(agent.format),
+          cell(status),
+          cell(agent.clock ? (agent.clock.offsetNs / 1e6).toFixed(3) + " ± " + (agent.clock.errorNs / 1e6).toFixed(3) + " ms" : "—"),
+          cell(number(agent.frames), true),
+          cell(bytes(agent.bytes), true),
+          cell(agent.lostFrames ? el("span", { class: "status warn" }, number(agent.lostFrames) + " lost") : "0", true),
+          cell(gaps ? el("span", { class: "status warn" }, gaps + " gaps") : "0", true),
+          cell(agent.traces.map((trace) => el("a", { href: "#/trace/" + trace.trace, class: "trace-link" }, trace.trace.slice(0, 8) + " (" + number(trace.elements) + ")"))));
+      });
+      holder.replaceChildren(
+        fleet.agents.length ? table(["Agent", "Process", "Format", "Status", "Clock offset", { label: "Frames", num: 1 }, { label: "Bytes", num: 1 }, { label: "Losses", num: 1 }, { label: "Gaps", num: 1 }, "Traces"], rows, "fleet")
+          : el("p", { class: "muted", id: "fleet-empty" }, "No agent has sent anything yet."),
+        el("p", { class: "muted" }, fleet.collector ? "Live: a collector runs with this UI." : "A store only: no agent is live (openprof ui)."));
+    };
+    filter.addEventListener("input", () => draw().catch((error) => say(error.message, true)));
+    await draw();
+    state.timers.push(setInterval(() => draw().catch(() => {}), 3000));
+  }
+
+  // ---- one agent or trace --------------------------------------------------------------------
+  function sourceOf(kind, id) { return kind === "agent" ? { agent: id } : kind === "trace" ? { trace: id } : { snapshot: id }; }
+
+  async function showSource(kind, id, tab) {
+    const source = sourceOf(kind, id);
+    const heading = el("h2", { id: "source-title" }, kind + " " + id);
+    const tabs = el("div", { class: "tabs", role: "tablist" });
+    const body = el("div", { id: "tab-body" });
+    view.replaceChildren(heading, tabs, body);
+    let info = null;
+    if (kind === "agent") {
+      const fleet = await api("/api/fleet?" + query({ filter: id }));
+      info = fleet.agents.find((agent) => agent.agent === id) || null;
+      if (info) heading.textContent = info.hostname + " pid " + info.pid + " (" + (info.connected ? "connected" : info.finished ? "finished" : "disconnected") + ")";
+    }
+    const names = [["flame", "Flame graph"], ["methods", "Hot methods"], ["mpt", "Parameter values"]];
+    if (kind === "agent") names.push(["snapshot", "Snapshot"], ["controls", "Controls"]);
+    for (const [name, label] of names) {
+      tabs.appendChild(el("button", { id: "tab-" + name, "aria-selected": String(name === tab), role: "tab",
+        onclick: () => { window.location.hash = "#/" + kind + "/" + id + "/" + name; } }, label));
+    }
+    const draw = { flame: drawFlame, methods: drawMethods, mpt: drawMpt, snapshot: drawSnapshot, controls: drawControls }[tab] || drawFlame;
+    await draw(body, kind, id, source, info);
+  }
+
+  // The flame graph: the views' page in a frame; live, its data is swapped as the agent dumps.
+  async function drawFlame(body, kind, id, source, info) {
+    const event = el("input", { id: "flame-event", placeholder: "event (default: the first)", size: 14 });
+    const include = el("input", { id: "flame-include", placeholder: "include regex" });
+    const exclude = el("input", { id: "flame-exclude", placeholder: "exclude regex" });
+    const threads = el("input", { type: "checkbox", id: "flame-threads" });
+    const live = el("input", { type: "checkbox", id: "live", disabled: !(info && info.connected) });
+    const count = el("span", { id: "live-count", class: "muted" });
+    const frame = el("iframe", { class: "flame", id: "flame-frame", title: "flame graph" });
+    const params = () => Object.assign({}, source, { event: event.value.trim(), include: include.value.trim() ? [include.value.trim()] : [], exclude: exclude.value.trim() ? [exclude.value.trim()] : [], threads: threads.checked });
+    const load = () => { frame.src = "/view/flame?" + query(params()); };
+    const apply = el("button", { type: "button", id: "flame-apply", onclick: load }, "Show");
+    body.replaceChildren(el("div", { class: "controls" },
+      el("label", {}, "Event ", event), el("label", {}, "Include ", include), el("label", {}, "Exclude ", exclude),
+      el("label", {}, threads, " per thread"), apply,
+      kind === "agent" ? el("label", { title: "the agent dumps what it sampled every few seconds" }, live, " live") : null, count), frame);
+    frame.addEventListener("load", () => {
+      const total = frame.contentDocument && frame.contentDocument.getElementById("total");
+      if (total) count.textContent = total.textContent;
+    });
+    let lastSequence = info ? info.lastSequence : 0;
+    // A live agent writes its HPROF output at dumps: ask for one, and wait for it to arrive.
+    if (info && info.connected && info.format !== "x") {
+      count.textContent = "asking the agent for its samples…";
+      for (let tries = 0; tries < 20; tries++) {
+        const status = await api("/api/agents/" + id + "/live", { method: "POST", body: {} });
+        if (status.lastSequence > lastSequence || (lastSequence > 0 && tries > 0)) { lastSequence = status.lastSequence; break; }
+        await new Promise((resolve) => setTimeout(resolve, 500));
+      }
+    }
+    load();
+    const tick = async () => {
+      if (!live.checked) return;
+      const status = await api("/api/agents/" + id + "/live", { method: "POST", body: {} });
+      if (status.lastSequence === lastSequence) return;
+      lastSequence = status.lastSequence;
+      const data = await api("/api/profile?" + query(params()));
+      const win = frame.contentWindow;
+      if (win && win.openprofReplace) win.openprofReplace(data);
+      const total = frame.contentDocument.getElementById("total");
+      count.textContent = total ? total.textContent : "";
+      count.dataset.total = total ? total.dataset.total : "";
+    };
+    state.timers.push(setInterval(() => tick().catch((error) => say(error.message, true)), 2000));
+  }
+
+  async function drawMethods(body, kind, id, source) {
+    const event = el("input", { id: "methods-event", placeholder: "event", size: 14 });
+    const holder = el("div", {});
+    const draw = async () => {
+      const result = await api("/api/methods?" + query(Object.assign({}, source, { event: event.value.trim() })));
+      const rows = result.methods.map((method) => el("tr", { dataset: { name: method.name } },
+        cell(el("a", { href: "#", class: "resource-link", onclick: (e) => { e.preventDefault(); showResource(source, method.name); } }, method.name)),
+        cell(number(method.self), true), cell(result.total ? (100 * method.self / result.total).toFixed(2) + " %" : "", true),
+        cell(number(method.total), true), cell(result.total ? (100 * method.total / result.total).toFixed(2) + " %" : "", true)));
+      holder.replaceChildren(el("p", { class: "muted" }, "Event " + result.event + " of " + result.events.join(", ") + "; total " + number(result.total)),
+        table(["Method", { label: "Self", num: 1 }, { label: "Self %", num: 1 }, { label: "Total", num: 1 }, { label: "Total %", num: 1 }], rows, "methods"));
+    };
+    body.replaceChildren(el("div", { class: "controls" }, el("label", {}, "Event ", event), el("button", { type: "button", onclick: () => draw().catch((e) => say(e.message, true)) }, "Show")), holder);
+    await draw();
+  }
+
+  async function drawMpt(body, kind, id, source) {
+    const holder = el("div", { id: "mpt" });
+    body.replaceChildren(holder);
+    const draw = async () => {
+      const result = await api("/api/mpt?" + query(source));
+      if (!result.methods.length) {
+        holder.replaceChildren(el("p", { class: "muted", id: "mpt-empty" }, "No method parameter tracing data yet (add a specification under Controls, or run the agent with mpt=@FILE)."));
+        return;
+      }
+      holder.replaceChildren(...result.methods.map((method) => el("div", { class: "panel mpt-method", dataset: { method: method.method } },
+        el("h3", {}, method.method, " ", el("code", {}, method.spec)),
+        table(["Value", { label: "Calls", num: 1 }, { label: "Mean wall ms", num: 1 }, { label: "Max wall ms", num: 1 }, { label: "Mean CPU ms", num: 1 }],
+          method.values.map((value) => el("tr", { dataset: { value: value.value } }, cell(value.value), cell(number(value.calls), true),
+            cell(value.wallMeanMs.toFixed(3), true), cell(value.wallMaxMs.toFixed(3), true), cell(value.cpuMeanMs.toFixed(3), true)))))));
+    };
+    await draw().catch((error) => holder.replaceChildren(el("p", { class: "error" }, error.message)));
+    state.timers.push(setInterval(() => draw().catch(() => {}), 3000));
+  }
+
+  async function drawSnapshot(body, kind, id) {
+    const name = el("input", { id: "snapshot-name", placeholder: "snapshot name", required: true });
+    const take = el("button", { type: "button", id: "snapshot-take", onclick: async () => {
+      try {
+        const snapshot = await api("/api/snapshots", { body: { agent: id, name: name.value } });
+        say("Snapshot " + snapshot.name + " taken");
+        window.location.hash = "#/snapshots";
+      } catch (error) { say(error.message, true); }
+    } }, "Take snapshot");
+    body.replaceChildren(el("p", {}, "A snapshot holds what the agent sampled since its previous snapshot (or its start), so that two snapshots compare two phases."),
+      el("div", { class: "controls" }, name, take));
+  }
+
+  // Controls of a live agent: each command confirmed, then sent through the collector.
+  async function drawControls(body, kind, id) {
+    const commands = [
+      ["dump", "Dump what it sampled (CPU, wall, locks, allocations)"], ["cpu-samples", "Dump CPU samples"],
+      ["cpu-sampling-on", "CPU sampling on"], ["cpu-sampling-off", "CPU sampling off"], ["clear-cpu-samples", "Clear CPU samples"],
+      ["depth", "Stack depth (argument: a number)"], ["trace-start", "Start a trace"], ["trace-end", "End the trace"],
+      ["alloc-sites", "Dump allocation sites"], ["dump-heap", "Dump the heap"], ["gc", "Run the garbage collector"],
+      ["mpt-add", "Add parameter tracing specifications (argument: one a line)"], ["mpt-remove", "Remove specifications"], ["mpt-list", "List specifications"],
+    ];
+    const select = el("select", { id: "command" }, commands.map(([value, label]) => el("option", { value }, label)));
+    const argument = el("textarea", { id: "argument", rows: 3, cols: 60, placeholder: "argument: a depth, or MPT specifications (docs/mpt.md)" });
+    const result = el("pre", { id: "command-result", class: "panel" });
+    const send = el("button", { type: "button", id: "send", onclick: async () => {
+      const what = select.value + (argument.value.trim() ? " " + argument.value.trim() : "");
+      if (!window.confirm("Send '" + what + "' to agent " + id + "?")) return;
+      try {
+        const outcome = await api("/api/agents/" + id + "/command", { body: { command: select.value, argument: argument.value } });
+        result.textContent = "done: " + outcome.message;
+        result.className = "panel";
+      } catch (error) {
+        result.textContent = "refused: " + error.message;
+        result.className = "panel error";
+      }
+    } }, "Send");
+    body.replaceChildren(el("div", { class: "controls" }, select, send), argument, result,
+      el("p", { class: "muted" }, "Each command is confirmed, then logged with your name (see Actions)."));
+  }
+
+  // ---- navigation by resource name -------------------------------------------------------------
+  async function showResource(source, name) {
+    let panel = document.getElementById("resource");
+    if (!panel) { panel = el("aside", { id: "resource" }); document.body.appendChild(panel); }
+    panel.replaceChildren(el("button", { class: "close", type: "button", onclick: () => panel.remove() }, "×"), el("h3", {}, name), el("p", { class: "muted" }, "Loading…"));
+    const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    const events = (await api("/api/methods?" + query(source))).events;
+    const sections = [];
+    for (const event of events) {
+      const result = await api("/api/methods?" + query(Object.assign({}, source, { event, include: ["^" + escaped + "$"] })));
+      const own = result.methods.find((method) => method.name === name);
+      const whole = await api("/api/methods?" + query(Object.assign({}, source, { event })));
+      const share = own && whole.total ? (100 * own.total / whole.total).toFixed(2) + " %" : "0 %";
+      sections.push(el("div", { class: "resource-event", dataset: { event } }, el("strong", {}, event), ": total ", own ? number(own.total) : "0", " (", share, "), self ", own ? number(own.self) : "0"));
+    }
+    panel.replaceChildren(el("button", { class: "close", type: "button", onclick: () => panel.remove() }, "×"), el("h3", { id: "resource-name" }, name), ...sections);
+  }
+  window.addEventListener("message", (event) => {
+    if (event.origin !== window.location.origin || !event.data || !event.data.openprofFrame) return;
+    const match = window.location.hash.match(/^#\/(agent|trace|snapshot)\/([0-9a-f-]+)/);
+    if (match) showResource(sourceOf(match[1], match[2]), event.data.openprofFrame).catch((error) => say(error.message, true));
+  });
+
+  // ---- snapshots and actions -------------------------------------------------------------------
+  async function showSnapshots() {
+    const result = await api("/api/snapshots");
+    const options = () => result.snapshots.map((snapshot) => el("option", { value: snapshot.id }, snapshot.name + " (" + snapshot.taken_at + ")"));
+    const base = el("select", { id: "diff-base" }, options());
+    const newer = el("select", { id: "diff-new" }, options());
+    if (result.snapshots.length > 1) newer.selectedIndex = result.snapshots.length - 1;
+    const frame = el("iframe", { class: "flame", id: "diff-frame", title: "differential flame graph", hidden: true });
+    const compare = el("button", { type: "button", id: "diff-show", onclick: () => {
+      frame.hidden = false;
+      frame.src = "/view/flame?" + query({ snapshot: newer.value, base: base.value });
+    } }, "Compare");
+    const rows = result.snapshots.map((snapshot) => el("tr", { dataset: { snapshot: snapshot.id } },
+      cell(el("a", { href: "#/snapshot/" + snapshot.id }, snapshot.name)), cell(snapshot.agent), cell(snapshot.taken_at), cell(snapshot.taken_by),
+      cell(["html", "pprof", "collapsed", "speedscope"].map((format) => el("a", { href: "/api/export?" + query({ snapshot: snapshot.id, format }), download: "", class: "export" }, format + " ")))));
+    view.replaceChildren(el("h2", {}, "Snapshots"),
+      result.snapshots.length ? table(["Name", "Agent", "Taken", "By", "Export"], rows, "snapshots") : el("p", { class: "muted" }, "No snapshot yet: open an agent and take one."),
+      el("h3", {}, "Compare two"), el("div", { class: "controls" }, el("label", {}, "Base ", base), el("label", {}, "New ", newer), compare), frame);
+  }
+
+  async function showActions() {
+    const result = await api("/api/actions");
+    view.replaceChildren(el("h2", {}, "Actions on live agents"),
+      table(["Time", "Who", "Action", "Agent", "Outcome"], result.actions.map((action) => el("tr", {},
+        cell(action.time), cell(action.who), cell(el("code", {}, action.action)), cell(action.agent),
+        cell(el("span", { class: action.ok ? "" : "error" }, (action.ok ? "done: " : "refused: ") + action.outcome)))), "actions"));
+  }
+
+  // ---- routing -------------------------------------------------------------------------------
+  async function route() {
+    stopTimers();
+    const old = document.getElementById("resource");
+    if (old) old.remove();
+    const parts = (window.location.hash || "#/fleet").slice(2).split("/");
+    for (const link of document.querySelectorAll(".bar nav a")) link.classList.toggle("current", link.id === "nav-" + parts[0]);
+    try {
+      if (parts[0] === "agent" || parts[0] === "trace" || parts[0] === "snapshot") await showSource(parts[0], parts[1], parts[2] || "flame");
+      else if (parts[0] === "snapshots") await showSnapshots();
+      else if (parts[0] === "actions") await showActions();
+      else await showFleet();
+    } catch (error) {
+      view.replaceChildren(el("p", { class: "error", id: "error" }, error.message));
+    }
+  }
+  window.addEventListener("hashchange", route);
+  document.getElementById("logout").addEventListener("click", async () => {
+    await api("/logout", { body: {} }).catch(() => {});
+    window.location = "/login";
+  });
+  api("/api/session").then((session) => { document.getElementById("who").textContent = session.name; }).catch(() => {});
+  route();
+})();

@@ -1,0 +1,95 @@
+//! openprof's web UI and its JSON API, served by `openprof serve --http ADDR` beside the
+//! collector (or by `openprof ui --store DIR` over a store alone): the fleet of agents, their
+//! profiles as flame graphs and call trees (the views' one HTML component, in a frame),
+//! statistics, snapshots and their differences, method parameter tracing's values, and the
+//! controls of live agents.
+//!
+//! - [`auth`]: who may see anything: the control credential, by a login page (a session
+//!   cookie) or a bearer token; nothing is open by default.
+//! - [`profiles`]: profiles read from the store (an agent's HPROF output, a trace, a
+//!   snapshot's period), cached while the store has nothing newer.
+//! - [`api`]: the JSON API and the pages.
+//! - [`control`]: commands to live agents through the collector, as `openprof control`
+//!   sends them, each logged with who asked ([`audit`]).
+//! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
+
+pub mod api;
+pub mod audit;
+pub mod auth;
+pub mod control;
+pub mod profiles;
+pub mod snapshots;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openprof_collector::store::Store;
+use uuid::Uuid;
+
+/// The agents a running collector has connected now (none without a collector).
+pub type ConnectedAgents = Arc<dyn Fn() -> Vec<Uuid> + Send + Sync>;
+
+/// How the web UI is served.
+pub struct WebConfig {
+    /// Where to listen (loopback unless given otherwise on purpose).
+    pub listen: SocketAddr,
+    /// The credential a browser or an API client must prove: the collector's control token.
+    pub credential: String,
+    /// The store's directory (snapshots and the action log are kept beside its catalog).
+    pub store_dir: PathBuf,
+    /// The collector to send commands through (`host:port`), when one runs.
+    pub collector: Option<String>,
+}
+
+/// What every request handler shares.
+pub struct Web {
+    pub config: WebConfig,
+    pub store: Arc<dyn Store>,
+    pub connected: Option<ConnectedAgents>,
+    pub sessions: auth::Sessions,
+    pub profiles: profiles::ProfileCache,
+    pub snapshots: snapshots::Snapshots,
+    pub audit: audit::AuditLog,
+    pub live: control::LiveDumps,
+}
+
+/// A web server running until its future is dropped or [`serve`]'s shutdown signal comes.
+pub struct Running {
+    pub local_addr: SocketAddr,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Binds and serves the UI; returns once it listens.
+pub async fn serve(
+    config: WebConfig,
+    store: Arc<dyn Store>,
+    connected: Option<ConnectedAgents>,
+) -> anyhow::Result<Running> {
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let local_addr = listener.local_addr()?;
+    let snapshots = snapshots::Snapshots::open(&config.store_dir)?;
+    let audit = audit::AuditLog::open(&config.store_dir)?;
+    let web = Arc::new(Web {
+        config,
+        store,
+        connected,
+        sessions: auth::Sessions::default(),
+        profiles: profiles::ProfileCache::default(),
+        snapshots,
+        audit,
+        live: control::LiveDumps::default(),
+    });
+    let app = api::router(web);
+    let task = tokio::spawn(async move {
+        if let Err(error) = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        {
+            tracing::warn!("the web UI stopped: {error}");
+        }
+    });
+    Ok(Running { local_addr, task })
+}
