@@ -278,8 +278,9 @@ pub struct ControlArgs {
     cutoff: f32,
     /// gc, dump-heap, alloc-sites, heap-summary, exit, dump-traces, cpu-samples,
     /// alloc-traces-on, alloc-traces-off, cpu-sampling-on, cpu-sampling-off,
-    /// clear-cpu-samples, depth N, trace-start, trace-end, filter BLOCK, snapshot NAME,
-    /// mpt-add SPECS, mpt-remove SPECS, mpt-list (method parameter tracing, docs/mpt.md).
+    /// clear-cpu-samples, depth N, interval MS, dump (every engine's dump but the heap's),
+    /// trace-start, trace-end, filter BLOCK, snapshot NAME, mpt-add SPECS, mpt-remove SPECS,
+    /// mpt-list (method parameter tracing, docs/mpt.md).
     /// Agents carry out dump-heap, exit and mpt-add/remove only when their commands= option
     /// allows them (docs/security.md).
     command: String,

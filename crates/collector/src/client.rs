@@ -186,6 +186,7 @@ pub fn command_names() -> &'static [&'static str] {
         "mpt-remove",
         "mpt-list",
         "dump",
+        "interval",
     ]
 }
 
@@ -253,6 +254,20 @@ pub fn parse_command(
         }
         "mpt-list" => none(Command::MptList),
         "dump" => none(Command::DumpProfile),
+        "interval" => {
+            let text = argument.ok_or_else(|| needs("milliseconds, e.g. 'interval 5'"))?;
+            let ms = text
+                .parse::<u32>()
+                .ok()
+                .filter(|ms| (1..=openprof_format::options::MAX_INTERVAL_MS).contains(ms))
+                .ok_or_else(|| {
+                    format!(
+                        "interval '{text}' is not a number of milliseconds from 1 to {}",
+                        openprof_format::options::MAX_INTERVAL_MS
+                    )
+                })?;
+            Ok(Command::SetInterval { ms })
+        }
         other => Err(format!(
             "'{other}' is not a command; the commands are: {}",
             command_names().join(", ")

@@ -436,6 +436,8 @@ pub enum Command {
     /// 0x87 (openprof): dump what every engine recorded since its last dump, as a kill -QUIT
     /// does, but no heap dump.
     DumpProfile,
+    /// 0x88 (openprof): u4 milliseconds: cpu=samples' interval from now on.
+    SetInterval { ms: u32 },
 }
 
 const CMD_GC: u8 = 0x01;
@@ -454,6 +456,7 @@ const CMD_MPT_ADD: u8 = 0x84;
 const CMD_MPT_REMOVE: u8 = 0x85;
 const CMD_MPT_LIST: u8 = 0x86;
 const CMD_DUMP_PROFILE: u8 = 0x87;
+const CMD_SET_INTERVAL: u8 = 0x88;
 
 /// What a command may do beyond steering the profile; an agent carries out such commands only
 /// when its `commands=` option allows them.
@@ -530,6 +533,7 @@ impl Command {
             Command::MptRemove { specs } => (CMD_MPT_REMOVE, specs.as_bytes().to_vec()),
             Command::MptList => (CMD_MPT_LIST, vec![]),
             Command::DumpProfile => (CMD_DUMP_PROFILE, vec![]),
+            Command::SetInterval { ms } => (CMD_SET_INTERVAL, ms.to_be_bytes().to_vec()),
         };
         let mut record = vec![tag];
         record.extend_from_slice(&serial.to_be_bytes());
@@ -622,6 +626,12 @@ impl Command {
             CMD_MPT_REMOVE => Command::MptRemove { specs: text()? },
             CMD_MPT_LIST => exact(0).map(|()| Command::MptList)?,
             CMD_DUMP_PROFILE => exact(0).map(|()| Command::DumpProfile)?,
+            CMD_SET_INTERVAL => {
+                exact(4)?;
+                Command::SetInterval {
+                    ms: u32::from_be_bytes(body[0..4].try_into().expect("4 bytes")),
+                }
+            }
             other => return Err(fault(format!("command tag 0x{other:02x} is unknown"))),
         };
         Ok((serial, command))
@@ -708,6 +718,7 @@ mod tests {
             },
             Command::MptList,
             Command::DumpProfile,
+            Command::SetInterval { ms: 5 },
         ]
     }
 

@@ -230,7 +230,7 @@
     const commands = [
       ["dump", "Dump what it sampled (CPU, wall, locks, allocations)"], ["cpu-samples", "Dump CPU samples"],
       ["cpu-sampling-on", "CPU sampling on"], ["cpu-sampling-off", "CPU sampling off"], ["clear-cpu-samples", "Clear CPU samples"],
-      ["depth", "Stack depth (argument: a number)"], ["trace-start", "Start a trace"], ["trace-end", "End the trace"],
+      ["depth", "Stack depth (argument: a number)"], ["interval", "CPU sampling interval (argument: milliseconds)"], ["trace-start", "Start a trace"], ["trace-end", "End the trace"],
       ["alloc-sites", "Dump allocation sites"], ["dump-heap", "Dump the heap"], ["gc", "Run the garbage collector"],
       ["mpt-add", "Add parameter tracing specifications (argument: one a line)"], ["mpt-remove", "Remove specifications"], ["mpt-list", "List specifications"],
     ];

@@ -197,6 +197,12 @@ fn execute(context: &Context, jni: *mut JNIEnv, command: &Command) -> Result<Str
             let specs = parse_specs(specs)?;
             parameter_tracing()?.remove_specs(jni, &specs)
         }
+        Command::SetInterval { ms } => {
+            sampling()?.set_interval(context, *ms);
+            Ok(format!(
+                "CPU samples every {ms} ms of each thread's CPU time"
+            ))
+        }
         Command::DumpProfile => {
             super::dump_profile(context, jni)?;
             Ok("profile dumped".into())

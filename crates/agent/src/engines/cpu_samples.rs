@@ -312,6 +312,16 @@ impl CpuSamples {
         }
     }
 
+    /// Samples every `ms` milliseconds of each thread's CPU time from now on: every timer is
+    /// started again with the new interval.
+    pub fn set_interval(&self, context: &Context, ms: u32) {
+        self.interval_ms.store(ms, Ordering::Relaxed);
+        if self.with_signals(context) && self.recording.load(Ordering::Acquire) {
+            lock(&context.threads).stop_timers();
+            self.time_running_threads(context);
+        }
+    }
+
     /// At attach, or when a profiling session starts: a CPU timer for every thread of the
     /// process but the agent's own, Java or not (the Java threads cannot start one on
     /// themselves that late). Returns the line for the attach report.

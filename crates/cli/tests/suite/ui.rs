@@ -18,9 +18,15 @@ use crate::collector::{agent_options, Collector, CONTROL_TOKEN};
 use crate::helpers::{finish, text, LIMIT};
 use crate::views_html::{browser_deps, chromium};
 
-/// A GET of the web API with the control credential as a bearer token (or none): its status
-/// and body.
-pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
+/// A request to the web API, with the control credential as a bearer token (or none): its
+/// status and body.
+pub(crate) fn http(
+    web: &str,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    json: Option<(&str, &str)>,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(web).expect("connect to the web UI");
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
@@ -28,13 +34,21 @@ pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Stri
     let authorization = bearer
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
+    let (content_type, body) = json.unwrap_or(("", ""));
+    let content = if content_type.is_empty() {
+        String::new()
+    } else {
+        format!("Content-Type: {content_type}\r\n")
+    };
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {web}\r\n{authorization}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {web}\r\n{authorization}{content}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let response = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head
         .split_whitespace()
@@ -43,6 +57,10 @@ pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Stri
         .unwrap_or(0);
     // A chunked body's framing is left in; callers look for what it holds.
     (status, body.to_string())
+}
+
+pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
+    http(web, "GET", path, bearer, None)
 }
 
 /// Runs one scenario of the browser script and returns what it saw.
@@ -273,4 +291,115 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     let _ = hot.wait();
     let _ = phases.wait();
     assert!(!collector.log().contains("panicked"), "{}", collector.log());
+}
+
+#[test]
+fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start_with(
+        &store.path().join("store"),
+        "127.0.0.1:0",
+        &["--http", "127.0.0.1:0"],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    let mut hot = jvm(
+        &collector.address,
+        "cpu=samples,interval=20,depth=64",
+        "CpuSplit",
+        &["300"],
+    );
+    let agent = agent_of(&web, hot.id());
+    let token = Some(CONTROL_TOKEN);
+    let bad = |path: &str, status: u16, expected: &str| {
+        let (got, body) = api_get(&web, path, token);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.contains(expected), "{path}: {body}");
+    };
+    bad(
+        &format!("/api/methods?agent={agent}&colour=red"),
+        400,
+        "\\\"colour\\\" is not a parameter",
+    );
+    bad("/api/methods?agent=12", 400, "is not an id");
+    bad("/api/methods", 400, "name a source");
+    bad(
+        &format!("/api/methods?agent={}", uuid::Uuid::nil()),
+        404,
+        "no agent",
+    );
+    bad(
+        &format!("/api/methods?agent={agent}&include=%28"),
+        400,
+        "bad include",
+    );
+    bad(
+        &format!("/api/methods?agent={agent}&event=heat"),
+        400,
+        "bad event",
+    );
+    bad(
+        &format!("/api/export?agent={agent}&format=gif"),
+        400,
+        "format=\\\"gif\\\"",
+    );
+    bad("/api/nothing", 404, "no such page");
+    // A state-changing request that is not JSON is refused before anything is done.
+    let command = format!("/api/agents/{agent}/command");
+    let (status, body) = http(&web, "POST", &command, token, Some(("text/plain", "dump")));
+    assert_eq!(status, 415, "{body}");
+    let (status, body) = http(
+        &web,
+        "POST",
+        &command,
+        token,
+        Some((
+            "application/json",
+            r#"{"command": "interval", "argument": "0"}"#,
+        )),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("not a number of milliseconds"), "{body}");
+    let (status, body) = http(
+        &web,
+        "POST",
+        &command,
+        token,
+        Some((
+            "application/json",
+            r#"{"command": "interval", "argument": "2"}"#,
+        )),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("every 2 ms"), "{body}");
+    // The next dump's CPU SAMPLER record says the new interval.
+    let (status, body) = http(
+        &web,
+        "POST",
+        &command,
+        token,
+        Some(("application/json", r#"{"command": "dump"}"#)),
+    );
+    assert_eq!(status, 200, "{body}");
+    std::thread::sleep(Duration::from_secs(1));
+    let exported = crate::helpers::openprof(&[
+        "export",
+        &agent,
+        "--agent",
+        "--store",
+        store.path().join("store").to_str().unwrap(),
+    ]);
+    let hprof = text(&exported.stdout);
+    assert!(
+        hprof.contains("interval 2 ms"),
+        "{}",
+        text(&exported.stderr)
+    );
+    // The action log has both, the refusal too.
+    let (_, actions) = api_get(&web, "/api/actions", token);
+    assert!(
+        actions.contains("interval 0") && actions.contains("interval 2"),
+        "{actions}"
+    );
+    let _ = hot.kill();
+    let _ = hot.wait();
 }
