@@ -38,8 +38,9 @@ from benchlib import ROOT, javac_sources, jdk_tool
 OUTPUTS = ["collapsed", "html", "pb.gz", "json"]
 
 
-def synthetic_hprof(path, stacks, seed=1):
-    """An HPROF text profile of `stacks` distinct traces, CPU SAMPLES listing every one."""
+def synthetic_hprof(path, stacks, seed=1, max_count=50):
+    """An HPROF text profile of `stacks` distinct traces, CPU SAMPLES listing every one, each
+    with 1 to `max_count` samples."""
     rng = random.Random(seed)
     methods = [f"com.example.p{i % 50}.Class{i % 700}.method{i}" for i in range(5000)]
     with open(path, "w") as out:
@@ -54,7 +55,7 @@ def synthetic_hprof(path, stacks, seed=1):
             out.write(f"TRACE {serial}:\n")
             for level, method in enumerate(reversed(frames)):
                 out.write(f"\t{method}(Source.java:{10 + level})\n")
-            counts.append((serial, rng.randint(1, 50)))
+            counts.append((serial, rng.randint(1, max_count)))
         total = sum(count for _, count in counts)
         counts.sort(key=lambda pair: -pair[1])
         out.write(f"CPU SAMPLES BEGIN (total = {total}) Mon Nov 23 10:00:10 2026\n")

@@ -606,6 +606,10 @@ pub struct ReplayArgs {
     /// recording as many agents).
     #[arg(long)]
     fresh_ids: bool,
+    /// The file is an HPROF profile (text or binary), sent as an HPROF-output agent sends its
+    /// output.
+    #[arg(long, conflicts_with_all = ["shuffle", "duplicate_every", "fresh_ids"])]
+    hprof: bool,
 }
 
 pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
@@ -617,6 +621,7 @@ pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
         shuffle: args.shuffle,
         duplicate_every: args.duplicate_every,
         fresh_ids: args.fresh_ids,
+        hprof: args.hprof,
     };
     let report = replay(&args.collector.endpoint(), &token, &recording, &plan)
         .map_err(anyhow::Error::msg)?;

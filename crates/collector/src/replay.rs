@@ -1,5 +1,6 @@
 //! A replay client: sends a recorded trace to a collector as an agent would, optionally with
-//! its elements shuffled and some sent twice, to test collation and to measure ingest.
+//! its elements shuffled and some sent twice, to test collation and to measure ingest; or an
+//! HPROF profile as an HPROF-output agent's stream (for the web UI's tests and benchmarks).
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,9 @@ pub struct ReplayPlan {
     /// Give the recording's process, agent and trace fresh ids, so that one recording can be
     /// replayed as many distinct agents.
     pub fresh_ids: bool,
+    /// The recording is an HPROF profile (text or binary), sent as HPROF output in frames of
+    /// 256 KiB, not a trace.
+    pub hprof: bool,
 }
 
 /// The recording with its processId, agentId and traceId replaced by fresh ones.
@@ -102,34 +106,46 @@ pub fn replay(
     recording: &[u8],
     plan: &ReplayPlan,
 ) -> Result<ReplayReport, String> {
-    let renamed;
-    let recording = if plan.fresh_ids {
-        renamed = with_fresh_ids(recording)?;
-        renamed.as_slice()
+    let (kind, format, elements, fragments) = if plan.hprof {
+        let format = if recording.starts_with(b"JAVA PROFILE 1.0.2\0") {
+            "b"
+        } else {
+            "a"
+        };
+        let chunks: Vec<Vec<u8>> = recording.chunks(256 << 10).map(<[u8]>::to_vec).collect();
+        (FrameKind::Hprof, format, 0, chunks)
     } else {
-        recording
+        let renamed;
+        let recording = if plan.fresh_ids {
+            renamed = with_fresh_ids(recording)?;
+            renamed.as_slice()
+        } else {
+            recording
+        };
+        let mut elements = recorded_elements(recording)?;
+        if let Some(seed) = plan.shuffle {
+            shuffle(&mut elements, seed);
+        }
+        let per = plan.elements_per_fragment.max(1);
+        let mut fragments: Vec<Vec<u8>> = Vec::new();
+        for (index, chunk) in elements.chunks(per).enumerate() {
+            let mut fragment = Vec::new();
+            for element in chunk {
+                fragment.extend_from_slice(element);
+                fragment.push(b'\n');
+            }
+            if plan.duplicate_every > 0 && index % plan.duplicate_every == plan.duplicate_every - 1
+            {
+                fragments.push(fragment.clone());
+            }
+            fragments.push(fragment);
+        }
+        (FrameKind::Fragment, "x", elements.len(), fragments)
     };
-    let mut elements = recorded_elements(recording)?;
-    if let Some(seed) = plan.shuffle {
-        shuffle(&mut elements, seed);
-    }
-    let per = plan.elements_per_fragment.max(1);
-    let mut fragments: Vec<Vec<u8>> = Vec::new();
-    for (index, chunk) in elements.chunks(per).enumerate() {
-        let mut fragment = Vec::new();
-        for element in chunk {
-            fragment.extend_from_slice(element);
-            fragment.push(b'\n');
-        }
-        if plan.duplicate_every > 0 && index % plan.duplicate_every == plan.duplicate_every - 1 {
-            fragments.push(fragment.clone());
-        }
-        fragments.push(fragment);
-    }
     let agent = Uuid::new_v4();
     let mut hello = Hello::new(Role::Agent, Some(agent));
     hello.hostname = "replay".into();
-    hello.format = "x".into();
+    hello.format = format.into();
     hello.options = "replay".into();
     let identity = Arc::new(Identity::generate().map_err(|error| error.to_string())?);
     let connected = connect(endpoint, hello, token, Some(identity))?;
@@ -228,7 +244,7 @@ pub fn replay(
     for (index, fragment) in fragments.iter().enumerate() {
         let payload = wire::with_sequence(index as u64 + 1, fragment);
         bytes += payload.len();
-        wire::encode_frame(FrameKind::Fragment, &payload, &mut batch);
+        wire::encode_frame(kind, &payload, &mut batch);
         batch_frames += 1;
         if batch.len() >= 1 << 20 {
             send(&mut batch, &mut batch_frames)?;
@@ -258,7 +274,7 @@ pub fn replay(
     ack_delays.sort();
     Ok(ReplayReport {
         agent,
-        elements: elements.len(),
+        elements,
         frames: fragments.len(),
         bytes,
         elapsed,

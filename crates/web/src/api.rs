@@ -300,6 +300,39 @@ async fn blocking<T: Send + 'static>(
 /// A request's profile, its base (a differential view's) and its view options.
 type Resolved = (Arc<Profile>, Option<Arc<Profile>>, ViewOptions);
 
+/// How far the store went for a requested source: a view of it made since is still right.
+fn mark(web: &Web, requested: Requested) -> Result<String, ApiError> {
+    let store = web.store.as_ref();
+    Ok(match requested {
+        Requested::Agent(agent) => format!(
+            "agent {agent} {}",
+            crate::profiles::mark_of(store, &Source::Agent { agent, upto: None })?
+        ),
+        Requested::Trace(trace) => format!(
+            "trace {trace} {}",
+            crate::profiles::mark_of(store, &Source::Trace(trace))?
+        ),
+        // A snapshot never changes.
+        Requested::Snapshot(id) => format!("snapshot {id}"),
+    })
+}
+
+/// A view (`what`, made by `make`) of a request, from the cache when its sources have nothing
+/// newer.
+fn cached_view(
+    web: &Web,
+    what: &str,
+    query: &str,
+    request: &ProfileRequest,
+    make: impl FnOnce() -> Result<Vec<u8>, ApiError>,
+) -> Result<Arc<Vec<u8>>, ApiError> {
+    let mut key = format!("{what}?{query}#{}", mark(web, request.source)?);
+    if let Some(base) = request.base {
+        key.push_str(&mark(web, base)?);
+    }
+    web.views.get_or_make(key, make)
+}
+
 /// The profile (and base) of a request, with its view options checked against it.
 fn resolve(web: &Web, request: &ProfileRequest) -> Result<Resolved, ApiError> {
     let options = request.view.options("").map_err(bad_request)?;
@@ -329,15 +362,18 @@ async fn flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> R
         Ok(request) => request,
         Err(problem) => return problem.into_response(),
     };
+    let query = query.unwrap_or_default();
     let result = blocking(move || {
-        let (profile, base, options) = resolve(&web, &request)?;
-        let mut html = Vec::new();
-        let written = match &base {
-            Some(base) => views::html::write_diff(&profile, base, &options, &mut html),
-            None => views::html::write(&profile, &options, &mut html),
-        };
-        written.map_err(|error| bad_request(error.to_string()))?;
-        Ok(html)
+        cached_view(&web, "flame", &query, &request, || {
+            let (profile, base, options) = resolve(&web, &request)?;
+            let mut html = Vec::new();
+            let written = match &base {
+                Some(base) => views::html::write_diff(&profile, base, &options, &mut html),
+                None => views::html::write(&profile, &options, &mut html),
+            };
+            written.map_err(|error| bad_request(error.to_string()))?;
+            Ok(html)
+        })
     })
     .await;
     match result {
@@ -347,7 +383,7 @@ async fn flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> R
                 (header::CONTENT_SECURITY_POLICY, VIEW_POLICY),
                 (header::CACHE_CONTROL, "no-store"),
             ],
-            html,
+            (*html).clone(),
         )
             .into_response(),
         Err(problem) => problem.into_response(),
@@ -360,14 +396,21 @@ async fn profile_data(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) ->
         Ok(request) => request,
         Err(problem) => return problem.into_response(),
     };
+    let query = query.unwrap_or_default();
     let result = blocking(move || {
-        let (profile, base, options) = resolve(&web, &request)?;
-        views::html::page_data(&profile, base.as_deref(), &options)
-            .map_err(|error| bad_request(error.to_string()))
+        cached_view(&web, "data", &query, &request, || {
+            let (profile, base, options) = resolve(&web, &request)?;
+            views::html::page_data(&profile, base.as_deref(), &options)
+                .map_err(|error| bad_request(error.to_string()))
+        })
     })
     .await;
     match result {
-        Ok(data) => ([(header::CONTENT_TYPE, "application/json")], data).into_response(),
+        Ok(data) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            (*data).clone(),
+        )
+            .into_response(),
         Err(problem) => problem.into_response(),
     }
 }
@@ -378,26 +421,34 @@ async fn methods(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Resp
         Ok(request) => request,
         Err(problem) => return problem.into_response(),
     };
+    let query = query.unwrap_or_default();
     let result = blocking(move || {
-        let (profile, _, options) = resolve(&web, &request)?;
-        let folded = views::fold(&profile, &options);
-        let rows: Vec<Value> = views::tree::top_methods(&folded)
-            .into_iter()
-            .take(200)
-            .map(|method| {
-                json!({"name": method.name, "self": method.self_weight, "total": method.total})
-            })
-            .collect();
-        Ok(json!({
-            "event": folded.event.map(|event| event.name()),
-            "total": folded.total,
-            "events": profile.events().iter().map(|event| event.name()).collect::<Vec<_>>(),
-            "methods": rows,
-        }))
+        cached_view(&web, "methods", &query, &request, || {
+            let (profile, _, options) = resolve(&web, &request)?;
+            let folded = views::fold(&profile, &options);
+            let rows: Vec<Value> = views::tree::top_methods(&folded)
+                .into_iter()
+                .take(200)
+                .map(|method| {
+                    json!({"name": method.name, "self": method.self_weight, "total": method.total})
+                })
+                .collect();
+            let value = json!({
+                "event": folded.event.map(|event| event.name()),
+                "total": folded.total,
+                "events": profile.events().iter().map(|event| event.name()).collect::<Vec<_>>(),
+                "methods": rows,
+            });
+            Ok(value.to_string().into_bytes())
+        })
     })
     .await;
     match result {
-        Ok(value) => Json(value).into_response(),
+        Ok(json) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            (*json).clone(),
+        )
+            .into_response(),
         Err(problem) => problem.into_response(),
     }
 }

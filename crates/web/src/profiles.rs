@@ -42,6 +42,40 @@ pub struct ProfileCache {
 /// Profiles kept: each can be large (a million samples), and the UI looks at a few at a time.
 const CACHED: usize = 6;
 
+/// Views made (a flame graph page, its data, a table), by what was asked and how far the
+/// store went for its sources: going back to a view is not folding a million samples again.
+#[derive(Default)]
+pub struct ViewCache {
+    entries: Mutex<VecDeque<(String, Arc<Vec<u8>>)>>,
+}
+
+/// Views kept; a large profile's page is a few megabytes.
+const VIEWS_CACHED: usize = 24;
+
+impl ViewCache {
+    /// The view under `key`, made by `make` when it is not kept.
+    pub fn get_or_make<E>(
+        &self,
+        key: String,
+        make: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<Vec<u8>>, E> {
+        {
+            let mut entries = crate::api::lock(&self.entries);
+            if let Some(at) = entries.iter().position(|(cached, _)| *cached == key) {
+                let entry = entries.remove(at).expect("found");
+                let view = entry.1.clone();
+                entries.push_front(entry);
+                return Ok(view);
+            }
+        }
+        let view = Arc::new(make()?);
+        let mut entries = crate::api::lock(&self.entries);
+        entries.push_front((key, view.clone()));
+        entries.truncate(VIEWS_CACHED);
+        Ok(view)
+    }
+}
+
 impl ProfileCache {
     /// The profile of `source`, read again only when the store has more for it.
     pub fn get(&self, store: &dyn Store, source: &Source) -> Result<Arc<Profile>, ProfileError> {
@@ -68,7 +102,7 @@ impl ProfileCache {
 }
 
 /// What the store holds for a source now: changes whenever there is more to read.
-fn mark_of(store: &dyn Store, source: &Source) -> Result<u128, ProfileError> {
+pub fn mark_of(store: &dyn Store, source: &Source) -> Result<u128, ProfileError> {
     let catalog = store
         .catalog()
         .map_err(|error| ProfileError::Unreadable(error.to_string()))?;
