@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::index::{Leaf, ResourceRef, StatisticsIndex, NONE};
+use super::index::{thread_order, Leaf, ResourceRef, StatisticsIndex, NONE};
 use super::{percent, StatsError};
 use crate::profile::Event;
 
@@ -156,16 +156,11 @@ impl StatisticsIndex {
                     row.live_objects,
                 ][column]
             };
-            let thread = |row: &AllocationRow| {
-                row.thread
-                    .as_ref()
-                    .map(|thread| (thread.name.clone(), thread.thread_id))
-            };
             rows.sort_by(|a, b| {
                 value(b)
                     .cmp(&value(a))
                     .then_with(|| (&a.class, &a.method).cmp(&(&b.class, &b.method)))
-                    .then_with(|| thread(a).cmp(&thread(b)))
+                    .then_with(|| thread_order(&a.thread).cmp(&thread_order(&b.thread)))
             });
             rows
         };

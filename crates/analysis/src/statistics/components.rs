@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::index::{ResourceRef, StatisticsIndex, NONE, SELF};
+use super::index::{thread_order, ResourceRef, StatisticsIndex, NONE, SELF};
 use super::{percent, ResourceKind, StatsError, Weights, DEFAULT_PACKAGE};
 use crate::profile::{Event, Unit};
 
@@ -404,9 +404,17 @@ impl StatisticsIndex {
         name_of: impl Fn(u32) -> String,
     ) -> Vec<GroupRow> {
         let mut weights: HashMap<(u32, u32), Weights> = HashMap::new();
+        // Without threads, a stack's cells are summed first and groups are numbered densely.
+        let mut dense: Vec<Weights> = Vec::new();
         let mut groups: Vec<(u32, bool)> = Vec::new();
         for run in self.cells.chunk_by(|a, b| a.stack == b.stack) {
-            if !run.iter().any(|cell| cell.event as usize == slot) {
+            let (value, count) = run
+                .iter()
+                .filter(|cell| cell.event as usize == slot)
+                .fold((0, 0), |(value, count), cell| {
+                    (value + cell.value, count + cell.count)
+                });
+            if value == 0 && count == 0 {
                 continue;
             }
             groups.clear();
@@ -418,14 +426,27 @@ impl StatisticsIndex {
                     None => groups.push((group, is_self)),
                 }
             }
-            for cell in run.iter().filter(|cell| cell.event as usize == slot) {
-                let thread = if by_thread { cell.thread } else { NONE };
-                for &(group, is_self) in &groups {
-                    weights
-                        .entry((group, thread))
-                        .or_default()
-                        .add(cell.value, cell.count, is_self);
+            if by_thread {
+                for cell in run.iter().filter(|cell| cell.event as usize == slot) {
+                    for &(group, is_self) in &groups {
+                        weights
+                            .entry((group, cell.thread))
+                            .or_default()
+                            .add(cell.value, cell.count, is_self);
+                    }
                 }
+            } else {
+                for &(group, is_self) in &groups {
+                    if dense.len() <= group as usize {
+                        dense.resize(group as usize + 1, Weights::default());
+                    }
+                    dense[group as usize].add(value, count, is_self);
+                }
+            }
+        }
+        for (group, sum) in dense.into_iter().enumerate() {
+            if !sum.is_zero() {
+                weights.insert((group as u32, NONE), sum);
             }
         }
         let mut rows: Vec<GroupRow> = weights
@@ -438,18 +459,13 @@ impl StatisticsIndex {
                 total_percent: 0.0,
             })
             .collect();
-        let thread = |row: &GroupRow| {
-            row.thread
-                .as_ref()
-                .map(|thread| (thread.name.clone(), thread.thread_id))
-        };
         rows.sort_by(|a, b| {
             b.weights
                 .self_value
                 .cmp(&a.weights.self_value)
                 .then(b.weights.total_value.cmp(&a.weights.total_value))
                 .then_with(|| a.name.cmp(&b.name))
-                .then_with(|| thread(a).cmp(&thread(b)))
+                .then_with(|| thread_order(&a.thread).cmp(&thread_order(&b.thread)))
         });
         rows
     }

@@ -42,6 +42,13 @@ pub struct ResourceRef {
     pub thread_id: Option<u64>,
 }
 
+/// How rows split by thread order their threads: by name, then id.
+pub(crate) fn thread_order(thread: &Option<ResourceRef>) -> Option<(&str, Option<u64>)> {
+    thread
+        .as_ref()
+        .map(|thread| (thread.name.as_str(), thread.thread_id))
+}
+
 pub(crate) struct Resource {
     pub kind: ResourceKind,
     pub name: String,
@@ -146,25 +153,37 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    fn new(mut rows: Vec<Row>, keys: usize, others: usize) -> Table {
-        rows.sort_unstable_by_key(|row| (row.key, row.other, row.event));
-        let starts = |numbers: &mut dyn Iterator<Item = u32>, count: usize| {
+    /// Orders the rows by key and, through `by_other`, by other number: counting sorts, in
+    /// time linear in the rows (the index holds millions of them).
+    fn new(rows: Vec<Row>, keys: usize, others: usize) -> Table {
+        let starts = |number: &dyn Fn(&Row) -> u32, count: usize| {
             let mut start = vec![0usize; count + 1];
-            for number in numbers {
-                start[number as usize + 1] += 1;
+            for row in &rows {
+                start[number(row) as usize + 1] += 1;
             }
             for index in 1..start.len() {
                 start[index] += start[index - 1];
             }
             start
         };
-        let key_start = starts(&mut rows.iter().map(|row| row.key), keys);
-        let mut by_other: Vec<u32> = (0..rows.len() as u32).collect();
-        by_other.sort_unstable_by_key(|&index| {
-            let row = &rows[index as usize];
-            (row.other, row.key, row.event)
-        });
-        let other_start = starts(&mut rows.iter().map(|row| row.other), others);
+        let key_start = starts(&|row| row.key, keys);
+        let other_start = starts(&|row| row.other, others);
+        let mut next = key_start.clone();
+        let mut order = vec![0u32; rows.len()];
+        for (index, row) in rows.iter().enumerate() {
+            let at = &mut next[row.key as usize];
+            order[*at] = index as u32;
+            *at += 1;
+        }
+        let rows: Vec<Row> = order.iter().map(|index| rows[*index as usize]).collect();
+        drop(order);
+        let mut next = other_start.clone();
+        let mut by_other = vec![0u32; rows.len()];
+        for (index, row) in rows.iter().enumerate() {
+            let at = &mut next[row.other as usize];
+            by_other[*at] = index as u32;
+            *at += 1;
+        }
         Table {
             rows,
             key_start,
@@ -264,6 +283,8 @@ pub struct StatisticsIndex {
     /// Each event's value and count over the samples kept.
     pub(crate) event_totals: Vec<(u64, u64)>,
     pub(crate) resources: Vec<Resource>,
+    /// Each resource's kind, apart: lookups test kinds of thousands of rows.
+    kinds: Vec<ResourceKind>,
     ids: [HashMap<String, u32>; 4],
     threads_by_name: HashMap<String, Vec<u32>>,
     /// A method's class, a class's package (`NONE` for packages and threads).
@@ -320,20 +341,22 @@ impl StatisticsIndex {
 
     /// An event's value and count over the samples kept.
     pub fn event_total(&self, event: Event) -> (u64, u64) {
-        self.slot(event)
+        self.slot_of(event)
             .map_or((0, 0), |slot| self.event_totals[slot])
+    }
+
+    /// The event's slot, if the profile has the event.
+    pub(crate) fn slot_of(&self, event: Event) -> Option<usize> {
+        self.events.iter().position(|known| *known == event)
     }
 
     /// The event's slot, or the error naming the events the profile has.
     pub(crate) fn slot(&self, event: Event) -> Result<usize, StatsError> {
-        self.events
-            .iter()
-            .position(|known| *known == event)
-            .ok_or_else(|| StatsError::MissingEvent {
-                profile: self.source.clone(),
-                event,
-                present: event_names(&self.events),
-            })
+        self.slot_of(event).ok_or_else(|| StatsError::MissingEvent {
+            profile: self.source.clone(),
+            event,
+            present: event_names(&self.events),
+        })
     }
 
     /// The event a statistic shows when none is asked for: the first kept, CPU first.
@@ -362,7 +385,7 @@ impl StatisticsIndex {
     }
 
     pub(crate) fn kind(&self, resource: u32) -> ResourceKind {
-        self.resources[resource as usize].kind
+        self.kinds[resource as usize]
     }
 
     pub(crate) fn name(&self, resource: u32) -> &str {
@@ -648,7 +671,7 @@ impl StatisticsIndex {
         thread: Option<u32>,
     ) -> Option<super::CallFigures> {
         let weights_of = |event: Event| -> Option<Weights> {
-            let slot = self.slot(event).ok()?;
+            let slot = self.slot_of(event)?;
             Some(match thread {
                 None => self.weights(method, slot),
                 Some(thread) => self
@@ -702,6 +725,7 @@ impl StatisticsIndex {
         strings
             + maps
             + self.parent.capacity() * 4
+            + self.kinds.capacity()
             + self.children.heap_bytes()
             + self.totals.capacity() * std::mem::size_of::<Weights>()
             + self.edges.heap_bytes()
@@ -881,6 +905,13 @@ pub(crate) fn thread_name(profile: &Profile, thread: Option<ThreadId>) -> (Strin
         }
         None => (UNKNOWN_THREAD.to_string(), None),
     }
+}
+
+/// The value and count of some cells.
+fn sum(cells: &[Cell]) -> (u64, u64) {
+    cells.iter().fold((0, 0), |(value, count), cell| {
+        (value + cell.value, count + cell.count)
+    })
 }
 
 /// A code frame's method (level 0), class (1) or package (2).
@@ -1281,23 +1312,26 @@ impl<'p> Builder<'p> {
             .collect();
         cells.sort_unstable_by_key(|cell| (cell.stack, cell.event, cell.thread, cell.state));
 
+        // A stack's resources take each (stack, event)'s cells summed, once; threads each cell.
         let mut totals = vec![Weights::default(); resources * events];
-        for cell in &cells {
-            let slot = cell.event as usize;
-            for &entry in self.contributions.get(cell.stack) {
+        for run in cells.chunk_by(|a, b| (a.stack, a.event) == (b.stack, b.event)) {
+            let (value, count) = sum(run);
+            let slot = run[0].event as usize;
+            for &entry in self.contributions.get(run[0].stack) {
                 totals[(entry & !SELF) as usize * events + slot].add(
-                    cell.value,
-                    cell.count,
+                    value,
+                    count,
                     entry & SELF != 0,
                 );
             }
-            totals[cell.thread as usize * events + slot].add(cell.value, cell.count, true);
+            for cell in run {
+                totals[cell.thread as usize * events + slot].add(cell.value, cell.count, true);
+            }
         }
 
         let mut edge_weights = vec![Weights::default(); self.edges.len() * events];
         for run in cells.chunk_by(|a, b| (a.stack, a.event) == (b.stack, b.event)) {
-            let value: u64 = run.iter().map(|cell| cell.value).sum();
-            let count: u64 = run.iter().map(|cell| cell.count).sum();
+            let (value, count) = sum(run);
             let slot = run[0].event as usize;
             for &entry in self.stack_edges.get(run[0].stack) {
                 edge_weights[(entry & !SELF) as usize * events + slot].add(
@@ -1370,21 +1404,41 @@ impl<'p> Builder<'p> {
         for group in pairs.chunk_by(|a, b| a.0 == b.0) {
             let attr = group[0].0;
             let by_thread = matches!(attrs[attr as usize], Attr::Thread(_));
-            for &(_, index) in group {
-                let cell = &cells[index as usize];
-                let slot = cell.event as usize;
-                let mut add = |entry: u32, is_self: bool| {
-                    let at = (entry & !SELF) as usize * events + slot;
-                    if accumulated[at].is_zero() {
-                        touched.push(at as u32);
-                    }
-                    accumulated[at].add(cell.value, cell.count, is_self);
-                };
-                for &entry in self.contributions.get(cell.stack) {
-                    add(entry, entry & SELF != 0);
+            let mut add = |at: usize, value: u64, count: u64, is_self: bool| {
+                if accumulated[at].is_zero() {
+                    touched.push(at as u32);
                 }
-                if !by_thread {
-                    add(cell.thread, true);
+                accumulated[at].add(value, count, is_self);
+            };
+            // The group's cells of one stack and event (other threads or states) are
+            // neighbours: their sum goes to the stack's resources once.
+            for run in group.chunk_by(|a, b| {
+                let (a, b) = (&cells[a.1 as usize], &cells[b.1 as usize]);
+                (a.stack, a.event) == (b.stack, b.event)
+            }) {
+                let first = &cells[run[0].1 as usize];
+                let slot = first.event as usize;
+                let (mut value, mut count) = (0, 0);
+                for &(_, index) in run {
+                    let cell = &cells[index as usize];
+                    value += cell.value;
+                    count += cell.count;
+                    if !by_thread {
+                        add(
+                            cell.thread as usize * events + slot,
+                            cell.value,
+                            cell.count,
+                            true,
+                        );
+                    }
+                }
+                for &entry in self.contributions.get(first.stack) {
+                    add(
+                        (entry & !SELF) as usize * events + slot,
+                        value,
+                        count,
+                        entry & SELF != 0,
+                    );
                 }
             }
             for at in touched.drain(..) {
@@ -1416,6 +1470,7 @@ impl<'p> Builder<'p> {
             source: self.profile.source.clone(),
             events: self.events,
             event_totals: self.event_totals,
+            kinds: self.resources.iter().map(|entry| entry.kind).collect(),
             resources: self.resources,
             ids: self.ids,
             threads_by_name: self.threads_by_name,

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::index::{Attr, CpuSingles, ResourceRef, SpanFigures, StatisticsIndex};
+use super::index::{thread_order, Attr, CpuSingles, ResourceRef, SpanFigures, StatisticsIndex};
 use super::{percent, ResourceKind, StatsError, Weights};
 use crate::profile::{Event, Unit};
 
@@ -231,7 +231,7 @@ impl StatisticsIndex {
     }
 }
 
-fn sort_methods(methods: &mut [MethodRow], sort: MethodSort) {
+fn sort_methods(methods: &mut Vec<MethodRow>, sort: MethodSort) {
     let calls = |row: &MethodRow| row.calls.as_ref().map_or(0, |calls| calls.calls);
     let wall = |row: &MethodRow, pick: fn(&Durations) -> u64| {
         row.calls
@@ -245,35 +245,39 @@ fn sort_methods(methods: &mut [MethodRow], sort: MethodSort) {
             .and_then(|calls| calls.cpu.as_ref())
             .map_or(0, |cpu| cpu.self_mean_ns)
     };
-    let thread = |row: &MethodRow| {
-        row.thread
-            .as_ref()
-            .map(|thread| (thread.name.clone(), thread.thread_id))
+    let key = |row: &MethodRow| -> u64 {
+        match sort {
+            MethodSort::SelfValue => row.weights.self_value,
+            MethodSort::Total => row.weights.total_value,
+            MethodSort::SelfCount => row.weights.self_count,
+            MethodSort::TotalCount => row.weights.total_count,
+            MethodSort::Calls => calls(row),
+            MethodSort::WallMean => wall(row, |wall| wall.mean_ns),
+            MethodSort::WallMax => wall(row, |wall| wall.max_ns),
+            MethodSort::CpuMean => cpu_mean(row),
+            MethodSort::Name => 0,
+        }
     };
-    methods.sort_by(|a, b| {
-        let key = |row: &MethodRow| -> u64 {
-            match sort {
-                MethodSort::SelfValue => row.weights.self_value,
-                MethodSort::Total => row.weights.total_value,
-                MethodSort::SelfCount => row.weights.self_count,
-                MethodSort::TotalCount => row.weights.total_count,
-                MethodSort::Calls => calls(row),
-                MethodSort::WallMean => wall(row, |wall| wall.mean_ns),
-                MethodSort::WallMax => wall(row, |wall| wall.max_ns),
-                MethodSort::CpuMean => cpu_mean(row),
-                MethodSort::Name => 0,
-            }
-        };
+    // Indices sorted rather than the rows: a row is large, and there may be a million.
+    let keys: Vec<u64> = methods.iter().map(key).collect();
+    let mut order: Vec<usize> = (0..methods.len()).collect();
+    order.sort_unstable_by(|&a, &b| {
+        let (row_a, row_b) = (&methods[a], &methods[b]);
         let by_name = if sort == MethodSort::Name {
-            a.method.cmp(&b.method)
+            row_a.method.cmp(&row_b.method)
         } else {
             std::cmp::Ordering::Equal
         };
         by_name
-            .then(key(b).cmp(&key(a)))
-            .then(b.weights.self_value.cmp(&a.weights.self_value))
-            .then(b.weights.total_value.cmp(&a.weights.total_value))
-            .then_with(|| a.method.cmp(&b.method))
-            .then_with(|| thread(a).cmp(&thread(b)))
+            .then(keys[b].cmp(&keys[a]))
+            .then(row_b.weights.self_value.cmp(&row_a.weights.self_value))
+            .then(row_b.weights.total_value.cmp(&row_a.weights.total_value))
+            .then_with(|| row_a.method.cmp(&row_b.method))
+            .then_with(|| thread_order(&row_a.thread).cmp(&thread_order(&row_b.thread)))
     });
+    let mut rows: Vec<Option<MethodRow>> = std::mem::take(methods).into_iter().map(Some).collect();
+    *methods = order
+        .into_iter()
+        .map(|index| rows[index].take().expect("each row once"))
+        .collect();
 }

@@ -279,6 +279,7 @@ pub struct SampleFilter {
     from_ns: Option<u64>,
     to_ns: Option<u64>,
     any_include: bool,
+    any_exclude: bool,
     included: Vec<bool>,
     excluded: Vec<bool>,
 }
@@ -296,6 +297,7 @@ impl SampleFilter {
             from_ns: options.from_ns,
             to_ns: options.to_ns,
             any_include: !options.include.is_empty(),
+            any_exclude: !options.exclude.is_empty(),
             included: matches(&options.include),
             excluded: matches(&options.exclude),
         }
@@ -310,7 +312,7 @@ impl SampleFilter {
         if self.any_include && !stack.iter().any(|id| self.included[*id as usize]) {
             return false;
         }
-        !stack.iter().any(|id| self.excluded[*id as usize])
+        !(self.any_exclude && stack.iter().any(|id| self.excluded[*id as usize]))
     }
 
     /// Whether the view keeps a span: it overlaps the window, and a call or exception (which
