@@ -559,18 +559,38 @@ impl StatisticsIndex {
                 .then_with(|| (&a.state, &a.lock_class).cmp(&(&b.state, &b.lock_class)))
         });
         if kind == ResourceKind::Class {
-            stats.allocated_by = self.ranked(
-                self.cross_with(Attr::Allocated(id))
-                    .filter(|row| self.kind(row.key) == ResourceKind::Method)
-                    .map(|row| (row.key, row.event, row.weights)),
-                top,
-            );
             let lock_attrs: Vec<Attr> = self
                 .attrs
                 .iter()
                 .filter(|attr| matches!(attr, Attr::Lock { class, .. } if *class == id))
                 .copied()
                 .collect();
+            // Every sample is on one thread: the threads' rows sum to the class's own weights.
+            let summed = |attrs: &[Attr]| -> Vec<EventWeights> {
+                let mut by_slot = vec![Weights::default(); self.events.len()];
+                for attr in attrs {
+                    for row in self
+                        .cross_with(*attr)
+                        .filter(|row| self.kind(row.key) == ResourceKind::Thread)
+                    {
+                        by_slot[row.event as usize].merge(&row.weights);
+                    }
+                }
+                by_slot
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, weights)| !weights.is_zero())
+                    .map(|(slot, weights)| self.event_weights_of(slot, weights))
+                    .collect()
+            };
+            stats.allocated = summed(&[Attr::Allocated(id)]);
+            stats.waited_on = summed(&lock_attrs);
+            stats.allocated_by = self.ranked(
+                self.cross_with(Attr::Allocated(id))
+                    .filter(|row| self.kind(row.key) == ResourceKind::Method)
+                    .map(|row| (row.key, row.event, row.weights)),
+                top,
+            );
             let mut waiters: FastMap<(u32, u8), Weights> = FastMap::default();
             for attr in lock_attrs {
                 for row in self
@@ -869,10 +889,14 @@ pub struct ResourceStats {
     pub states: Vec<StateRow>,
     /// The classes it allocates (self: allocated by its own code).
     pub allocations: Vec<Related>,
+    /// For a class: what was allocated of it, per allocation event (self and total alike).
+    pub allocated: Vec<EventWeights>,
     /// For a class: the methods allocating it (self: directly).
     pub allocated_by: Vec<Related>,
     /// Its waits for locks, by how and the lock's class.
     pub lock_waits: Vec<LockRow>,
+    /// For a class: the waits for locks of that class, per lock event.
+    pub waited_on: Vec<EventWeights>,
     /// For a class: the methods waiting for locks of that class (self: the waiting method).
     pub lock_waiters: Vec<Related>,
     /// A method's parameter tracing tables.

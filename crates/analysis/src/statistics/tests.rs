@@ -384,6 +384,15 @@ fn classes_packages_and_threads_looked_up() {
         })
         .collect();
     assert_eq!(waiters, [(QUERY, 2 * MS, 2)]);
+    assert_eq!(object.waited_on.len(), 1);
+    assert_eq!(
+        (
+            object.waited_on[0].event,
+            object.waited_on[0].weights.total_value,
+            object.waited_on[0].weights.total_count
+        ),
+        (Event::Lock, 2 * MS, 2)
+    );
 
     let main = index.lookup("main", 0).unwrap();
     assert_eq!(main.resource.kind, ResourceKind::Thread);
