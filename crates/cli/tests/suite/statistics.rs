@@ -401,6 +401,42 @@ fn components_share_the_cpu_as_component_split_spends_it() {
     assert!(output.stdout.is_empty());
 }
 
+/// A JFR recording names each class's loader: the workload's classes are the application class
+/// loader's, the JDK's the bootstrap loader's.
+#[test]
+fn class_loaders_from_a_jfr_recording() {
+    let (recording, _) =
+        crate::views_jfr::record("components", "", &[], "split.app.ComponentSplit", &["1"]);
+    let dir = recording.parent().unwrap();
+    let file = recording.file_name().unwrap().to_str().unwrap();
+    let db = stats_json(
+        dir,
+        file,
+        &[
+            "--stats",
+            "resource",
+            "--resource",
+            "class:split.db.SplitDb",
+        ],
+    );
+    let app_loader = "app (jdk.internal.loader.ClassLoaders$AppClassLoader)";
+    assert_eq!(db["loader"], app_loader, "{db}");
+    let stats = stats_json(dir, file, &["--stats", "components"]);
+    let loaders = by(&stats["loaders"], "name");
+    assert!(loaders.contains_key(app_loader), "{}", stats["loaders"]);
+    // Whatever the JDK runs on the workload's stacks is the bootstrap loader's; the workload's
+    // own code, where nearly all of the CPU goes, the application's.
+    let app = &loaders[app_loader];
+    assert!(
+        number(&app["self_value"]) * 2 > number(&stats["total_value"]),
+        "{}",
+        stats["loaders"]
+    );
+    if let Some(bootstrap) = loaders.get("bootstrap") {
+        assert!(number(&bootstrap["self_value"]) < number(&app["self_value"]));
+    }
+}
+
 /// What is wrong with a request is said before any profile is read, or with what the profile
 /// holds.
 #[test]
