@@ -12,7 +12,9 @@ import split.web.SplitWeb;
  * computes 1 unit and calls split.db.SplitDb for 2 more. Where the CPU is spent (self): app 50 %,
  * web 16.7 %, db 33.3 %; where it passes (total): web 50 % (its own and the database's), db
  * 33.3 %, app 100 % (main is on every stack). The shares the JVM measured (thread CPU time around
- * each part) are printed too (app_cpu_share=0.4998 web_cpu_share=... db_cpu_share=...).
+ * each part) are printed too (app_cpu_share=0.4998 web_cpu_share=... db_cpu_share=...). Each
+ * class runs the loop in a method of its own: a shared helper would be in one package, and the
+ * CPU would be spent there.
  *
  * Usage: java -cp CLASSES split.app.ComponentSplit CPU_SECONDS
  * Runs until the main thread has used CPU_SECONDS of CPU time.

@@ -91,36 +91,35 @@ fn check(args: &StatsArgs, view: &ViewArgs) -> Result<Asked> {
              --include, --exclude, --threads, --from and --to"
         );
     }
-    let only = |given: bool, option: &str, kinds: &[StatsKind], what: &str| -> Result<()> {
-        if given && !kinds.contains(&kind) {
-            bail!("{option} is for {what}");
+    let for_one_kind = [
+        (
+            args.components.is_some(),
+            "--components",
+            StatsKind::Components,
+            "",
+        ),
+        (
+            args.resource.is_some(),
+            "--resource",
+            StatsKind::Resource,
+            "",
+        ),
+        (
+            args.sort.is_some(),
+            "--sort",
+            StatsKind::Methods,
+            " (allocations and threads are sorted by --event)",
+        ),
+        (args.bucket.is_some(), "--bucket", StatsKind::Threads, ""),
+    ];
+    for (given, option, only, why) in for_one_kind {
+        if given && kind != only {
+            let name = only
+                .to_possible_value()
+                .map(|value| value.get_name().to_string());
+            bail!("{option} is for --stats {}{why}", name.unwrap_or_default());
         }
-        Ok(())
-    };
-    only(
-        args.components.is_some(),
-        "--components",
-        &[StatsKind::Components],
-        "--stats components",
-    )?;
-    only(
-        args.resource.is_some(),
-        "--resource",
-        &[StatsKind::Resource],
-        "--stats resource",
-    )?;
-    only(
-        args.sort.is_some(),
-        "--sort",
-        &[StatsKind::Methods],
-        "--stats methods (allocations and threads are sorted by --event)",
-    )?;
-    only(
-        args.bucket.is_some(),
-        "--bucket",
-        &[StatsKind::Threads],
-        "--stats threads",
-    )?;
+    }
     if kind == StatsKind::Resource {
         if args.resource.is_none() {
             bail!("--stats resource needs --resource NAME (a method, class, package or thread)");
@@ -735,26 +734,17 @@ fn render_resource(stats: &ResourceStats, event: Option<Event>, top: usize) -> S
     if !stats.mpt.is_empty() {
         let _ = writeln!(
             out,
-            "\nMethod parameter tracing (`openprof mpt` shows more):"
+            "\nMethod parameter tracing (`openprof mpt` ranks the values):"
         );
         for table in &stats.mpt {
             let _ = writeln!(
                 out,
-                "  {} ({} calls, {} unfinished)",
-                table.spec, table.calls, table.unfinished
+                "  {}: {} calls, {} values, {} unfinished",
+                table.spec,
+                table.calls,
+                table.values.len(),
+                table.unfinished
             );
-            for value in table.values.iter().take(top) {
-                let _ = writeln!(
-                    out,
-                    "    {:9} calls  wall mean {} ms  max {} ms  cpu mean {} ms  {} {}",
-                    value.calls,
-                    ms(value.wall_mean_ns),
-                    ms(value.wall_max_ns),
-                    ms(value.cpu_mean_ns),
-                    value.value_type,
-                    value.value
-                );
-            }
         }
     }
     out

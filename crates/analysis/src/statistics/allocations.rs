@@ -68,7 +68,7 @@ impl StatisticsIndex {
     ) -> Result<AllocationStats, StatsError> {
         let slots: Vec<Option<usize>> = ALLOCATION_EVENTS
             .iter()
-            .map(|event| self.slot(*event).ok())
+            .map(|event| self.slot_of(*event))
             .collect();
         let events: Vec<Event> = ALLOCATION_EVENTS
             .iter()

@@ -283,11 +283,7 @@ impl StatisticsIndex {
         map: Option<&ComponentMap>,
         by_thread: bool,
     ) -> Result<ComponentStats, StatsError> {
-        let event = match event {
-            Some(event) => event,
-            None => self.default_event("")?,
-        };
-        let slot = self.slot(event)?;
+        let (event, slot) = self.event_and_slot(event)?;
         let (total_value, total_count) = self.event_totals[slot];
         let packages = self.grouped(
             slot,

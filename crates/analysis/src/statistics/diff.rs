@@ -67,7 +67,7 @@ impl StatsDiff {
         let event = match (event, kind) {
             (Some(event), _) => event,
             (None, DiffKind::Allocations) => new.allocations(None, false)?.sorted_by,
-            (None, _) => new.default_event("")?,
+            (None, _) => new.event_and_slot(None)?.0,
         };
         let (base_rows, base_total) = named_weights(kind, base, event, map)?;
         let (new_rows, new_total) = named_weights(kind, new, event, map)?;

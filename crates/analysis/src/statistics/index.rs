@@ -359,15 +359,24 @@ impl StatisticsIndex {
         })
     }
 
-    /// The event a statistic shows when none is asked for: the first kept, CPU first.
-    pub(crate) fn default_event(&self, what: &str) -> Result<Event, StatsError> {
-        self.events()
-            .into_iter()
-            .next()
-            .ok_or_else(|| StatsError::NoSamples {
-                profile: self.source.clone(),
-                what: what.to_string(),
-            })
+    /// The event asked for, or when none is the first the view kept (CPU first), with its
+    /// slot.
+    pub(crate) fn event_and_slot(
+        &self,
+        event: Option<Event>,
+    ) -> Result<(Event, usize), StatsError> {
+        let event = match event {
+            Some(event) => event,
+            None => self
+                .events()
+                .into_iter()
+                .next()
+                .ok_or_else(|| StatsError::NoSamples {
+                    profile: self.source.clone(),
+                    what: String::new(),
+                })?,
+        };
+        Ok((event, self.slot(event)?))
     }
 
     pub(crate) fn weights(&self, resource: u32, slot: usize) -> Weights {
@@ -1336,33 +1345,27 @@ impl<'p> Builder<'p> {
             .collect();
         cells.sort_unstable_by_key(|cell| (cell.stack, cell.event, cell.thread, cell.state));
 
-        // A stack's resources take each (stack, event)'s cells summed, once; threads each cell.
+        // A stack's resources and edges take each (stack, event)'s cells summed, once; threads
+        // each cell.
         let mut totals = vec![Weights::default(); resources * events];
-        for run in cells.chunk_by(|a, b| (a.stack, a.event) == (b.stack, b.event)) {
-            let (value, count) = sum(run);
-            let slot = run[0].event as usize;
-            for &entry in self.contributions.get(run[0].stack) {
-                totals[(entry & !SELF) as usize * events + slot].add(
-                    value,
-                    count,
-                    entry & SELF != 0,
-                );
-            }
-            for cell in run {
-                totals[cell.thread as usize * events + slot].add(cell.value, cell.count, true);
-            }
-        }
-
         let mut edge_weights = vec![Weights::default(); self.edges.len() * events];
         for run in cells.chunk_by(|a, b| (a.stack, a.event) == (b.stack, b.event)) {
             let (value, count) = sum(run);
             let slot = run[0].event as usize;
-            for &entry in self.stack_edges.get(run[0].stack) {
-                edge_weights[(entry & !SELF) as usize * events + slot].add(
-                    value,
-                    count,
-                    entry & SELF != 0,
-                );
+            for (weights, entries) in [
+                (&mut totals, self.contributions.get(run[0].stack)),
+                (&mut edge_weights, self.stack_edges.get(run[0].stack)),
+            ] {
+                for &entry in entries {
+                    weights[(entry & !SELF) as usize * events + slot].add(
+                        value,
+                        count,
+                        entry & SELF != 0,
+                    );
+                }
+            }
+            for cell in run {
+                totals[cell.thread as usize * events + slot].add(cell.value, cell.count, true);
             }
         }
         let mut edge_rows = Vec::new();

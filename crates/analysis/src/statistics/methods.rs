@@ -184,11 +184,7 @@ impl StatisticsIndex {
         sort: MethodSort,
         by_thread: bool,
     ) -> Result<MethodStats, StatsError> {
-        let event = match event {
-            Some(event) => event,
-            None => self.default_event("")?,
-        };
-        let slot = self.slot(event)?;
+        let (event, slot) = self.event_and_slot(event)?;
         let (total_value, total_count) = self.event_totals[slot];
         let row = |method: u32, thread: Option<u32>, weights: Weights| MethodRow {
             method: self.name(method).to_string(),

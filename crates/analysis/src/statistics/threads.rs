@@ -61,13 +61,9 @@ impl StatisticsIndex {
     /// Every thread with samples or spans, sorted by `sort` (default: the first event kept,
     /// CPU first), most first.
     pub fn threads(&self, sort: Option<Event>) -> Result<ThreadStats, StatsError> {
-        let sorted_by = match sort {
-            Some(event) => event,
-            None => self.default_event("")?,
-        };
-        let sort_slot = self.slot(sorted_by)?;
+        let (sorted_by, sort_slot) = self.event_and_slot(sort)?;
         let value_of = |thread: u32, event: Event| {
-            self.slot(event)
+            self.slot_of(event)
                 .map_or(0, |slot| self.weights(thread, slot).total_value)
         };
         let mut rows: Vec<(u64, ThreadRow)> = Vec::new();
@@ -103,8 +99,8 @@ impl StatisticsIndex {
                 calls: value_of(thread, Event::Calls),
                 events,
             };
-            let wall = self.slot(Event::Wall).ok();
-            let lock = self.slot(Event::Lock).ok();
+            let wall = self.slot_of(Event::Wall);
+            let lock = self.slot_of(Event::Lock);
             for cross in self.cross_of(thread) {
                 let slot = Some(cross.event as usize);
                 match self.attrs[cross.other as usize] {
