@@ -175,7 +175,7 @@ fn main() {
         .methods
         .iter()
         .take(100)
-        .map(|row| format!("method:{}", row.method))
+        .map(|method| format!("method:{}", method.row.name))
         .collect();
     let mut random = Random(7);
     let any: Vec<String> = (0..2000)

@@ -13,8 +13,8 @@ use clap::{Args, ValueEnum};
 use openprof_analysis::profile::{Event, Unit};
 use openprof_analysis::statistics::{
     thread_timeline, AllocationRow, AllocationStats, ComponentMap, ComponentStats, DiffKind,
-    GroupRow, MethodSort, MethodStats, Related, ResourceStats, StatisticsIndex, StatsDiff,
-    ThreadStats, ThreadTimeline,
+    MethodSort, MethodStats, Related, ResourceStats, StatisticsIndex, StatsDiff, ThreadStats,
+    ThreadTimeline, WeightedRow,
 };
 use openprof_analysis::views::ViewOptions;
 
@@ -281,38 +281,31 @@ fn render_methods(stats: &MethodStats, top: usize) -> String {
         if stats.by_thread { " and threads" } else { "" },
         stats.sort.name()
     );
-    let with_calls = stats.methods.iter().any(|row| row.calls.is_some());
-    let _ = write!(
-        out,
-        "\n rank  self %  total % {:>12} {:>12}",
-        format!("self {unit}"),
-        format!("total {unit}")
-    );
-    if with_calls {
-        let _ = write!(
-            out,
+    let with_calls = stats.methods.iter().any(|method| method.calls.is_some());
+    let header = if with_calls {
+        format!(
             " {:>10} {:>12} {:>12} {:>12} {:>12}",
             "calls", "wall mean ms", "wall min ms", "wall max ms", "cpu mean ms"
-        );
-    }
-    let _ = writeln!(out, "  method");
-    for (rank, row) in stats.methods.iter().take(top).enumerate() {
-        let _ = write!(
-            out,
-            "{:5} {:6.2}% {:7.2}% {:>12} {:>12}",
-            rank + 1,
-            row.self_percent,
-            row.total_percent,
-            amount(stats.unit, row.weights.self_value),
-            amount(stats.unit, row.weights.total_value)
-        );
-        if with_calls {
-            let calls = row.calls.as_ref();
+        )
+    } else {
+        String::new()
+    };
+    out.push('\n');
+    weighted_table(
+        &mut out,
+        &stats.methods,
+        stats.unit,
+        top,
+        &header,
+        |method| {
+            if !with_calls {
+                return (&method.row, String::new());
+            }
+            let calls = method.calls.as_ref();
             let wall = calls.and_then(|calls| calls.wall.as_ref());
             let cpu = calls.and_then(|calls| calls.cpu.as_ref());
             let or_dash = |value: Option<String>| value.unwrap_or_else(|| "-".to_string());
-            let _ = write!(
-                out,
+            let columns = format!(
                 " {:>10} {:>12} {:>12} {:>12} {:>12}",
                 or_dash(calls.map(|calls| calls.calls.to_string())),
                 or_dash(wall.map(|wall| ms(wall.mean_ns))),
@@ -320,11 +313,44 @@ fn render_methods(stats: &MethodStats, top: usize) -> String {
                 or_dash(wall.map(|wall| ms(wall.max_ns))),
                 or_dash(cpu.map(|cpu| ms(cpu.self_mean_ns)))
             );
-        }
-        let _ = writeln!(out, "  {}{}", row.method, on_thread(row.thread.as_ref()));
-    }
-    more(&mut out, stats.methods.len(), top);
+            (&method.row, columns)
+        },
+    );
     out
+}
+
+/// Rows of weights: rank, shares, self and total, the columns `columns` adds (headed
+/// `header`), then the name and thread; the first `top`.
+fn weighted_table<T>(
+    out: &mut String,
+    rows: &[T],
+    unit: Unit,
+    top: usize,
+    header: &str,
+    columns: impl Fn(&T) -> (&WeightedRow, String),
+) {
+    let name = unit_name(unit);
+    let _ = writeln!(
+        out,
+        " rank  self %  total % {:>12} {:>12}{header}  name",
+        format!("self {name}"),
+        format!("total {name}")
+    );
+    for (rank, item) in rows.iter().take(top).enumerate() {
+        let (row, extra) = columns(item);
+        let _ = writeln!(
+            out,
+            "{:5} {:6.2}% {:7.2}% {:>12} {:>12}{extra}  {}{}",
+            rank + 1,
+            row.self_percent,
+            row.total_percent,
+            amount(unit, row.weights.self_value),
+            amount(unit, row.weights.total_value),
+            row.name,
+            on_thread(row.thread.as_ref())
+        );
+    }
+    more(out, rows.len(), top);
 }
 
 /// Says how many rows `--top` left out.
@@ -532,28 +558,9 @@ fn render_threads(
 
 type ThreadStatsRow = openprof_analysis::statistics::ThreadRow;
 
-fn group_table(out: &mut String, title: &str, rows: &[GroupRow], unit: Unit, top: usize) {
-    let name = unit_name(unit);
-    let _ = writeln!(
-        out,
-        "\n{title}:\n rank  self %  total % {:>12} {:>12}  name",
-        format!("self {name}"),
-        format!("total {name}")
-    );
-    for (rank, row) in rows.iter().take(top).enumerate() {
-        let _ = writeln!(
-            out,
-            "{:5} {:6.2}% {:7.2}% {:>12} {:>12}  {}{}",
-            rank + 1,
-            row.self_percent,
-            row.total_percent,
-            amount(unit, row.weights.self_value),
-            amount(unit, row.weights.total_value),
-            row.name,
-            on_thread(row.thread.as_ref())
-        );
-    }
-    more(out, rows.len(), top);
+fn group_table(out: &mut String, title: &str, rows: &[WeightedRow], unit: Unit, top: usize) {
+    let _ = writeln!(out, "\n{title}:");
+    weighted_table(out, rows, unit, top, "", |row| (row, String::new()));
 }
 
 fn render_components(stats: &ComponentStats, top: usize) -> String {

@@ -15,8 +15,8 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::index::{thread_order, ResourceRef, StatisticsIndex, NONE, SELF};
-use super::{percent, ResourceKind, StatsError, Weights, DEFAULT_PACKAGE};
+use super::index::{thread_order, StatisticsIndex, NONE, SELF};
+use super::{ResourceKind, StatsError, WeightedRow, Weights, DEFAULT_PACKAGE};
 use crate::profile::{Event, Unit};
 
 /// The component of code no rule names.
@@ -238,19 +238,6 @@ fn identifier_problem(name: &str) -> Option<String> {
     None
 }
 
-/// An event's weights on a group (a package, a component, a class loader), on one thread when
-/// split by thread.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct GroupRow {
-    pub name: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thread: Option<ResourceRef>,
-    #[serde(flatten)]
-    pub weights: Weights,
-    pub self_percent: f64,
-    pub total_percent: f64,
-}
-
 /// An event by package, by component and by class loader.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ComponentStats {
@@ -260,14 +247,14 @@ pub struct ComponentStats {
     pub total_value: u64,
     pub total_count: u64,
     pub by_thread: bool,
-    pub packages: Vec<GroupRow>,
+    pub packages: Vec<WeightedRow>,
     /// With a map: its rules and the components.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rules: Option<Vec<ComponentRule>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub components: Option<Vec<GroupRow>>,
+    pub components: Option<Vec<WeightedRow>>,
     /// Where the input tells class loaders.
-    pub loaders: Option<Vec<GroupRow>>,
+    pub loaders: Option<Vec<WeightedRow>>,
     /// Why there are no loaders, when there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub loaders_note: Option<String>,
@@ -361,7 +348,7 @@ impl StatisticsIndex {
                 )),
             )
         };
-        let mut stats = ComponentStats {
+        Ok(ComponentStats {
             source: self.source.clone(),
             event,
             unit: event.unit(),
@@ -373,21 +360,7 @@ impl StatisticsIndex {
             components,
             loaders,
             loaders_note,
-        };
-        for rows in [
-            Some(&mut stats.packages),
-            stats.components.as_mut(),
-            stats.loaders.as_mut(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            for row in rows {
-                row.self_percent = percent(row.weights.self_value, total_value);
-                row.total_percent = percent(row.weights.total_value, total_value);
-            }
-        }
-        Ok(stats)
+        })
     }
 
     /// The cells of one event by group of their stacks' classes: self for the leaf's class's
@@ -398,7 +371,7 @@ impl StatisticsIndex {
         by_thread: bool,
         group_of: impl Fn(u32) -> u32,
         name_of: impl Fn(u32) -> String,
-    ) -> Vec<GroupRow> {
+    ) -> Vec<WeightedRow> {
         let mut weights: HashMap<(u32, u32), Weights> = HashMap::new();
         // Without threads, a stack's cells are summed first and groups are numbered densely.
         let mut dense: Vec<Weights> = Vec::new();
@@ -445,14 +418,15 @@ impl StatisticsIndex {
                 weights.insert((group as u32, NONE), sum);
             }
         }
-        let mut rows: Vec<GroupRow> = weights
+        let mut rows: Vec<WeightedRow> = weights
             .into_iter()
-            .map(|((group, thread), weights)| GroupRow {
-                name: name_of(group),
-                thread: (thread != NONE).then(|| self.reference(thread)),
-                weights,
-                self_percent: 0.0,
-                total_percent: 0.0,
+            .map(|((group, thread), weights)| {
+                WeightedRow::new(
+                    name_of(group),
+                    (thread != NONE).then(|| self.reference(thread)),
+                    weights,
+                    self.event_totals[slot].0,
+                )
             })
             .collect();
         rows.sort_by(|a, b| {

@@ -151,7 +151,7 @@ fn named_weights(
             let rows = stats
                 .methods
                 .into_iter()
-                .map(|row| (row.method, row.weights))
+                .map(|method| (method.row.name, method.row.weights))
                 .collect();
             (rows, stats.total_value)
         }

@@ -4,8 +4,8 @@
 
 use serde::Serialize;
 
-use super::index::{thread_order, Attr, CpuSingles, ResourceRef, SpanFigures, StatisticsIndex};
-use super::{percent, ResourceKind, StatsError, Weights};
+use super::index::{thread_order, Attr, CpuSingles, SpanFigures, StatisticsIndex};
+use super::{ResourceKind, StatsError, WeightedRow, Weights};
 use crate::profile::{Event, Unit};
 
 /// A method's calls: how many, and their wall-clock and CPU times per call.
@@ -150,13 +150,9 @@ impl MethodSort {
 /// One method's weights in the event (on one thread, when split by thread).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MethodRow {
-    pub method: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub thread: Option<ResourceRef>,
+    /// The method's name and weights.
     #[serde(flatten)]
-    pub weights: Weights,
-    pub self_percent: f64,
-    pub total_percent: f64,
+    pub row: WeightedRow,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calls: Option<CallFigures>,
 }
@@ -187,11 +183,12 @@ impl StatisticsIndex {
         let (event, slot) = self.event_and_slot(event)?;
         let (total_value, total_count) = self.event_totals[slot];
         let row = |method: u32, thread: Option<u32>, weights: Weights| MethodRow {
-            method: self.name(method).to_string(),
-            thread: thread.map(|thread| self.reference(thread)),
-            weights,
-            self_percent: percent(weights.self_value, total_value),
-            total_percent: percent(weights.total_value, total_value),
+            row: WeightedRow::new(
+                self.name(method).to_string(),
+                thread.map(|thread| self.reference(thread)),
+                weights,
+                total_value,
+            ),
             calls: self.call_figures(method, thread),
         };
         let mut methods: Vec<MethodRow> = Vec::new();
@@ -243,10 +240,10 @@ fn sort_methods(methods: &mut Vec<MethodRow>, sort: MethodSort) {
     };
     let key = |row: &MethodRow| -> u64 {
         match sort {
-            MethodSort::SelfValue => row.weights.self_value,
-            MethodSort::Total => row.weights.total_value,
-            MethodSort::SelfCount => row.weights.self_count,
-            MethodSort::TotalCount => row.weights.total_count,
+            MethodSort::SelfValue => row.row.weights.self_value,
+            MethodSort::Total => row.row.weights.total_value,
+            MethodSort::SelfCount => row.row.weights.self_count,
+            MethodSort::TotalCount => row.row.weights.total_count,
             MethodSort::Calls => calls(row),
             MethodSort::WallMean => wall(row, |wall| wall.mean_ns),
             MethodSort::WallMax => wall(row, |wall| wall.max_ns),
@@ -260,16 +257,28 @@ fn sort_methods(methods: &mut Vec<MethodRow>, sort: MethodSort) {
     order.sort_unstable_by(|&a, &b| {
         let (row_a, row_b) = (&methods[a], &methods[b]);
         let by_name = if sort == MethodSort::Name {
-            row_a.method.cmp(&row_b.method)
+            row_a.row.name.cmp(&row_b.row.name)
         } else {
             std::cmp::Ordering::Equal
         };
         by_name
             .then(keys[b].cmp(&keys[a]))
-            .then(row_b.weights.self_value.cmp(&row_a.weights.self_value))
-            .then(row_b.weights.total_value.cmp(&row_a.weights.total_value))
-            .then_with(|| row_a.method.cmp(&row_b.method))
-            .then_with(|| thread_order(&row_a.thread).cmp(&thread_order(&row_b.thread)))
+            .then(
+                row_b
+                    .row
+                    .weights
+                    .self_value
+                    .cmp(&row_a.row.weights.self_value),
+            )
+            .then(
+                row_b
+                    .row
+                    .weights
+                    .total_value
+                    .cmp(&row_a.row.weights.total_value),
+            )
+            .then_with(|| row_a.row.name.cmp(&row_b.row.name))
+            .then_with(|| thread_order(&row_a.row.thread).cmp(&thread_order(&row_b.row.thread)))
     });
     let mut rows: Vec<Option<MethodRow>> = std::mem::take(methods).into_iter().map(Some).collect();
     *methods = order

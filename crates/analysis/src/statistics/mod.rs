@@ -18,7 +18,7 @@ mod tests;
 mod threads;
 
 pub use allocations::{AllocationRow, AllocationStats, ALLOCATION_EVENTS};
-pub use components::{ComponentMap, ComponentMapError, ComponentRule, ComponentStats, GroupRow};
+pub use components::{ComponentMap, ComponentMapError, ComponentRule, ComponentStats, OTHER};
 pub use diff::{DiffKind, DiffRow, StatsDiff};
 pub use index::{
     EventWeights, LockRow, MptRow, MptStats, Related, ResourceId, ResourceRef, ResourceStats,
@@ -92,6 +92,36 @@ impl Weights {
 
     pub(crate) fn is_zero(&self) -> bool {
         self.total_value == 0 && self.total_count == 0
+    }
+}
+
+/// An event's weights on something named (a method, a package, a component, a class loader),
+/// on one thread when split by thread, with its shares of the event's total.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WeightedRow {
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<ResourceRef>,
+    #[serde(flatten)]
+    pub weights: Weights,
+    pub self_percent: f64,
+    pub total_percent: f64,
+}
+
+impl WeightedRow {
+    pub(crate) fn new(
+        name: String,
+        thread: Option<ResourceRef>,
+        weights: Weights,
+        event_total: u64,
+    ) -> WeightedRow {
+        WeightedRow {
+            name,
+            thread,
+            weights,
+            self_percent: percent(weights.self_value, event_total),
+            total_percent: percent(weights.total_value, event_total),
+        }
     }
 }
 

@@ -197,7 +197,7 @@ fn methods_self_and_total_count_recursion_once() {
         stats
             .methods
             .iter()
-            .map(|row| (row.method.as_str(), row.weights)),
+            .map(|method| (method.row.name.as_str(), method.row.weights)),
     );
     let expected: BTreeMap<String, (u64, u64)> = [
         (RUN, (0, 11)),
@@ -214,26 +214,29 @@ fn methods_self_and_total_count_recursion_once() {
     let order: Vec<&str> = stats
         .methods
         .iter()
-        .map(|row| row.method.as_str())
+        .map(|method| method.row.name.as_str())
         .collect();
     assert_eq!(order, [FETCH, QUERY, GET, HANDLE, RUN]);
     let fetch = &stats.methods[0];
-    assert!((fetch.self_percent - 100.0 * 5.0 / 11.0).abs() < 1e-9);
+    assert!((fetch.row.self_percent - 100.0 * 5.0 / 11.0).abs() < 1e-9);
     assert!(fetch.calls.is_none(), "a sampled profile has no calls");
 
     let by_name = index.methods(None, MethodSort::Name, false).unwrap();
-    assert_eq!(by_name.methods[0].method, FETCH);
-    assert_eq!(by_name.methods[4].method, GET);
+    assert_eq!(by_name.methods[0].row.name, FETCH);
+    assert_eq!(by_name.methods[4].row.name, GET);
     // Split by thread: query on main 5 (total), on the worker 3.
     let split = index.methods(None, MethodSort::Total, true).unwrap();
     let query: BTreeMap<String, (u64, u64)> = split
         .methods
         .iter()
-        .filter(|row| row.method == QUERY)
-        .map(|row| {
+        .filter(|method| method.row.name == QUERY)
+        .map(|method| {
             (
-                row.thread.as_ref().unwrap().name.clone(),
-                (row.weights.self_value, row.weights.total_value),
+                method.row.thread.as_ref().unwrap().name.clone(),
+                (
+                    method.row.weights.self_value,
+                    method.row.weights.total_value,
+                ),
             )
         })
         .collect();
@@ -650,7 +653,7 @@ fn components_packages_and_loaders_self_and_total() {
     let map = ComponentMap::parse("web = com.acme.web.*\ndb = com.acme.db\n").unwrap();
     let stats = index.components(None, Some(&map), false).unwrap();
     let rows =
-        |rows: &[GroupRow]| self_total(rows.iter().map(|row| (row.name.as_str(), row.weights)));
+        |rows: &[WeightedRow]| self_total(rows.iter().map(|row| (row.name.as_str(), row.weights)));
     assert_eq!(
         rows(stats.components.as_ref().unwrap()),
         [
@@ -761,7 +764,7 @@ fn calls_counted_and_timed_per_call() {
         .methods(Some(Event::CpuTime), MethodSort::Calls, false)
         .unwrap();
     let inner = &stats.methods[0];
-    assert_eq!(inner.method, "a.Inner.step");
+    assert_eq!(inner.row.name, "a.Inner.step");
     let calls = inner.calls.as_ref().unwrap();
     assert_eq!(calls.calls, 3);
     let wall = calls.wall.as_ref().unwrap();
@@ -800,7 +803,7 @@ fn calls_counted_and_timed_per_call() {
     let by_wall = index
         .methods(Some(Event::CpuTime), MethodSort::WallMean, false)
         .unwrap();
-    assert_eq!(by_wall.methods[0].method, "a.Outer.run");
+    assert_eq!(by_wall.methods[0].row.name, "a.Outer.run");
 
     // Rows that sum calls (HPROF's CPU TIME): the mean, no extremes.
     let summed = self::index(&traced(true));
@@ -838,7 +841,7 @@ fn filters_apply_before_statistics() {
         .methods(Some(Event::Cpu), MethodSort::SelfValue, false)
         .unwrap();
     assert_eq!(stats.total_value, 3);
-    assert_eq!(stats.methods[0].method, GET);
+    assert_eq!(stats.methods[0].row.name, GET);
     assert_eq!(index.event_total(Event::Wall), (2, 2));
 }
 
@@ -914,7 +917,7 @@ fn results_serialize_as_json() {
     let json =
         serde_json::to_value(index.methods(None, MethodSort::SelfValue, false).unwrap()).unwrap();
     assert_eq!(json["sort"], "self");
-    assert_eq!(json["methods"][0]["method"], FETCH);
+    assert_eq!(json["methods"][0]["name"], FETCH);
     let _ = LOCK_CLASS_LABEL;
 }
 
@@ -988,7 +991,7 @@ proptest! {
             let methods: BTreeMap<String, (u64, u64)> = stats
                 .methods
                 .iter()
-                .map(|row| (row.method.clone(), (row.weights.self_count, row.weights.total_count)))
+                .map(|method| (method.row.name.clone(), (method.row.weights.self_count, method.row.weights.total_count)))
                 .collect();
             prop_assert_eq!(&methods, &expected);
             prop_assert_eq!(stats.total_count, folded.total);

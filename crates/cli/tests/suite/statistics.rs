@@ -85,7 +85,7 @@ fn calls_are_counted_exactly_and_timed_per_call() {
         &["--stats", "methods", "--sort", "calls"],
     );
     assert_eq!(stats["event"], "cpu_time");
-    let methods = by(&stats["methods"], "method");
+    let methods = by(&stats["methods"], "name");
     for (method, calls) in expected_calls() {
         let figures = &methods[method]["calls"];
         assert_eq!(number(&figures["calls"]), calls, "{method}: {figures}");
@@ -110,7 +110,7 @@ fn calls_are_counted_exactly_and_timed_per_call() {
         assert!(min <= mean && mean <= max, "{method}: {cpu}");
     }
     // Sorted by calls: work() first.
-    assert_eq!(stats["methods"][0]["method"], "Calls.work");
+    assert_eq!(stats["methods"][0]["name"], "Calls.work");
 
     // work()'s one caller is main, for all its calls; it runs on main only.
     let work = stats_json(
@@ -155,7 +155,7 @@ fn calls_are_counted_exactly_and_timed_per_call() {
         &args,
     );
     let stats = stats_json(&times.dir, "times.txt", &["--stats", "methods"]);
-    let methods = by(&stats["methods"], "method");
+    let methods = by(&stats["methods"], "name");
     for (method, calls) in expected_calls() {
         let figures = &methods[method]["calls"];
         assert_eq!(number(&figures["calls"]), calls, "{method}: {figures}");
@@ -272,7 +272,7 @@ fn threads_share_the_cpu_as_thread_split_burns_it() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|row| row["method"] == "ThreadSplit.spin")
+        .filter(|row| row["name"] == "ThreadSplit.spin")
         .map(|row| {
             (
                 row["thread"]["name"].as_str().unwrap(),
