@@ -343,7 +343,7 @@ impl StatisticsIndex {
             (
                 None,
                 Some(format!(
-                    "{} does not tell class loaders (traces, format=x, do)",
+                    "{} does not tell class loaders (traces, format=x, and JFR recordings do)",
                     self.source
                 )),
             )

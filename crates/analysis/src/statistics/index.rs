@@ -143,19 +143,48 @@ impl Csr {
     }
 }
 
-/// Rows found by their key, and by their other number through a second order.
+/// Which side of a table's rows lies together in memory: the lookups that read many rows want
+/// theirs contiguous, the others go through a permutation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Contiguous {
+    #[default]
+    Keys,
+    Others,
+}
+
+/// Rows found by their key and by their other number: one side's rows lie together, the
+/// other's are found through a permutation.
 #[derive(Default)]
 pub(crate) struct Table {
     rows: Vec<Row>,
+    contiguous: Contiguous,
     key_start: Vec<usize>,
-    by_other: Vec<u32>,
     other_start: Vec<usize>,
+    /// The rows' indices in the order of the side that is not contiguous.
+    permutation: Vec<u32>,
+}
+
+/// A table's rows of one key or other number.
+pub(crate) enum Rows<'t> {
+    Together(std::slice::Iter<'t, Row>),
+    Permuted(&'t [Row], std::slice::Iter<'t, u32>),
+}
+
+impl<'t> Iterator for Rows<'t> {
+    type Item = &'t Row;
+
+    fn next(&mut self) -> Option<&'t Row> {
+        match self {
+            Rows::Together(rows) => rows.next(),
+            Rows::Permuted(rows, order) => order.next().map(|index| &rows[*index as usize]),
+        }
+    }
 }
 
 impl Table {
-    /// Orders the rows by key and, through `by_other`, by other number: counting sorts, in
-    /// time linear in the rows (the index holds millions of them).
-    fn new(rows: Vec<Row>, keys: usize, others: usize) -> Table {
+    /// Orders the rows by one side and, through the permutation, by the other: counting sorts,
+    /// in time linear in the rows (the index holds millions of them).
+    fn new(rows: Vec<Row>, keys: usize, others: usize, contiguous: Contiguous) -> Table {
         let starts = |number: &dyn Fn(&Row) -> u32, count: usize| {
             let mut start = vec![0usize; count + 1];
             for row in &rows {
@@ -168,54 +197,67 @@ impl Table {
         };
         let key_start = starts(&|row| row.key, keys);
         let other_start = starts(&|row| row.other, others);
-        let mut next = key_start.clone();
-        let mut order = vec![0u32; rows.len()];
-        for (index, row) in rows.iter().enumerate() {
-            let at = &mut next[row.key as usize];
-            order[*at] = index as u32;
-            *at += 1;
-        }
+        let side = |row: &Row, contiguous_side: bool| match (contiguous, contiguous_side) {
+            (Contiguous::Keys, true) | (Contiguous::Others, false) => row.key,
+            _ => row.other,
+        };
+        let (together_start, permuted_start) = match contiguous {
+            Contiguous::Keys => (&key_start, &other_start),
+            Contiguous::Others => (&other_start, &key_start),
+        };
+        let order_by = |rows: &[Row], start: &[usize], contiguous_side: bool| {
+            let mut next = start.to_vec();
+            let mut order = vec![0u32; rows.len()];
+            for (index, row) in rows.iter().enumerate() {
+                let at = &mut next[side(row, contiguous_side) as usize];
+                order[*at] = index as u32;
+                *at += 1;
+            }
+            order
+        };
+        let order = order_by(&rows, together_start, true);
         let rows: Vec<Row> = order.iter().map(|index| rows[*index as usize]).collect();
         drop(order);
-        let mut next = other_start.clone();
-        let mut by_other = vec![0u32; rows.len()];
-        for (index, row) in rows.iter().enumerate() {
-            let at = &mut next[row.other as usize];
-            by_other[*at] = index as u32;
-            *at += 1;
-        }
+        let permutation = order_by(&rows, permuted_start, false);
         Table {
             rows,
+            contiguous,
             key_start,
-            by_other,
             other_start,
+            permutation,
         }
     }
 
-    pub fn of_key(&self, key: u32) -> &[Row] {
-        let key = key as usize;
-        if key + 1 >= self.key_start.len() {
-            return &[];
-        }
-        &self.rows[self.key_start[key]..self.key_start[key + 1]]
-    }
-
-    pub fn of_other(&self, other: u32) -> impl Iterator<Item = &Row> + '_ {
-        let other = other as usize;
-        let range = if other + 1 < self.other_start.len() {
-            self.other_start[other]..self.other_start[other + 1]
+    fn rows_of(&self, number: u32, start: &[usize], together: bool) -> Rows<'_> {
+        let number = number as usize;
+        let range = if number + 1 < start.len() {
+            start[number]..start[number + 1]
         } else {
             0..0
         };
-        self.by_other[range]
-            .iter()
-            .map(|&index| &self.rows[index as usize])
+        if together {
+            Rows::Together(self.rows[range].iter())
+        } else {
+            Rows::Permuted(&self.rows, self.permutation[range].iter())
+        }
+    }
+
+    pub fn of_key(&self, key: u32) -> Rows<'_> {
+        self.rows_of(key, &self.key_start, self.contiguous == Contiguous::Keys)
+    }
+
+    pub fn of_other(&self, other: u32) -> Rows<'_> {
+        self.rows_of(
+            other,
+            &self.other_start,
+            self.contiguous == Contiguous::Others,
+        )
     }
 
     fn heap_bytes(&self) -> usize {
         self.rows.capacity() * std::mem::size_of::<Row>()
             + (self.key_start.capacity() + self.other_start.capacity()) * 8
-            + self.by_other.capacity() * 4
+            + self.permutation.capacity() * 4
     }
 }
 
@@ -407,12 +449,12 @@ impl StatisticsIndex {
     }
 
     /// The rows of a resource split by attributes.
-    pub(crate) fn cross_of(&self, resource: u32) -> &[Row] {
+    pub(crate) fn cross_of(&self, resource: u32) -> Rows<'_> {
         self.cross.of_key(resource)
     }
 
     /// The rows of every resource with one attribute.
-    pub(crate) fn cross_with(&self, attr: Attr) -> impl Iterator<Item = &Row> + '_ {
+    pub(crate) fn cross_with(&self, attr: Attr) -> Rows<'_> {
         let id = self.attr_ids.get(&attr).copied().unwrap_or(NONE);
         self.cross.of_other(id)
     }
@@ -514,7 +556,6 @@ impl StatisticsIndex {
         stats.callees = self.ranked(
             self.edges
                 .of_key(id)
-                .iter()
                 .map(|row| (row.other, row.event, row.weights)),
             top,
         );
@@ -705,7 +746,6 @@ impl StatisticsIndex {
                 None => self.weights(method, slot),
                 Some(thread) => self
                     .cross_of(method)
-                    .iter()
                     .find(|row| {
                         row.event as usize == slot
                             && self.attrs[row.other as usize] == Attr::Thread(thread)
@@ -1381,7 +1421,9 @@ impl<'p> Builder<'p> {
             }
         }
         drop(edge_weights);
-        let edges = Table::new(edge_rows, resources, resources);
+        // A caller's callees together (the root methods call thousands); callers through the
+        // permutation.
+        let edges = Table::new(edge_rows, resources, resources, Contiguous::Keys);
 
         let mut attrs: Vec<Attr> = Vec::new();
         let mut attr_ids: FastMap<Attr, u32> = FastMap::default();
@@ -1480,7 +1522,9 @@ impl<'p> Builder<'p> {
         }
         drop(accumulated);
         drop(pairs);
-        let cross = Table::new(cross_rows, resources, attrs.len());
+        // An attribute's rows together: a thread's methods are thousands of rows, a method's
+        // threads and states a few.
+        let cross = Table::new(cross_rows, resources, attrs.len(), Contiguous::Others);
 
         let mut children = Csr::new();
         let mut by_parent: Vec<Vec<u32>> = vec![Vec::new(); resources];

@@ -704,7 +704,7 @@ fn components_packages_and_loaders_self_and_total() {
     assert!(without.components.is_none() && without.loaders.is_none());
     assert_eq!(
         without.loaders_note.as_deref(),
-        Some("shop does not tell class loaders (traces, format=x, do)")
+        Some("shop does not tell class loaders (traces, format=x, and JFR recordings do)")
     );
 }
 
