@@ -23,8 +23,8 @@ public class ComponentSplit {
     static final ThreadMXBean CPU = ManagementFactory.getThreadMXBean();
     static volatile long sink;
 
-    static long compute(long seed, int units) {
-        long x = seed;
+    static long compute(long start, int units) {
+        long x = start;
         for (int i = 0; i < units * 100_000; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;

@@ -9,9 +9,9 @@ public class SplitDb {
     /** CPU time spent in query(), nanoseconds. */
     public static long used;
 
-    public static long query(long seed) {
+    public static long query(long start) {
         long t0 = CPU.getCurrentThreadCpuTime();
-        long x = seed;
+        long x = start;
         for (int i = 0; i < 200_000; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;

@@ -11,9 +11,9 @@ public class SplitWeb {
     /** CPU time spent in handle() itself, not in the database, nanoseconds. */
     public static long own;
 
-    public static long handle(long seed) {
+    public static long handle(long start) {
         long t0 = CPU.getCurrentThreadCpuTime();
-        long x = seed;
+        long x = start;
         for (int i = 0; i < 100_000; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;

@@ -17,8 +17,8 @@ public class ThreadSplit {
     static final long[] used = new long[4];
     static volatile long sink;
 
-    static long spin(long seed) {
-        long x = seed;
+    static long spin(long start) {
+        long x = start;
         for (int i = 0; i < 200_000; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;

@@ -1057,3 +1057,11 @@ proptest! {
         }
     }
 }
+
+/// The web UI keeps one index per profile and serves lookups from many threads.
+#[test]
+fn an_index_is_shared_between_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<StatisticsIndex>();
+    shared::<ResourceStats>();
+}
