@@ -120,6 +120,14 @@ fn check(args: &StatsArgs, view: &ViewArgs) -> Result<Asked> {
             bail!("{option} is for --stats {}{why}", name.unwrap_or_default());
         }
     }
+    if view.threads
+        && (args.diff.is_some() || matches!(kind, StatsKind::Threads | StatsKind::Resource))
+    {
+        bail!(
+            "--threads splits methods, allocations and components by thread; not threads, one \
+             resource (whose threads it lists) or a difference"
+        );
+    }
     if kind == StatsKind::Resource {
         if args.resource.is_none() {
             bail!("--stats resource needs --resource NAME (a method, class, package or thread)");
@@ -217,7 +225,7 @@ pub fn report_stats(
         }
         StatsKind::Resource => {
             let name = args.resource.as_deref().unwrap_or_default();
-            // All rows in JSON, as the web UI asks; `top` of each list in the tables.
+            // JSON has every row; the tables the `top` of each list.
             let stats = index.lookup(name, if args.json { 0 } else { top })?;
             print(args.json, &stats, || render_resource(&stats, event, top))
         }

@@ -526,8 +526,8 @@ impl StatisticsIndex {
         }
     }
 
-    /// Everything about one resource, each list cut to the `top` heaviest rows per event (0:
-    /// all of them).
+    /// Everything about one resource (as this index's `find` gave it), each list cut to the
+    /// `top` heaviest rows per event (0: all of them).
     pub fn resource(&self, resource: &ResourceRef, top: usize) -> ResourceStats {
         let id = resource.id.0;
         let kind = self.kind(id);
@@ -597,14 +597,13 @@ impl StatisticsIndex {
         }
         stats.threads = self.ranked(threads.into_iter(), top);
         stats.allocations = self.ranked(allocations.into_iter(), top);
-        let by_event = |a: &Event, b: &Event| a.cmp(b);
         stats.states.sort_by(|a, b| {
-            by_event(&a.event, &b.event)
+            (a.event.cmp(&b.event))
                 .then(b.weights.total_value.cmp(&a.weights.total_value))
                 .then_with(|| a.state.cmp(&b.state))
         });
         stats.lock_waits.sort_by(|a, b| {
-            by_event(&a.event, &b.event)
+            (a.event.cmp(&b.event))
                 .then(b.weights.total_value.cmp(&a.weights.total_value))
                 .then_with(|| (&a.state, &a.lock_class).cmp(&(&b.state, &b.lock_class)))
         });
@@ -710,10 +709,13 @@ impl StatisticsIndex {
         for (resource, event, weights) in rows {
             by_event[event as usize].push((resource, weights));
         }
+        // Names decide ties, also at the cut, so that the same index always gives the same rows.
         let heavier = |a: &(u32, Weights), b: &(u32, Weights)| {
             b.1.total_value
                 .cmp(&a.1.total_value)
                 .then(b.1.self_value.cmp(&a.1.self_value))
+                .then_with(|| self.name(a.0).cmp(self.name(b.0)))
+                .then(a.0.cmp(&b.0))
         };
         let mut related = Vec::new();
         for (slot, mut rows) in by_event.into_iter().enumerate() {
@@ -721,7 +723,7 @@ impl StatisticsIndex {
                 rows.select_nth_unstable_by(top - 1, heavier);
                 rows.truncate(top);
             }
-            rows.sort_by(|a, b| heavier(a, b).then_with(|| self.name(a.0).cmp(self.name(b.0))));
+            rows.sort_by(heavier);
             let total = self.event_totals[slot].0;
             related.extend(rows.into_iter().map(|(resource, weights)| Related {
                 resource: self.reference(resource),

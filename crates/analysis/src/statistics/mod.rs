@@ -189,8 +189,6 @@ pub enum StatsError {
         name: String,
         candidates: Vec<String>,
     },
-    #[error("{prefix:?} is not a kind of resource: write method:, class:, package: or thread: before the name")]
-    UnknownKind { prefix: String },
     #[error("{profile} has no {event} samples with times: a timeline needs an input with times (JFR recordings, traces)", event = event.name())]
     NoTimes { profile: String, event: Event },
     #[error("bad bucket width {bucket_ns} ns: a timeline's buckets last 1 ns or more, at most 100,000 of them")]

@@ -9,8 +9,7 @@ use regex::Regex;
 
 use super::*;
 use crate::profile::{
-    Frame, FrameKind, LockWait, Profile, Sample, Span, SpanKind, ThreadId, LOCK_CLASS_LABEL,
-    STATE_LABEL,
+    Frame, FrameKind, LockWait, Profile, Sample, Span, SpanKind, ThreadId, STATE_LABEL,
 };
 use crate::views::{self, ViewOptions};
 
@@ -918,7 +917,6 @@ fn results_serialize_as_json() {
         serde_json::to_value(index.methods(None, MethodSort::SelfValue, false).unwrap()).unwrap();
     assert_eq!(json["sort"], "self");
     assert_eq!(json["methods"][0]["name"], FETCH);
-    let _ = LOCK_CLASS_LABEL;
 }
 
 /// A profile of up to 40 stacks over 12 methods in 6 classes and 3 packages, on up to 3

@@ -442,7 +442,11 @@ fn class_loaders_from_a_jfr_recording() {
 #[test]
 fn bad_requests_are_refused_with_what_was_wrong() {
     let run = run("cpu=samples,interval=1,file=cpu.txt", "CpuSplit", &["0.2"]);
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
+        (
+            &["--stats", "threads", "--threads"],
+            "--threads splits methods, allocations and components by thread",
+        ),
         (
             &["--stats", "resource"],
             "--stats resource needs --resource NAME",
