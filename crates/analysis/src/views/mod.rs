@@ -347,7 +347,7 @@ impl SampleFilter {
 }
 
 /// The view frame a profile frame is shown as.
-pub fn view_frame(frame: &Frame, options: &ViewOptions) -> ViewFrame {
+fn view_frame(frame: &Frame, options: &ViewOptions) -> ViewFrame {
     let kind = match frame.kind {
         FrameKind::Java if frame.is_jdk() => ViewFrameKind::Jdk,
         FrameKind::Java => ViewFrameKind::Java,
