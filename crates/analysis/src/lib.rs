@@ -1,10 +1,13 @@
 //! Statistics over profiles: which methods the CPU samples fall in and the traces behind them,
 //! which classes fill a heap dump, which allocation sites hold the most live bytes, which
-//! parameter values make a traced method slow ([`mpt`]).
+//! parameter values make a traced method slow ([`mpt`]); for any profile read into the model,
+//! the statistics of methods, allocations, threads and components and of one resource
+//! ([`statistics`]).
 
 pub mod inputs;
 pub mod mpt;
 pub mod profile;
+pub mod statistics;
 pub mod views;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

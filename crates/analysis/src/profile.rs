@@ -2,8 +2,10 @@
 //! thread, with optional times and labels, and timed spans for timelines. Every input
 //! (`inputs`) is read into it and every view (`views`) is written from it.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
+
+use openprof_format::mpt_stats::MptTable;
 
 /// What a frame is, for colouring and filtering.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -96,8 +98,9 @@ impl Frame {
 /// The name a truncated stack's root mark carries: the stack was deeper than recorded.
 pub const TRUNCATED: &str = "[truncated]";
 
-/// What a sample's value measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// What a sample's value measures. Serialized by its name (`alloc_bytes`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Event {
     /// CPU time, sampled: one sample per interval of a thread's CPU time.
     Cpu,
@@ -124,8 +127,9 @@ pub enum Event {
     ParameterTime,
 }
 
-/// The unit of an event's values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The unit of an event's values. Serialized by its name (`nanoseconds`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Unit {
     Samples,
     Nanoseconds,
@@ -318,6 +322,13 @@ pub struct Profile {
     pub start_epoch_ns: Option<u64>,
     /// How long the recording ran, in nanoseconds, where the input has it.
     pub duration_ns: Option<u64>,
+    /// Method parameter tracing's tables, where the input holds them (a trace's traced calls,
+    /// an HPROF text profile's MPT record).
+    pub mpt: Vec<MptTable>,
+    /// Each class's loader (`1: jdk.internal.loader.ClassLoaders$AppClassLoader`, `0:
+    /// bootstrap`), by class name, where the input tells it (traces do); a class of one name
+    /// defined by several loaders has them all, joined by `, `.
+    pub class_loaders: BTreeMap<String, String>,
 }
 
 impl Profile {
@@ -383,6 +394,22 @@ impl Profile {
             name: name.to_string(),
         });
         (self.threads.len() - 1) as ThreadId
+    }
+
+    /// Records the loader of a class (see `class_loaders`).
+    pub fn add_class_loader(&mut self, class: &str, loader: &str) {
+        match self.class_loaders.get_mut(class) {
+            Some(known) => {
+                if !known.split(", ").any(|one| one == loader) {
+                    known.push_str(", ");
+                    known.push_str(loader);
+                }
+            }
+            None => {
+                self.class_loaders
+                    .insert(class.to_string(), loader.to_string());
+            }
+        }
     }
 
     pub fn frame(&self, id: FrameId) -> &Frame {

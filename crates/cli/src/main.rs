@@ -15,6 +15,7 @@ mod mpt_command;
 mod profile_command;
 mod report;
 mod run_command;
+mod statistics_command;
 mod validate_command;
 
 #[derive(Parser)]
@@ -104,13 +105,18 @@ enum Commands {
         max: usize,
     },
     /// Print what a profile holds: the top methods and the traces behind them, the classes of
-    /// its heap dump by shallow bytes, the top allocation sites and their frames.
+    /// its heap dump by shallow bytes, the top allocation sites and their frames; or with
+    /// --stats, the statistics of any profile (methods, allocations, threads, components, one
+    /// resource), as tables or JSON.
     #[command(
         after_help = "The format is told by the file's start: HPROF binary is \"JAVA PROFILE 1.0.x\" and\n\
             a NUL byte, HPROF text \"JAVA PROFILE 1.0.1, created <date>\". Binary heap dumps\n\
             record no object sizes: their shallow bytes are estimated for a 64-bit HotSpot VM\n\
             with compressed oops (docs/hprof-text.md). On a terminal, files of 64 MiB or more\n\
-            show a progress bar while they are read."
+            show a progress bar while they are read.\n\n\
+            --stats reads any input convert reads: `--stats methods --sort calls`, `--stats\n\
+            components --components map.txt`, `--stats resource --resource com.acme.Dao.find`,\n\
+            `--stats threads --diff base.txt` (docs/statistics.md)."
     )]
     Report {
         /// A profile: HPROF text (format=a), HPROF binary (format=b), or a JDK heap dump.
@@ -135,6 +141,8 @@ enum Commands {
         tree: Option<usize>,
         #[command(flatten)]
         view: convert_command::ViewArgs,
+        #[command(flatten)]
+        stats: statistics_command::StatsArgs,
     },
     /// Convert a profile into a flame graph (.html), folded stacks (.collapsed), pprof
     /// (.pb.gz), speedscope (.json) or a Chrome trace (.trace.json).
@@ -189,6 +197,13 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Mpt(args) => mpt_command::mpt(args),
         Commands::Convert(args) => convert_command::convert(args),
+        Commands::Report {
+            file,
+            top,
+            view,
+            stats,
+            ..
+        } if stats.stats.is_some() => statistics_command::report_stats(&file, &stats, &view, top),
         Commands::Report {
             file,
             top,

@@ -1,7 +1,8 @@
 //! HPROF's profiles (text, or binary read into the same records) as the profile model: CPU
 //! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, MONITOR TIME and PARK TIME as `lock`,
 //! LOCK OWNERS as `lock_owner`, SITES as live
-//! and allocated bytes and objects with the allocated class as the leaf frame. A trace as deep as the `depth` the
+//! and allocated bytes and objects with the allocated class as the leaf frame, the MPT record as
+//! the profile's parameter tracing tables. A trace as deep as the `depth` the
 //! sampler reports is marked `[truncated]` at its root: it may have been cut there.
 //!
 //! Traces are interned as they are read ([`HprofIngest::trace`]), so a large text file is never
@@ -148,6 +149,7 @@ impl HprofIngest {
                 });
             }
         }
+        self.profile.mpt = hprof.mpt.clone();
         for table in &hprof.sites {
             for row in &table.rows {
                 let site = &row.site;

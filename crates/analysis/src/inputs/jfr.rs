@@ -997,7 +997,13 @@ impl RecordingReader {
                     frames.push(*id);
                     continue;
                 }
-                let id = self.profile.frame_id(stack_frame(context, frame));
+                let made = stack_frame(context, frame);
+                if matches!(made.kind, FrameKind::Java | FrameKind::Inlined) {
+                    if let Some((class, loader)) = class_loader(context, frame) {
+                        self.profile.add_class_loader(&class, &loader);
+                    }
+                }
+                let id = self.profile.frame_id(made);
                 if let Some(key) = key {
                     self.frames_of_chunk.insert(key, id);
                 }
@@ -1091,6 +1097,38 @@ fn stack_frame(context: &ChunkContext, frame: Node) -> Frame {
         line,
         kind,
     }
+}
+
+/// The class of a Java frame and its loader, as the recording names it: the loader's name and
+/// class (`app (jdk.internal.loader.ClassLoaders$AppClassLoader)`), `bootstrap` for none; `None`
+/// when the recording does not tell loaders.
+fn class_loader(context: &ChunkContext, frame: Node) -> Option<(String, String)> {
+    let class = context
+        .field(frame, "method")
+        .and_then(|method| context.field(method, "type"))?;
+    let class_name = readable_class_name(context.string(context.field(class, "name"))?);
+    context
+        .metadata
+        .classes
+        .get(&class.class)?
+        .field_index("classLoader")?;
+    let loader = match context.field(class, "classLoader") {
+        None => "bootstrap".to_string(),
+        Some(loader) => {
+            let name = context.string(context.field(loader, "name"));
+            let loader_class = context
+                .field(loader, "type")
+                .and_then(|class| context.string(context.field(class, "name")))
+                .map(readable_class_name);
+            match (name, loader_class) {
+                (Some(name), Some(class)) => format!("{name} ({class})"),
+                (Some(name), None) => name.to_string(),
+                (None, Some(class)) => class,
+                (None, None) => "[unnamed loader]".to_string(),
+            }
+        }
+    };
+    Some((class_name, loader))
 }
 
 /// `java/lang/String` as `java.lang.String`, `[B` as `byte[]`, `[Ljava/lang/Object;` as

@@ -1,7 +1,8 @@
 //! Our traces (format=x) as the profile model: method entries and exits paired into calls
 //! (`Call` spans on their thread's timeline, and `calls` and `cpu_time` on the stack of traced
 //! methods open at the entry), monitor waits and contended enters, exceptions thrown and garbage
-//! collections as spans, and the threads' names. Times count from the trace's start.
+//! collections as spans, the threads' names, the classes' loaders, and method parameter
+//! tracing's tables (`crate::mpt`). Times count from the trace's start.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Read};
@@ -10,7 +11,7 @@ use openprof_format::trace::reader::read_all;
 use openprof_format::trace::TraceElement;
 
 use super::InputError;
-use crate::mpt::{id_of, Id};
+use crate::mpt::{id_of, Id, MptCollector};
 use crate::profile::{
     Event, Frame, FrameId, FrameKind, Profile, Sample, Span, SpanKind, StackId, ThreadId,
 };
@@ -47,20 +48,29 @@ pub fn from_trace(
         progress,
     };
     let mut builder = Builder::default();
+    // Parameter tracing's calls are paired and timed as `openprof mpt` does, in the same pass.
+    let mut mpt = MptCollector::new();
+    let malformed = |message: String| InputError::Malformed {
+        file: file.to_string(),
+        format: FORMAT,
+        message,
+    };
     for (index, element) in read_all(counted).enumerate() {
-        let element = element.map_err(|error| InputError::Malformed {
-            file: file.to_string(),
-            format: FORMAT,
-            message: format!(
+        let element = element.map_err(|error| {
+            malformed(format!(
                 "element {}: byte {}: {}",
                 index + 1,
                 error.offset + skipped,
                 error.message
-            ),
+            ))
         })?;
+        mpt.add(&element)
+            .map_err(|error| malformed(error.to_string()))?;
         builder.add(&element);
     }
-    Ok(builder.finish(file))
+    let mut profile = builder.finish(file);
+    profile.mpt = mpt.finish();
+    Ok(profile)
 }
 
 struct CountingReader<'a, R> {
@@ -133,6 +143,8 @@ struct Builder {
     throws: Vec<(ThreadKey, Option<Id>, u128)>,
     /// The time of each thread's latest throw.
     last_throw: HashMap<ThreadKey, u128>,
+    /// Each class's loader, as the class definitions give it: (class, `INDEX: LOADER`).
+    loaders: Vec<(String, String)>,
     trace_start: Option<u128>,
     trace_end: Option<u128>,
     earliest: Option<u128>,
@@ -179,6 +191,11 @@ impl Builder {
                 {
                     self.classes
                         .insert(id, (name.clone(), class.source_name.clone()));
+                    if let Some(index) = class.class_loader {
+                        let loader = class.class_loader_name.as_deref().unwrap_or("bootstrap");
+                        self.loaders
+                            .push((name.clone(), format!("{index}: {loader}")));
+                    }
                 }
             }
             TraceElement::MethodDef(method) => {
@@ -353,6 +370,9 @@ impl Builder {
             .or(self.earliest)
             .and_then(|start| u64::try_from(start).ok());
         profile.duration_ns = Some(since(last));
+        for (class, loader) in &self.loaders {
+            profile.add_class_loader(class, loader);
+        }
 
         let thread_number = |id: Id| match id {
             Id::Stable(id) => u64::from(id),
@@ -561,6 +581,36 @@ mod tests {
         assert_eq!(outer.end_ns, 20_000_000);
         let inner = profile.spans.iter().find(|s| s.start_ns > 0).unwrap();
         assert_eq!(inner.end_ns, 20_000_000);
+    }
+
+    #[test]
+    fn class_loaders_and_parameter_values_come_with_the_profile() {
+        let trace = format!(
+            "<TRACE>\n{}{}{}{}\n</TRACE>\n",
+            r#"<classDef classId="1" name="A" classLoader="1" classLoaderName="java.net.URLClassLoader"/>
+<classDef classId="2" name="java.lang.String" classLoader="0" classLoaderName="bootstrap"/>
+<methodDef name="outer" signature="(I)V" classIdRef="1" methodId="1"/>
+"#,
+            r#"<methodEntry threadIdRef="1" time="1.000000000" methodIdRef="1" ticket="1"><value parameterName="1" referenceName="A.outer(int) 1" type="int" value="7"/></methodEntry>"#,
+            r#"<methodExit threadIdRef="1" time="1.000000250" ticket="1" methodIdRef="1"/>"#,
+            r#"<methodEntry threadIdRef="1" time="1.5" methodIdRef="1" ticket="2"><value parameterName="1" type="int" value="8"/></methodEntry>"#,
+        );
+        let error = read(&trace).unwrap_err().to_string();
+        assert!(
+            error.contains("element 6 <methodEntry>: <value> 1 lacks referenceName"),
+            "{error}"
+        );
+        let trace = trace.replace(r#"<value parameterName="1" type="int" value="8"/>"#, "");
+        let profile = read(&trace).unwrap();
+        assert_eq!(profile.class_loaders["A"], "1: java.net.URLClassLoader");
+        assert_eq!(profile.class_loaders["java.lang.String"], "0: bootstrap");
+        assert_eq!(profile.mpt.len(), 1);
+        let table = &profile.mpt[0];
+        assert_eq!(
+            table.method,
+            "A.outer(int) [loader 1: java.net.URLClassLoader]"
+        );
+        assert_eq!((table.rows[0].calls, table.rows[0].wall_total_ns), (1, 250));
     }
 
     #[test]

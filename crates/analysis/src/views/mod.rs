@@ -15,7 +15,7 @@ use std::path::Path;
 
 use regex::Regex;
 
-use crate::profile::{Event, Frame, FrameKind, Profile, Thread};
+use crate::profile::{Event, Frame, FrameId, FrameKind, Profile, Sample, Span, SpanKind, Thread};
 
 /// The formats a profile is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -323,24 +323,11 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
     let Some(event) = event else {
         return folded;
     };
-    // Each profile frame once: its view frame and whether it passes the filters.
+    let filter = SampleFilter::new(profile, options);
+    // Each profile frame once: its view frame.
     let mut view_ids: HashMap<ViewFrame, u32> = HashMap::new();
     let mut frame_view: Vec<u32> = Vec::with_capacity(profile.frames().len());
-    let mut included: Vec<bool> = Vec::with_capacity(profile.frames().len());
-    let mut excluded: Vec<bool> = Vec::with_capacity(profile.frames().len());
     for frame in profile.frames() {
-        included.push(
-            options
-                .include
-                .iter()
-                .any(|regex| regex.is_match(&frame.name)),
-        );
-        excluded.push(
-            options
-                .exclude
-                .iter()
-                .any(|regex| regex.is_match(&frame.name)),
-        );
         let view = view_frame(frame, options);
         let next = view_ids.len() as u32;
         let id = *view_ids.entry(view.clone()).or_insert_with(|| {
@@ -354,24 +341,9 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
     for sample in profile
         .samples
         .iter()
-        .filter(|sample| sample.event == event)
+        .filter(|sample| sample.event == event && filter.keeps(profile, sample))
     {
-        if let Some(time) = sample.time_ns {
-            if options.from_ns.is_some_and(|from| time < from)
-                || options.to_ns.is_some_and(|to| time >= to)
-            {
-                continue;
-            }
-        } else if options.from_ns.is_some() || options.to_ns.is_some() {
-            continue;
-        }
         let stack = profile.stack(sample.stack);
-        if !options.include.is_empty() && !stack.iter().any(|id| included[*id as usize]) {
-            continue;
-        }
-        if stack.iter().any(|id| excluded[*id as usize]) {
-            continue;
-        }
         let mut frames: Vec<u32> = Vec::with_capacity(stack.len() + 1);
         if options.by_thread {
             let root = match sample.thread {
@@ -422,6 +394,81 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
         }
     }
     folded
+}
+
+/// Which samples a view keeps, whatever their event: those in the time window (`from_ns`,
+/// `to_ns`; none without a time when a window is given) whose stack has a frame `include`
+/// matches (when any is given) and none `exclude` matches. Every frame is matched once, when
+/// the filter is made, not once per sample.
+pub struct SampleFilter {
+    from_ns: Option<u64>,
+    to_ns: Option<u64>,
+    any_include: bool,
+    any_exclude: bool,
+    included: Vec<bool>,
+    excluded: Vec<bool>,
+}
+
+impl SampleFilter {
+    pub fn new(profile: &Profile, options: &ViewOptions) -> SampleFilter {
+        let matches = |regexes: &[Regex]| -> Vec<bool> {
+            profile
+                .frames()
+                .iter()
+                .map(|frame| regexes.iter().any(|regex| regex.is_match(&frame.name)))
+                .collect()
+        };
+        SampleFilter {
+            from_ns: options.from_ns,
+            to_ns: options.to_ns,
+            any_include: !options.include.is_empty(),
+            any_exclude: !options.exclude.is_empty(),
+            included: matches(&options.include),
+            excluded: matches(&options.exclude),
+        }
+    }
+
+    /// Whether the view keeps the sample.
+    pub fn keeps(&self, profile: &Profile, sample: &Sample) -> bool {
+        if !self.in_window(sample.time_ns) {
+            return false;
+        }
+        let stack = profile.stack(sample.stack);
+        if self.any_include && !stack.iter().any(|id| self.included[*id as usize]) {
+            return false;
+        }
+        !(self.any_exclude && stack.iter().any(|id| self.excluded[*id as usize]))
+    }
+
+    /// Whether the view keeps a span: it overlaps the window, and a call or exception (which
+    /// has no stack) is of a method whose own name `include` matches (when any is given) and
+    /// `exclude` does not; waits and collections are kept whatever their name.
+    pub fn keeps_span(&self, span: &Span) -> bool {
+        if self.from_ns.is_some_and(|from| span.end_ns < from)
+            || self.to_ns.is_some_and(|to| span.start_ns >= to)
+        {
+            return false;
+        }
+        !matches!(span.kind, SpanKind::Call | SpanKind::Exception) || self.keeps_method(span.frame)
+    }
+
+    /// Whether a frame's own name passes `include` (when any is given) and `exclude`.
+    pub fn keeps_method(&self, frame: FrameId) -> bool {
+        let frame = frame as usize;
+        (!self.any_include || self.included[frame]) && !self.excluded[frame]
+    }
+
+    /// Whether a time (nanoseconds since the profile's start) is in the window; without a time,
+    /// only when no window is given.
+    pub fn in_window(&self, time_ns: Option<u64>) -> bool {
+        match time_ns {
+            Some(time) => {
+                !(self.from_ns.is_some_and(|from| time < from)
+                    || self.to_ns.is_some_and(|to| time >= to))
+            }
+            None => self.from_ns.is_none() && self.to_ns.is_none(),
+        }
+    }
 }
 
 /// The view frame a profile frame is shown as.

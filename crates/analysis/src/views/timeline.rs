@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::ViewOptions;
+use super::{SampleFilter, ViewOptions};
 use crate::profile::{Profile, Span, SpanKind, ThreadId};
 
 /// One thread's spans as a timeline shows them: sorted by start, each inside the one before it
@@ -43,24 +43,9 @@ fn span_name(profile: &Profile, span: &Span, simple: bool) -> String {
 /// The spans the options keep (time window; include and exclude for calls and exceptions, which
 /// are methods), by thread in the profile's order, spans of no thread (GCs) last.
 fn tracks(profile: &Profile, options: &ViewOptions) -> Vec<Track> {
+    let filter = SampleFilter::new(profile, options);
     let mut by_thread: HashMap<Option<ThreadId>, Vec<TrackSpan>> = HashMap::new();
-    for span in &profile.spans {
-        if options.from_ns.is_some_and(|from| span.end_ns < from)
-            || options.to_ns.is_some_and(|to| span.start_ns >= to)
-        {
-            continue;
-        }
-        if matches!(span.kind, SpanKind::Call | SpanKind::Exception) {
-            let method = &profile.frame(span.frame).name;
-            if !options.include.is_empty()
-                && !options.include.iter().any(|regex| regex.is_match(method))
-            {
-                continue;
-            }
-            if options.exclude.iter().any(|regex| regex.is_match(method)) {
-                continue;
-            }
-        }
+    for span in profile.spans.iter().filter(|span| filter.keeps_span(span)) {
         by_thread.entry(span.thread).or_default().push(TrackSpan {
             name: span_name(profile, span, options.simple),
             kind: span.kind,

@@ -10,6 +10,7 @@ mod helpers;
 mod mpt_jvm;
 mod mpt_report;
 mod profile;
+mod statistics;
 mod token_files;
 mod ui;
 mod views;

@@ -18,7 +18,7 @@ use crate::helpers::{openprof_in, text, LIMIT};
 
 /// A recording of `main_class ARGS` by the JDK's recorder with `settings=profile` and the
 /// extra event settings given, and the workload's standard output.
-fn record(
+pub(crate) fn record(
     name: &str,
     extra_settings: &str,
     jvm_options: &[&str],
