@@ -121,13 +121,13 @@
       info = fleet.agents.find((agent) => agent.agent === id) || null;
       if (info) heading.textContent = info.hostname + " pid " + info.pid + " (" + (info.connected ? "connected" : info.finished ? "finished" : "disconnected") + ")";
     }
-    const names = [["flame", "Flame graph"], ["methods", "Hot methods"], ["mpt", "Parameter values"]];
+    const names = [["flame", "Flame graph"], ["methods", "Hot methods"], ["statistics", "Statistics"], ["mpt", "Parameter values"]];
     if (kind === "agent") names.push(["snapshot", "Snapshot"], ["controls", "Controls"]);
     for (const [name, label] of names) {
       tabs.appendChild(el("button", { id: "tab-" + name, "aria-selected": String(name === tab), role: "tab",
         onclick: () => { window.location.hash = "#/" + kind + "/" + id + "/" + name; } }, label));
     }
-    const draw = { flame: drawFlame, methods: drawMethods, mpt: drawMpt, snapshot: drawSnapshot, controls: drawControls }[tab] || drawFlame;
+    const draw = { flame: drawFlame, methods: drawMethods, statistics: drawStatistics, mpt: drawMpt, snapshot: drawSnapshot, controls: drawControls }[tab] || drawFlame;
     await draw(body, kind, id, source, info);
   }
 
@@ -253,22 +253,96 @@
       el("p", { class: "muted" }, "Each command is confirmed, then logged with your name (see Actions)."));
   }
 
+  // ---- statistics ---------------------------------------------------------------------------
+  function ms(nanos) { return nanos === undefined || nanos === null ? "" : (nanos / 1e6).toFixed(3); }
+  function pct(value) { return value === undefined || value === null ? "" : Number(value).toFixed(2) + " %"; }
+  function nameLink(source, name) {
+    return el("a", { href: "#", class: "resource-link", onclick: (e) => { e.preventDefault(); showResource(source, name); } }, name);
+  }
+  // A table of weighted rows (self and total): methods, packages, components, related resources.
+  function weightedTable(source, rows, id, extra) {
+    const heads = ["Name", { label: "Self", num: 1 }, { label: "Self %", num: 1 }, { label: "Total", num: 1 }, { label: "Total %", num: 1 }].concat((extra || []).map((column) => ({ label: column[0], num: 1 })));
+    return table(heads, rows.map((row) => el("tr", { dataset: { name: row.name } },
+      cell(row.kind === "thread" || !source ? row.name + (row.thread_id !== undefined ? " (" + row.thread_id + ")" : "") : nameLink(source, row.name)),
+      cell(number(row.self_value), true), cell(pct(row.self_percent), true), cell(number(row.total_value), true), cell(pct(row.total_percent), true),
+      (extra || []).map((column) => cell(column[1](row), true)))), id);
+  }
+
+  async function drawStatistics(body, kind, id, source) {
+    const which = el("select", { id: "stats-kind" }, ["methods", "allocations", "threads", "components"].map((name) => el("option", { value: name }, name)));
+    const event = el("input", { id: "stats-event", placeholder: "event", size: 12 });
+    const map = el("textarea", { id: "component-map", rows: 3, cols: 50, placeholder: "component map, one rule a line: NAME = a.b.*, c.d" });
+    const holder = el("div", { id: "stats" });
+    const draw = async () => {
+      const params = Object.assign({}, source, { kind: which.value, event: event.value.trim(), components: which.value === "components" ? map.value : "" });
+      const result = await api("/api/statistics?" + query(params));
+      if (which.value === "methods") {
+        holder.replaceChildren(el("p", { class: "muted" }, "Event " + result.event + " (" + result.unit + "), total " + number(result.total_value)),
+          weightedTable(source, result.methods.slice(0, 300), "stats-methods", [
+            ["Calls", (row) => row.calls ? number(row.calls.calls) : ""],
+            ["Mean ms", (row) => row.calls && row.calls.wall ? ms(row.calls.wall.mean_ns) : ""],
+            ["Min ms", (row) => row.calls && row.calls.wall ? ms(row.calls.wall.min_ns) : ""],
+            ["Max ms", (row) => row.calls && row.calls.wall ? ms(row.calls.wall.max_ns) : ""],
+            ["CPU mean ms", (row) => row.calls && row.calls.cpu ? ms(row.calls.cpu.self_mean_ns) : ""]]));
+      } else if (which.value === "allocations") {
+        const alloc = (rows, key, id) => table([key === "class" ? "Class" : key === "method" ? "Method" : "Site", { label: "Allocated", num: 1 }, { label: "%", num: 1 }, { label: "Objects", num: 1 }, { label: "Live", num: 1 }, { label: "Live objects", num: 1 }],
+          rows.slice(0, 200).map((row) => el("tr", { dataset: { name: row.class || row.method } }, cell(key === "site" ? row.class + " in " + row.method : nameLink(source, row[key])),
+            cell(bytes(row.alloc_bytes || 0), true), cell(pct(row.alloc_bytes_percent), true), cell(number(row.alloc_objects || 0), true), cell(bytes(row.live_bytes || 0), true), cell(number(row.live_objects || 0), true))), id);
+        holder.replaceChildren(el("h3", {}, "By class"), alloc(result.by_class, "class", "stats-alloc-class"), el("h3", {}, "By allocating method"), alloc(result.by_method, "method", "stats-alloc-method"), el("h3", {}, "By site"), alloc(result.by_site, "site", "stats-alloc-site"));
+      } else if (which.value === "threads") {
+        const rows = result.threads.threads.map((row) => el("tr", { dataset: { name: row.name } }, cell(nameLink(source, row.name)),
+          cell(number(row.cpu_samples), true), cell(pct(row.cpu_percent), true), cell(number(row.wall_samples), true),
+          cell(Object.entries(row.wall_states || {}).map(([state, count]) => state + " " + number(count)).join(", ")),
+          cell(ms(row.lock_ns), true), cell(bytes(row.alloc_bytes || 0), true)));
+        const timeline = result.timeline ? el("div", { class: "panel", id: "stats-timeline" }, el("h3", {}, "Over time (" + result.timeline.event + ", buckets of " + ms(result.timeline.bucket_ns) + " ms)"),
+          ...result.timeline.threads.slice(0, 20).map((thread) => {
+            const most = Math.max(1, ...thread.values);
+            return el("div", { class: "bars", title: thread.name }, el("code", {}, thread.name.padEnd(24).slice(0, 24) + " "),
+              ...thread.values.map((value) => el("span", { style: "width:" + Math.max(1, Math.round(300 / thread.values.length)) + "px;opacity:" + (0.15 + 0.85 * value / most).toFixed(2) })));
+          })) : el("p", { class: "muted" }, "No sample times in this profile: no timeline.");
+        holder.replaceChildren(table(["Thread", { label: "CPU samples", num: 1 }, { label: "CPU %", num: 1 }, { label: "Wall samples", num: 1 }, "Wall states", { label: "Lock ms", num: 1 }, { label: "Allocated", num: 1 }], rows, "stats-threads"), timeline);
+      } else {
+        const sections = [el("h3", {}, "By package"), weightedTable(source, result.packages.slice(0, 200), "stats-packages")];
+        if (result.components && result.components.length) sections.push(el("h3", {}, "By component"), weightedTable(null, result.components, "stats-components"));
+        if (result.loaders) sections.push(el("h3", {}, "By class loader"), weightedTable(null, result.loaders, "stats-loaders"));
+        else if (result.loaders_note) sections.push(el("p", { class: "muted" }, result.loaders_note));
+        holder.replaceChildren(...sections);
+      }
+    };
+    const run = () => draw().catch((error) => holder.replaceChildren(el("p", { class: "error", id: "stats-error" }, error.message)));
+    which.addEventListener("change", run);
+    body.replaceChildren(el("div", { class: "controls" }, el("label", {}, "Statistic ", which), el("label", {}, "Event ", event),
+      el("button", { type: "button", id: "stats-show", onclick: run }, "Show")), map, holder);
+    await run();
+  }
+
   // ---- navigation by resource name -------------------------------------------------------------
+  // Every statistic about one method, class, package or thread, from the profile's index.
   async function showResource(source, name) {
     let panel = document.getElementById("resource");
     if (!panel) { panel = el("aside", { id: "resource" }); document.body.appendChild(panel); }
-    panel.replaceChildren(el("button", { class: "close", type: "button", onclick: () => panel.remove() }, "×"), el("h3", {}, name), el("p", { class: "muted" }, "Loading…"));
-    const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
-    const events = (await api("/api/methods?" + query(source))).events;
-    const sections = [];
-    for (const event of events) {
-      const result = await api("/api/methods?" + query(Object.assign({}, source, { event, include: ["^" + escaped + "$"] })));
-      const own = result.methods.find((method) => method.name === name);
-      const whole = await api("/api/methods?" + query(Object.assign({}, source, { event })));
-      const share = own && whole.total ? (100 * own.total / whole.total).toFixed(2) + " %" : "0 %";
-      sections.push(el("div", { class: "resource-event", dataset: { event } }, el("strong", {}, event), ": total ", own ? number(own.total) : "0", " (", share, "), self ", own ? number(own.self) : "0"));
+    const close = el("button", { class: "close", type: "button", onclick: () => panel.remove() }, "×");
+    panel.replaceChildren(close, el("h3", {}, name), el("p", { class: "muted" }, "Loading…"));
+    let stats;
+    try {
+      stats = await api("/api/statistics?" + query(Object.assign({}, source, { kind: "resource", name })));
+    } catch (error) {
+      panel.replaceChildren(close, el("h3", {}, name), el("p", { class: "error" }, error.message));
+      return;
     }
-    panel.replaceChildren(el("button", { class: "close", type: "button", onclick: () => panel.remove() }, "×"), el("h3", { id: "resource-name" }, name), ...sections);
+    const related = (title, rows, id) => rows && rows.length ? [el("h4", {}, title), weightedTable(source, rows, id)] : [];
+    const sections = [close, el("h3", { id: "resource-name" }, stats.resource.name), el("p", { class: "muted", id: "resource-kind" }, stats.resource.kind + (stats.parent ? " in " + stats.parent.name : "") + (stats.loader ? ", loader " + stats.loader : ""))];
+    sections.push(...stats.events.map((event) => el("div", { class: "resource-event", dataset: { event: event.event } },
+      el("strong", {}, event.event), ": total " + number(event.total_value) + " (" + pct(event.total_percent) + "), self " + number(event.self_value) + " (" + pct(event.self_percent) + ")")));
+    if (stats.calls && stats.calls.wall) sections.push(el("p", {}, number(stats.calls.calls) + " calls, " + ms(stats.calls.wall.mean_ns) + " ms mean, " + ms(stats.calls.wall.min_ns) + " to " + ms(stats.calls.wall.max_ns) + " ms"));
+    sections.push(...related("Callers", stats.callers, "resource-callers"), ...related("Callees", stats.callees, "resource-callees"),
+      ...related("Contents", stats.contents, "resource-contents"), ...related("Threads", stats.threads, "resource-threads"),
+      ...related("Allocations", stats.allocations, "resource-allocations"), ...related("Allocated by", stats.allocated_by, "resource-allocated-by"),
+      ...related("Waiting for its locks", stats.lock_waiters, "resource-lock-waiters"));
+    for (const table of stats.mpt || []) {
+      sections.push(el("h4", {}, "Parameter values: " + table.spec), el("ul", {}, table.values.map((value) => el("li", {}, value.value + ": " + number(value.calls) + " calls, " + ms(value.wall_mean_ns) + " ms mean"))));
+    }
+    panel.replaceChildren(...sections);
   }
   window.addEventListener("message", (event) => {
     if (event.origin !== window.location.origin || !event.data || !event.data.openprofFrame) return;
@@ -284,16 +358,24 @@
     const newer = el("select", { id: "diff-new" }, options());
     if (result.snapshots.length > 1) newer.selectedIndex = result.snapshots.length - 1;
     const frame = el("iframe", { class: "flame", id: "diff-frame", title: "differential flame graph", hidden: true });
-    const compare = el("button", { type: "button", id: "diff-show", onclick: () => {
+    const deltas = el("div", { id: "diff-deltas" });
+    const compare = el("button", { type: "button", id: "diff-show", onclick: async () => {
       frame.hidden = false;
       frame.src = "/view/flame?" + query({ snapshot: newer.value, base: base.value });
+      try {
+        const diff = await api("/api/statistics?" + query({ snapshot: newer.value, base: base.value, kind: "diff", of: "methods" }));
+        deltas.replaceChildren(el("h3", {}, "Methods that changed (" + diff.event + ", share of the total)"),
+          table(["Method", { label: "Base %", num: 1 }, { label: "New %", num: 1 }, { label: "Change (points)", num: 1 }],
+            diff.rows.slice().sort((a, b) => Math.abs(b.total_percent_change) - Math.abs(a.total_percent_change)).slice(0, 30).map((row) => el("tr", { dataset: { name: row.name, change: row.total_percent_change } }, cell(row.name),
+              cell(pct(row.base_total_percent), true), cell(pct(row.new_total_percent), true), cell((row.total_percent_change >= 0 ? "+" : "") + row.total_percent_change.toFixed(2), true))), "diff-methods"));
+      } catch (error) { deltas.replaceChildren(el("p", { class: "error" }, error.message)); }
     } }, "Compare");
     const rows = result.snapshots.map((snapshot) => el("tr", { dataset: { snapshot: snapshot.id } },
       cell(el("a", { href: "#/snapshot/" + snapshot.id }, snapshot.name)), cell(snapshot.agent), cell(snapshot.taken_at), cell(snapshot.taken_by),
       cell(["html", "pprof", "collapsed", "speedscope"].map((format) => el("a", { href: "/api/export?" + query({ snapshot: snapshot.id, format }), download: "", class: "export" }, format + " ")))));
     view.replaceChildren(el("h2", {}, "Snapshots"),
       result.snapshots.length ? table(["Name", "Agent", "Taken", "By", "Export"], rows, "snapshots") : el("p", { class: "muted" }, "No snapshot yet: open an agent and take one."),
-      el("h3", {}, "Compare two"), el("div", { class: "controls" }, el("label", {}, "Base ", base), el("label", {}, "New ", newer), compare), frame);
+      el("h3", {}, "Compare two"), el("div", { class: "controls" }, el("label", {}, "Base ", base), el("label", {}, "New ", newer), compare), deltas, frame);
   }
 
   async function showActions() {

@@ -2,6 +2,7 @@
 //! Every route but the login page's needs a caller (`auth::require`); queries are checked
 //! strictly: an unknown parameter, a bad id or a bad view option is a 400 naming it.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -86,6 +87,7 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/fleet", get(fleet))
         .route("/api/profile", get(profile_data))
         .route("/api/methods", get(methods))
+        .route("/api/statistics", get(statistics))
         .route("/api/export", get(export))
         .route("/api/mpt", get(mpt))
         .route("/api/snapshots", get(snapshots).post(take_snapshot))
@@ -197,6 +199,15 @@ fn uuid_of(key: &str, value: &str) -> Result<Uuid, ApiError> {
 }
 
 fn profile_request(query: Option<&str>) -> Result<ProfileRequest, ApiError> {
+    profile_request_with(query, &[]).map(|(request, _)| request)
+}
+
+/// A profile request, and the values of the route's own parameters (`extra`).
+fn profile_request_with(
+    query: Option<&str>,
+    extra: &[&str],
+) -> Result<(ProfileRequest, HashMap<String, String>), ApiError> {
+    let mut own = HashMap::new();
     let mut source = None;
     let mut base = None;
     let mut view = ViewRequest::default();
@@ -240,17 +251,25 @@ fn profile_request(query: Option<&str>) -> Result<ProfileRequest, ApiError> {
             "title" => view.title = Some(value),
             // Only for exports: the file's format.
             "format" => {}
+            other if extra.contains(&other) => {
+                own.insert(key.clone(), value);
+            }
             other => {
                 return Err(bad_request(format!(
                     "{other:?} is not a parameter; the parameters are agent, trace, snapshot, \
                      base, event, include, exclude, threads, reverse, total, simple, lines, \
-                     from, to, minwidth, title (and format, for an export)"
+                     from, to, minwidth, title (and format, for an export){}",
+                    if extra.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", and here {}", extra.join(", "))
+                    }
                 )))
             }
         }
     }
     let source = source.ok_or_else(|| bad_request("name a source: agent=, trace= or snapshot="))?;
-    Ok(ProfileRequest { source, base, view })
+    Ok((ProfileRequest { source, base, view }, own))
 }
 
 /// Reads a requested source's profile (blocking: the store and the reader).
@@ -530,6 +549,149 @@ async fn export(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Respo
         )
             .into_response(),
         Err(problem) => problem.into_response(),
+    }
+}
+
+/// The statistics of a source (docs/statistics.md has their JSON): `kind=methods`,
+/// `allocations`, `threads` (with each thread's timeline), `components` (with `components=`, a
+/// component map), `resource` (with `name=`: everything about one method, class, package or
+/// thread), or with `base=` a snapshot, `diff` of `methods`, `allocations`, `threads` or
+/// `components` (`of=`). `sort=` orders methods; `top=` bounds a resource's related rows.
+async fn statistics(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
+    const OWN: [&str; 7] = ["kind", "sort", "components", "name", "top", "bucket", "of"];
+    let (request, own) = match profile_request_with(query.as_deref(), &OWN) {
+        Ok(request) => request,
+        Err(problem) => return problem.into_response(),
+    };
+    let query = query.unwrap_or_default();
+    let result = blocking(move || {
+        cached_view(&web, "statistics", &query, &request, || {
+            let value = statistics_of(&web, &request, &own)?;
+            Ok(value.to_string().into_bytes())
+        })
+    })
+    .await;
+    match result {
+        Ok(json) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            (*json).clone(),
+        )
+            .into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+fn statistics_of(
+    web: &Web,
+    request: &ProfileRequest,
+    own: &HashMap<String, String>,
+) -> Result<Value, ApiError> {
+    use openprof_analysis::statistics::{
+        thread_timeline, ComponentMap, DiffKind, MethodSort, StatisticsIndex, StatsDiff,
+    };
+    let refused =
+        |problem: openprof_analysis::statistics::StatsError| bad_request(problem.to_string());
+    let to_json = |value: Result<Value, serde_json::Error>| {
+        value.map_err(|problem| error(StatusCode::INTERNAL_SERVER_ERROR, problem.to_string()))
+    };
+    let kind = own.get("kind").map(String::as_str).unwrap_or("methods");
+    let map = own
+        .get("components")
+        .filter(|text| !text.trim().is_empty())
+        .map(|text| ComponentMap::parse(text))
+        .transpose()
+        .map_err(|problem| bad_request(format!("components: {problem}")))?;
+    let (profile, base, options) = resolve(web, request)?;
+    // The index depends on the samples a view keeps (from, to, include, exclude), not on the
+    // event or sorting: every lookup of one view reads it once.
+    let filter = format!(
+        "{:?} {:?} {:?} {:?}",
+        request.view.include, request.view.exclude, request.view.from, request.view.to
+    );
+    let new = web
+        .indexes
+        .get_or_make(format!("{}#{filter}", mark(web, request.source)?), || {
+            Ok::<_, ApiError>(StatisticsIndex::build(&profile, &options))
+        })?;
+    let event = options.event;
+    match kind {
+        "methods" => {
+            let sort = match own.get("sort") {
+                Some(name) => MethodSort::from_name(name).ok_or_else(|| {
+                    bad_request(format!(
+                        "sort={name:?}: one of {}",
+                        MethodSort::ALL.map(MethodSort::name).join(", ")
+                    ))
+                })?,
+                None => MethodSort::SelfValue,
+            };
+            to_json(serde_json::to_value(
+                new.methods(event, sort, options.by_thread)
+                    .map_err(refused)?,
+            ))
+        }
+        "allocations" => to_json(serde_json::to_value(
+            new.allocations(event, options.by_thread).map_err(refused)?,
+        )),
+        "threads" => {
+            let bucket_ns = match own.get("bucket") {
+                Some(text) => Some(
+                    text.parse::<f64>()
+                        .ok()
+                        .filter(|seconds| seconds.is_finite() && *seconds > 0.0)
+                        .map(|seconds| (seconds * 1e9) as u64)
+                        .ok_or_else(|| bad_request(format!("bucket={text:?} is not seconds")))?,
+                ),
+                None => None,
+            };
+            let threads = new.threads(event).map_err(refused)?;
+            let timeline = thread_timeline(&profile, &options, event, bucket_ns).ok();
+            to_json(Ok(json!({ "threads": threads, "timeline": timeline })))
+        }
+        "components" => to_json(serde_json::to_value(
+            new.components(event, map.as_ref(), options.by_thread)
+                .map_err(refused)?,
+        )),
+        "resource" => {
+            let name = own.get("name").ok_or_else(|| {
+                bad_request("kind=resource needs name= (a method, class, package or thread)")
+            })?;
+            let top = match own.get("top") {
+                Some(text) => text
+                    .parse::<usize>()
+                    .map_err(|_| bad_request(format!("top={text:?} is not a number")))?,
+                None => 20,
+            };
+            to_json(serde_json::to_value(new.lookup(name, top).map_err(
+                |problem| error(StatusCode::NOT_FOUND, problem.to_string()),
+            )?))
+        }
+        "diff" => {
+            let base = base.ok_or_else(|| bad_request("kind=diff needs base= (a snapshot)"))?;
+            let of = match own.get("of").map(String::as_str).unwrap_or("methods") {
+                "methods" => DiffKind::Methods,
+                "allocations" => DiffKind::Allocations,
+                "threads" => DiffKind::Threads,
+                "components" => DiffKind::Components,
+                other => {
+                    return Err(bad_request(format!(
+                        "of={other:?}: one of methods, allocations, threads, components"
+                    )))
+                }
+            };
+            let diff = StatsDiff::of(
+                of,
+                &StatisticsIndex::build(&base, &options),
+                &new,
+                event,
+                map.as_ref(),
+            )
+            .map_err(refused)?;
+            to_json(serde_json::to_value(diff))
+        }
+        other => Err(bad_request(format!(
+            "kind={other:?}: one of methods, allocations, threads, components, resource, diff"
+        ))),
     }
 }
 

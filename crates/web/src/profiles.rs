@@ -42,39 +42,49 @@ pub struct ProfileCache {
 /// Profiles kept: each can be large (a million samples), and the UI looks at a few at a time.
 const CACHED: usize = 6;
 
-/// Views made (a flame graph page, its data, a table), by what was asked and how far the
-/// store went for its sources: going back to a view is not folding a million samples again.
-#[derive(Default)]
-pub struct ViewCache {
-    entries: Mutex<VecDeque<(String, Arc<Vec<u8>>)>>,
+/// What was made from profiles, by what was asked and how far the store went for its
+/// sources, the last few used: views (a flame graph page, its data, a table) and statistics
+/// indexes, so that going back to one is not folding a million samples again.
+pub struct Kept<T> {
+    entries: Mutex<VecDeque<(String, Arc<T>)>>,
+    capacity: usize,
 }
 
-/// Views kept; a large profile's page is a few megabytes.
-const VIEWS_CACHED: usize = 24;
+impl<T> Kept<T> {
+    pub fn new(capacity: usize) -> Kept<T> {
+        Kept {
+            entries: Mutex::new(VecDeque::new()),
+            capacity,
+        }
+    }
 
-impl ViewCache {
-    /// The view under `key`, made by `make` when it is not kept.
+    /// What is kept under `key`, made by `make` when nothing is.
     pub fn get_or_make<E>(
         &self,
         key: String,
-        make: impl FnOnce() -> Result<Vec<u8>, E>,
-    ) -> Result<Arc<Vec<u8>>, E> {
+        make: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Arc<T>, E> {
         {
             let mut entries = crate::api::lock(&self.entries);
             if let Some(at) = entries.iter().position(|(cached, _)| *cached == key) {
                 let entry = entries.remove(at).expect("found");
-                let view = entry.1.clone();
+                let kept = entry.1.clone();
                 entries.push_front(entry);
-                return Ok(view);
+                return Ok(kept);
             }
         }
-        let view = Arc::new(make()?);
+        let made = Arc::new(make()?);
         let mut entries = crate::api::lock(&self.entries);
-        entries.push_front((key, view.clone()));
-        entries.truncate(VIEWS_CACHED);
-        Ok(view)
+        entries.push_front((key, made.clone()));
+        entries.truncate(self.capacity);
+        Ok(made)
     }
 }
+
+/// Views kept; a large profile's page is a few megabytes.
+pub const VIEWS_KEPT: usize = 24;
+/// Statistics indexes kept; one of a million samples takes about 100 MiB.
+pub const INDEXES_KEPT: usize = 3;
 
 impl ProfileCache {
     /// The profile of `source`, read again only when the store has more for it.

@@ -5,6 +5,7 @@
 //   refused                      a wrong credential, and no credential at all
 //   fleet                        the fleet's rows
 //   flame AGENT                  the agent's flame graph: search shares, live growth, a click
+//   statistics AGENT             the statistics tab: methods, threads
 //   mpt AGENT SPEC               add a specification from Controls, then the values table
 //   snapshot AGENT NAME          take a snapshot
 //   diff                         compare the first and the last snapshot
@@ -122,7 +123,23 @@ try {
     await page.waitForSelector("#resource-name");
     result.resource = await page.textContent("#resource-name");
     result.resourceEvents = await page.$$eval(".resource-event", (items) => items.map((item) => item.textContent));
+    result.resourceCallers = await page.$$eval("#resource-callers tbody tr", (rows) => rows.map((row) => row.dataset.name));
     await shot("ui-resource.png");
+  } else if (scenario === "statistics") {
+    const [agent] = rest;
+    await login();
+    await page.goto(base + "/#/agent/" + agent + "/statistics");
+    await page.waitForSelector("#stats-methods tbody tr");
+    result.methods = await page.$$eval("#stats-methods tbody tr", (rows) => rows.map((row) => ({
+      name: row.dataset.name, self: Number(row.cells[1].textContent.replace(/,/g, "")),
+    })));
+    await shot("ui-statistics.png");
+    await page.selectOption("#stats-kind", "threads");
+    await page.waitForSelector("#stats-threads tbody tr");
+    result.threads = await page.$$eval("#stats-threads tbody tr", (rows) => rows.map((row) => ({
+      name: row.dataset.name, cpu: Number(row.cells[1].textContent.replace(/,/g, "")),
+    })));
+    await shot("ui-threads.png");
   } else if (scenario === "mpt") {
     const [agent, spec] = rest;
     await login();
@@ -179,6 +196,10 @@ try {
     }
     result.rows = await frame.$$eval("#tree tbody tr", (rows) => rows.map((row) => ({
       name: row.dataset.name, change: Number(row.dataset.change), total: Number(row.dataset.total),
+    })));
+    await page.waitForSelector("#diff-methods tbody tr");
+    result.deltas = await page.$$eval("#diff-methods tbody tr", (rows) => rows.map((row) => ({
+      name: row.dataset.name, change: Number(row.dataset.change),
     })));
   } else if (scenario === "actions") {
     await login();

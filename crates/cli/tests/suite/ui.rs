@@ -148,7 +148,7 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     let web = collector.web.clone().expect("the web UI's address");
     let mut hot = jvm(
         &collector.address,
-        "cpu=samples,interval=1,depth=64",
+        "cpu=samples,interval=1,depth=64,thread=y",
         "CpuSplit",
         &["300"],
     );
@@ -218,6 +218,30 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     );
     assert_eq!(flame["pageKept"], true, "the page was loaded again");
     assert_eq!(flame["resource"], "CpuSplit.heavy", "{flame:#}");
+    assert!(
+        flame["resourceCallers"]
+            .to_string()
+            .contains("CpuSplit.main"),
+        "heavy's caller is main: {flame:#}"
+    );
+
+    // The statistics tab: the same split by self samples, and the main thread doing the work.
+    let stats = drive(&web, &["statistics", &hot_agent]);
+    let self_of = |name: &str| -> f64 {
+        stats["methods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["name"] == name)
+            .map_or(0.0, |row| number(&row["self"]))
+    };
+    let (heavy, light) = (self_of("CpuSplit.heavy"), self_of("CpuSplit.light"));
+    assert!(
+        (100.0 * heavy / (heavy + light) - 75.0).abs() <= 3.0,
+        "heavy {heavy}, light {light}: {stats:#}"
+    );
+    let busiest = &stats["threads"][0];
+    assert_eq!(busiest["name"], "main", "{stats:#}");
 
     // Parameter tracing added from the Controls: "slow" is ranked first, about 8 ms a call
     // against 1 ms.
@@ -260,6 +284,20 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
             .map(|row| number(&row["change"]))
             .sum()
     };
+    let delta_of = |method: &str| -> f64 {
+        diff["deltas"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["name"] == method)
+            .map_or(0.0, |row| number(&row["change"]))
+    };
+    assert!(
+        delta_of("Phases.beta") > 30.0 && delta_of("Phases.alpha") < -30.0,
+        "the statistics' changes: beta {:+.1}, alpha {:+.1}: {diff:#}",
+        delta_of("Phases.beta"),
+        delta_of("Phases.alpha")
+    );
     assert!(
         change_of("Phases.beta") > 30.0 && change_of("Phases.alpha") < -30.0,
         "beta {:+.1} points, alpha {:+.1} points: {diff:#}",
