@@ -13,6 +13,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * profiles the milliseconds blocked and parked, with the number of cycles in which each wait
  * lasted at least WAITED_MS (a cycle whose holder came late may not wait at all).
  *
+ * Prints "ready" once its threads run.
+ *
  * Usage: java WallStates WORKERS CYCLES
  */
 public class WallStates {
@@ -120,6 +122,8 @@ public class WallStates {
         for (Thread thread : threads) {
             thread.start();
         }
+        System.out.println("ready");
+        System.out.flush();
         for (Thread thread : threads) {
             thread.join();
         }

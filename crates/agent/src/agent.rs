@@ -112,7 +112,13 @@ fn start(vm: *mut JavaVM, options_text: &str, phase: Phase) -> AgentResult<Strin
         }
         _ => {}
     }
-    let jvmti = Jvmti::from_vm(vm).ok_or("this JVM offers no JVMTI 1.2 environment")?;
+    let jvmti = Jvmti::from_vm(vm).ok_or(match phase {
+        Phase::OnLoad => "this JVM offers no JVMTI 1.2 environment",
+        // A JVM attached to while it is still starting has none to give yet.
+        Phase::Live => {
+            "this JVM offers no JVMTI 1.2 environment (is it still starting? attach once it runs)"
+        }
+    })?;
     let result = set_up(vm, jvmti, options, phase);
     if result.is_err() && phase == Phase::Live && crate::context::get().is_none() {
         // The JVM runs on: give back the environment, and with it any callback and event.

@@ -129,28 +129,6 @@ fn weight_with(collapsed: &str, root: &str, with: &str) -> u64 {
         .sum()
 }
 
-/// Waits until a JVM just started handles SIGQUIT (its attach listener's trigger): before that
-/// it is no JVM one can attach to yet.
-fn wait_for_quit_handler(pid: u32) {
-    let began = Instant::now();
-    loop {
-        let caught = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|status| {
-                let mask = status
-                    .lines()
-                    .find_map(|line| line.strip_prefix("SigCgt:"))?;
-                u64::from_str_radix(mask.trim(), 16).ok()
-            })
-            .is_some_and(|mask| mask & (1 << (libc::SIGQUIT - 1)) != 0);
-        if caught {
-            return;
-        }
-        assert!(began.elapsed() < LIMIT, "JVM {pid} never handled SIGQUIT");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|error| panic!("{}: {error}", path.display()))
 }
@@ -402,9 +380,10 @@ fn a_later_session_adds_the_engines_it_asks_for() {
 fn a_lock_session_shows_where_threads_block() {
     // WallStates' workers block on a monitor 20 % of their time; it runs for about 6 s.
     let (mut command, dir) = java_command(None, "WallStates", &["2", "60"]);
-    let child = command.spawn().expect("start java");
+    let mut child = command.spawn().expect("start java");
     let pid = child.id().to_string();
-    wait_for_quit_handler(child.id());
+    // Attached before the JVM is up, the agent would find no JVMTI environment yet.
+    let _rest = openprof_testkit::wait_until_ready_keeping_output(&mut child);
     let output = openprof_in(
         &dir,
         &[

@@ -212,8 +212,9 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
         .iter()
         .map(number)
         .collect();
+    // A dump every 1.5 s at most, stored a moment later: a reading may come before the next.
     assert!(
-        totals.windows(2).all(|pair| pair[1] > pair[0]),
+        totals.windows(2).all(|pair| pair[1] >= pair[0]) && totals[totals.len() - 1] > totals[0],
         "the live total did not grow: {totals:?}"
     );
     assert_eq!(flame["pageKept"], true, "the page was loaded again");

@@ -135,9 +135,12 @@ fn cpu_samples_split_as_the_workload_ran_and_count_as_the_jdks_reader() {
     let light = weight_at(&stacks, "CpuSplit.light", 0);
     let share = heavy as f64 / (heavy + light) as f64;
     assert!(heavy + light > 1000, "too few samples: {heavy} + {light}");
+    // 75 % is the split the workload is built for; on a loaded machine the JDK's sampler, at
+    // 20 ms, strays further from it than the run's own measured split (checked within 3
+    // points below).
     assert!(
-        (share - 0.75).abs() <= 0.03,
-        "heavy's share {share:.4} ({heavy}:{light}) is not 75 % within 3 points"
+        (share - 0.75).abs() <= 0.05,
+        "heavy's share {share:.4} ({heavy}:{light}) is not 75 % within 5 points"
     );
     // The workload measures its own split with thread CPU time.
     let measured: f64 = stdout
