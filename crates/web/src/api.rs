@@ -375,101 +375,93 @@ fn resolve(web: &Web, request: &ProfileRequest) -> Result<Resolved, ApiError> {
     Ok((profile, base, options))
 }
 
-/// The flame graph and call tree page, the views' own, for the app's frame.
-async fn flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
-    let request = match profile_request(query.as_deref()) {
+/// Makes a view's bytes from the request and the route's own parameters.
+type MakeView = fn(&Web, &ProfileRequest, &HashMap<String, String>) -> Result<Vec<u8>, ApiError>;
+
+/// A view of a source (made by `make` from the request and the route's own parameters
+/// `own`), made once and kept until the store has more for its sources, answered with
+/// `headers`.
+async fn view(
+    web: Arc<Web>,
+    query: Option<String>,
+    what: &'static str,
+    own: &'static [&'static str],
+    headers: [(header::HeaderName, &'static str); 3],
+    make: MakeView,
+) -> Response {
+    let (request, parameters) = match profile_request_with(query.as_deref(), own) {
         Ok(request) => request,
         Err(problem) => return problem.into_response(),
     };
     let query = query.unwrap_or_default();
-    let result = blocking(move || {
-        cached_view(&web, "flame", &query, &request, || {
-            let (profile, base, options) = resolve(&web, &request)?;
-            let mut html = Vec::new();
-            let written = match &base {
-                Some(base) => views::html::write_diff(&profile, base, &options, &mut html),
-                None => views::html::write(&profile, &options, &mut html),
-            };
-            written.map_err(|error| bad_request(error.to_string()))?;
-            Ok(html)
+    let made = blocking(move || {
+        cached_view(&web, what, &query, &request, || {
+            make(&web, &request, &parameters)
         })
     })
     .await;
-    match result {
-        Ok(html) => (
-            [
-                (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (header::CONTENT_SECURITY_POLICY, VIEW_POLICY),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            (*html).clone(),
-        )
-            .into_response(),
+    match made {
+        Ok(body) => (headers, (*body).clone()).into_response(),
         Err(problem) => problem.into_response(),
     }
+}
+
+/// A JSON answer's headers.
+const JSON: [(header::HeaderName, &str); 3] = [
+    (header::CONTENT_TYPE, "application/json"),
+    (header::CACHE_CONTROL, "no-store"),
+    (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+];
+
+/// The flame graph and call tree page, the views' own, for the app's frame.
+async fn flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
+    let headers = [
+        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+        (header::CONTENT_SECURITY_POLICY, VIEW_POLICY),
+        (header::CACHE_CONTROL, "no-store"),
+    ];
+    view(web, query, "flame", &[], headers, |web, request, _| {
+        let (profile, base, options) = resolve(web, request)?;
+        let mut html = Vec::new();
+        let written = match &base {
+            Some(base) => views::html::write_diff(&profile, base, &options, &mut html),
+            None => views::html::write(&profile, &options, &mut html),
+        };
+        written.map_err(|error| bad_request(error.to_string()))?;
+        Ok(html)
+    })
+    .await
 }
 
 /// The flame graph page's data alone, for the live view to swap in.
 async fn profile_data(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
-    let request = match profile_request(query.as_deref()) {
-        Ok(request) => request,
-        Err(problem) => return problem.into_response(),
-    };
-    let query = query.unwrap_or_default();
-    let result = blocking(move || {
-        cached_view(&web, "data", &query, &request, || {
-            let (profile, base, options) = resolve(&web, &request)?;
-            views::html::page_data(&profile, base.as_deref(), &options)
-                .map_err(|error| bad_request(error.to_string()))
-        })
+    view(web, query, "data", &[], JSON, |web, request, _| {
+        let (profile, base, options) = resolve(web, request)?;
+        views::html::page_data(&profile, base.as_deref(), &options)
+            .map_err(|error| bad_request(error.to_string()))
     })
-    .await;
-    match result {
-        Ok(data) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            (*data).clone(),
-        )
-            .into_response(),
-        Err(problem) => problem.into_response(),
-    }
+    .await
 }
 
 /// The hottest methods of a view: self and total weight, heaviest self first.
 async fn methods(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
-    let request = match profile_request(query.as_deref()) {
-        Ok(request) => request,
-        Err(problem) => return problem.into_response(),
-    };
-    let query = query.unwrap_or_default();
-    let result = blocking(move || {
-        cached_view(&web, "methods", &query, &request, || {
-            let (profile, _, options) = resolve(&web, &request)?;
-            let folded = views::fold(&profile, &options);
-            let rows: Vec<Value> = views::tree::top_methods(&folded)
-                .into_iter()
-                .take(200)
-                .map(|method| {
-                    json!({"name": method.name, "self": method.self_weight, "total": method.total})
-                })
-                .collect();
-            let value = json!({
-                "event": folded.event.map(|event| event.name()),
-                "total": folded.total,
-                "events": profile.events().iter().map(|event| event.name()).collect::<Vec<_>>(),
-                "methods": rows,
-            });
-            Ok(value.to_string().into_bytes())
-        })
+    view(web, query, "methods", &[], JSON, |web, request, _| {
+        let (profile, _, options) = resolve(web, request)?;
+        let folded = views::fold(&profile, &options);
+        let rows: Vec<Value> = views::tree::top_methods(&folded)
+            .into_iter()
+            .take(200)
+            .map(|method| json!({"name": method.name, "self": method.self_weight, "total": method.total}))
+            .collect();
+        let value = json!({
+            "event": folded.event.map(|event| event.name()),
+            "total": folded.total,
+            "events": profile.events().iter().map(|event| event.name()).collect::<Vec<_>>(),
+            "methods": rows,
+        });
+        Ok(value.to_string().into_bytes())
     })
-    .await;
-    match result {
-        Ok(json) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            (*json).clone(),
-        )
-            .into_response(),
-        Err(problem) => problem.into_response(),
-    }
+    .await
 }
 
 /// A profile as a file to keep: HTML, pprof, folded stacks, speedscope or a Chrome trace (as
@@ -559,26 +551,10 @@ async fn export(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Respo
 /// `components` (`of=`). `sort=` orders methods; `top=` bounds a resource's related rows.
 async fn statistics(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
     const OWN: [&str; 7] = ["kind", "sort", "components", "name", "top", "bucket", "of"];
-    let (request, own) = match profile_request_with(query.as_deref(), &OWN) {
-        Ok(request) => request,
-        Err(problem) => return problem.into_response(),
-    };
-    let query = query.unwrap_or_default();
-    let result = blocking(move || {
-        cached_view(&web, "statistics", &query, &request, || {
-            let value = statistics_of(&web, &request, &own)?;
-            Ok(value.to_string().into_bytes())
-        })
+    view(web, query, "statistics", &OWN, JSON, |web, request, own| {
+        Ok(statistics_of(web, request, own)?.to_string().into_bytes())
     })
-    .await;
-    match result {
-        Ok(json) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            (*json).clone(),
-        )
-            .into_response(),
-        Err(problem) => problem.into_response(),
-    }
+    .await
 }
 
 fn statistics_of(
