@@ -39,6 +39,7 @@ mod sampled;
 mod signals;
 mod sync;
 mod threads;
+mod traced_calls;
 mod vm_structs;
 
 use std::ffi::{c_char, c_void, CStr};

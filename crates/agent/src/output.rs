@@ -44,6 +44,9 @@ impl TextOutput {
         }
         sampler(&mut self.writer)?;
         self.writer.cpu_table(&dump.table)?;
+        if let Some(record) = &dump.mpt_samples {
+            self.writer.mpt_samples(record)?;
+        }
         self.writer.flush()
     }
 }
@@ -222,7 +225,7 @@ impl Output {
     pub fn mpt(&mut self, tables: &[openprof_format::mpt_stats::MptTable]) -> io::Result<()> {
         match self {
             Output::Text(text) => {
-                text.writer.mpt(tables)?;
+                text.writer.mpt(tables, Some(&hprof_date()))?;
                 text.writer.flush()
             }
             Output::Binary(_) => Ok(()),

@@ -3,10 +3,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use openprof_format::hprof_text::mpt_samples::{MptSampledValue, MptSamples};
 use openprof_format::hprof_text::{
     CpuEntry, CpuTable, CpuTableKind, Frame, FrameLine, LockEntry, LockTable, LockTableKind, Trace,
     TRACE_SERIAL_START,
 };
+use openprof_format::mpt_stats::ValueKey;
 
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::methods::{Location, Methods};
@@ -60,10 +62,12 @@ struct TraceKey {
     frames: Vec<KeyFrame>,
 }
 
-/// What one dump writes: the TRACEs not printed before, the ranked table, the walk failures.
+/// What one dump writes: the TRACEs not printed before, the ranked table, the samples taken
+/// inside traced calls, the walk failures.
 pub struct CpuDump {
     pub new_traces: Vec<Trace>,
     pub table: CpuTable,
+    pub mpt_samples: Option<MptSamples>,
     pub failed: BTreeMap<String, u64>,
     pub dropped: u64,
 }
@@ -88,6 +92,9 @@ pub struct CpuProfile {
     counts: HashMap<u32, (u64, u64)>,
     /// Wall-clock samples per trace and thread state since the last dump.
     wall_counts: HashMap<(u32, &'static str), u64>,
+    /// Samples since the last dump taken inside traced calls (`traced_calls`), by table
+    /// (CPU or wall), trace, call and wall state.
+    call_counts: HashMap<CallSampleKey, u64>,
     /// Waits for locks since the last dump, by table, trace, how the waiters waited (LOCK
     /// OWNERS) and lock class: (waits, nanoseconds).
     lock_counts: HashMap<LockKey, (u64, u64)>,
@@ -107,6 +114,7 @@ impl CpuProfile {
             traces: HashMap::new(),
             counts: HashMap::new(),
             wall_counts: HashMap::new(),
+            call_counts: HashMap::new(),
             lock_counts: HashMap::new(),
             printed: HashSet::new(),
             failed: BTreeMap::new(),
@@ -157,22 +165,31 @@ impl CpuProfile {
         )
     }
 
-    /// Counts one sample of `frames` (innermost first), Java or not.
+    /// Counts one sample of `frames` (innermost first), Java or not, taken inside the traced
+    /// call `call` (0: none).
     pub fn add_sampled(
         &mut self,
         jvmti: Jvmti,
         thread: Option<u32>,
         frames: impl Iterator<Item = SampledFrame>,
+        call: u32,
     ) {
         let serial = self.intern_sampled(jvmti, thread, frames);
         let counted = self.counts.entry(serial).or_default();
         counted.0 += 1;
         counted.1 += 1;
+        if call != 0 {
+            *self
+                .call_counts
+                .entry((CpuTableKind::Samples, serial, call, None))
+                .or_default() += 1;
+        }
     }
 
     /// Counts one wall-clock sample of `frames` (innermost first) taken in `vm_state`
-    /// (`JavaThread::_thread_state`, 0 when unknown), standing for `intervals` intervals of its
-    /// thread's wall time. Returns the state it was counted in.
+    /// (`JavaThread::_thread_state`, 0 when unknown) inside the traced call `call` (0: none),
+    /// standing for `intervals` intervals of its thread's wall time. Returns the state it was
+    /// counted in.
     pub fn add_wall_sampled(
         &mut self,
         jvmti: Jvmti,
@@ -180,6 +197,7 @@ impl CpuProfile {
         frames: impl Iterator<Item = SampledFrame>,
         vm_state: i32,
         intervals: u64,
+        call: u32,
     ) -> &'static str {
         let serial = self.intern_sampled(jvmti, thread, frames);
         let top = self.traces[&serial]
@@ -189,6 +207,12 @@ impl CpuProfile {
             .map(Frame::qualified_method);
         let state = wall_state(vm_state, top.as_deref());
         *self.wall_counts.entry((serial, state)).or_default() += intervals;
+        if call != 0 {
+            *self
+                .call_counts
+                .entry((CpuTableKind::Wall, serial, call, Some(state)))
+                .or_default() += intervals;
+        }
         state
     }
 
@@ -326,6 +350,7 @@ impl CpuProfile {
     pub fn start_session(&mut self) {
         self.counts.clear();
         self.wall_counts.clear();
+        self.call_counts.clear();
         self.lock_counts.clear();
         self.printed.clear();
         self.failed.clear();
@@ -335,6 +360,8 @@ impl CpuProfile {
     /// Forgets the sample counts since the last dump (CONTROL: clear CPU samples).
     pub fn clear_counts(&mut self) {
         self.counts.clear();
+        self.call_counts
+            .retain(|(kind, ..), _| *kind != CpuTableKind::Samples);
     }
 
     /// Every TRACE not printed yet, marked printed now.
@@ -395,16 +422,90 @@ impl CpuProfile {
             CpuTableKind::Samples | CpuTableKind::Wall => total_cost,
             CpuTableKind::Time => total_cost / 1_000_000,
         };
+        let mpt_samples = self.take_mpt_samples(kind, &date);
         let table = CpuTable::rank_by_cost(kind, date, entries, cutoff, total);
-        let new_traces = self.unprinted_traces(table.rows.iter().map(|row| row.trace));
+        let in_calls = mpt_samples
+            .iter()
+            .flat_map(|record| &record.values)
+            .flat_map(|value| value.table.rows.iter().map(|row| row.trace));
+        let serials: Vec<u32> = table
+            .rows
+            .iter()
+            .map(|row| row.trace)
+            .chain(in_calls)
+            .collect();
+        let new_traces = self.unprinted_traces(serials.into_iter());
         CpuDump {
             new_traces,
             table,
+            mpt_samples,
             failed: std::mem::take(&mut self.failed),
             dropped: std::mem::take(&mut self.dropped),
         }
     }
 }
+
+impl CpuProfile {
+    /// The MPT SAMPLES record of one table's samples inside traced calls since the last dump
+    /// (`None` when there were none): per traced method, specification and value, its samples
+    /// by trace. A call with several specifications counts its samples under each value.
+    fn take_mpt_samples(&mut self, kind: CpuTableKind, date: &str) -> Option<MptSamples> {
+        if matches!(kind, CpuTableKind::Time) {
+            return None;
+        }
+        let (counted, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.call_counts)
+            .into_iter()
+            .partition(|((of, ..), _)| *of == kind);
+        self.call_counts = kept.into_iter().collect();
+        if counted.is_empty() {
+            return None;
+        }
+        let samples = counted.iter().map(|(_, count)| count).sum();
+        type ValueGroup = (String, String, ValueKey);
+        let mut groups: HashMap<ValueGroup, HashMap<(u32, Option<&'static str>), u64>> =
+            HashMap::new();
+        for ((_, serial, call, state), count) in counted {
+            let Some(call) = crate::traced_calls::values_of(call) else {
+                continue;
+            };
+            for (spec, key) in call.values {
+                *groups
+                    .entry((call.method.clone(), spec, key))
+                    .or_default()
+                    .entry((serial, state))
+                    .or_default() += count;
+            }
+        }
+        let values = groups
+            .into_iter()
+            .map(|((method, spec, key), rows)| {
+                let entries = rows
+                    .into_iter()
+                    .map(|((trace, state), count)| CpuEntry {
+                        trace,
+                        cost: count,
+                        hits: count,
+                        state: state.map(str::to_string),
+                        method: self.traces[&trace]
+                            .frames
+                            .first()
+                            .map(|frame| frame.qualified_method()),
+                    })
+                    .collect();
+                MptSampledValue::rank(kind, method, spec, key, entries)
+            })
+            .collect();
+        Some(MptSamples {
+            kind,
+            date: date.to_string(),
+            samples,
+            values,
+        })
+    }
+}
+
+/// A sample inside a traced call: its table (CPU or wall), trace, call, and wall state.
+type CallSampleKey = (CpuTableKind, u32, u32, Option<&'static str>);
 
 /// What a thread was doing when a wall-clock sample interrupted it, from its VM state
 /// (HotSpot's `JavaThreadState`: in native 4, in VM 6, in Java 8, blocked 10; odd values are the

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use crate::methods::Location;
 use crate::profile::SampledFrame;
 use crate::ring::{FAILED_WALK_LINENO, NATIVE_PC_LINENO};
-use crate::signals::{self, WALL_SAMPLE};
+use crate::signals::{self, CALL_MASK, CALL_SHIFT, WALL_SAMPLE};
 use crate::sync::lock;
 
 /// A sample as it left the ring.
@@ -18,6 +18,8 @@ pub struct RawSample {
     pub frames: Vec<SampledFrame>,
     /// A wall sample's `JavaThread::_thread_state`, 0 when unknown; 0 for CPU samples.
     pub vm_state: i32,
+    /// The traced call its thread was in (`traced_calls`), 0 for none.
+    pub call: u32,
 }
 
 /// What a sample measures.
@@ -84,5 +86,6 @@ fn decode(
             0 => 0,
             _ => (tag & 0xff) as i32,
         },
+        call: (tag & CALL_MASK) >> CALL_SHIFT,
     }
 }

@@ -273,9 +273,13 @@ pub fn install(vm: *mut JavaVM, ring: SampleRing, java_depth: usize) -> Result<(
 
 /// The tag of a CPU sample in the ring.
 pub const CPU_SAMPLE: u32 = 0;
-/// The tag bit of a wall-clock sample; the bits below it hold the thread's
+/// The tag bit of a wall-clock sample; the low byte holds the thread's
 /// `JavaThread::_thread_state` when VMStructs gave its place, else 0.
 pub const WALL_SAMPLE: u32 = 1 << 31;
+/// Where a sample's tag (CPU or wall) holds the traced call its thread was in
+/// (`traced_calls`), 0 for none: bits 8 to 30.
+pub const CALL_SHIFT: u32 = 8;
+pub const CALL_MASK: u32 = crate::traced_calls::MAX_CALL << CALL_SHIFT;
 /// The signal of wall-clock samples: HotSpot does not use it on Linux.
 pub const WALL_SIGNAL: c_int = libc::SIGVTALRM;
 
@@ -498,6 +502,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
         }
         (tag, _) => tag,
     };
+    let tag = tag | (crate::traced_calls::current(thread_id) << CALL_SHIFT);
     sampler.ring.record(tag, |frames, depth| {
         if status != 0 || env.is_null() {
             if !VM_THREADS.load(Ordering::Acquire) {

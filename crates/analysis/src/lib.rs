@@ -12,7 +12,9 @@ pub mod views;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-pub use mpt::{mpt_from_trace, MptCollector, MptTraceError};
+pub use mpt::{
+    mpt_calls_from_trace, mpt_from_trace, MptCollector, MptTraceError, SelectedValue, TimedCall,
+};
 pub use openprof_format::heap::{ClassCount, HeapHistogram, RootKind, ShallowSizes};
 use openprof_format::hprof_text::{
     CpuTableKind, Frame, SiteRow, SiteTotals, SitesOrder, TextProfile, Trace,

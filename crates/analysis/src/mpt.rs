@@ -87,11 +87,39 @@ pub struct MptCollector {
     /// Exits that matched no open entry (the trace began inside the call, or an element was
     /// lost): skipped.
     pub unmatched_exits: u64,
+    /// With [`MptCollector::timing`]: the value whose calls are kept one by one, and them.
+    selected: Option<SelectedValue>,
+    pub timed_calls: Vec<TimedCall>,
+}
+
+/// A traced method's value under one specification, the value as `openprof mpt` prints it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectedValue {
+    pub method: String,
+    pub spec: String,
+    pub value: String,
+}
+
+/// One traced call as it ran: when it began (nanoseconds since the Unix epoch), how long it
+/// took by the wall clock and by its thread's CPU clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimedCall {
+    pub start_ns: u64,
+    pub wall_ns: u64,
+    pub cpu_ns: u64,
 }
 
 impl MptCollector {
     pub fn new() -> MptCollector {
         MptCollector::default()
+    }
+
+    /// A collector that also keeps, one by one, the calls that recorded `selected`.
+    pub fn timing(selected: SelectedValue) -> MptCollector {
+        MptCollector {
+            selected: Some(selected),
+            ..MptCollector::default()
+        }
     }
 
     /// Takes the next element of the stream.
@@ -239,6 +267,20 @@ impl MptCollector {
             _ => 0,
         };
         let clamp = |nanos: u128| u64::try_from(nanos).unwrap_or(u64::MAX);
+        if let Some(selected) = &self.selected {
+            let chosen = call.method == selected.method
+                && call.values.iter().any(|(spec, key)| {
+                    *spec == selected.spec
+                        && openprof_format::hprof_text::mpt::format_value(key) == selected.value
+                });
+            if chosen {
+                self.timed_calls.push(TimedCall {
+                    start_ns: clamp(call.time.as_nanos()),
+                    wall_ns: clamp(wall),
+                    cpu_ns: clamp(cpu),
+                });
+            }
+        }
         for (spec, key) in call.values {
             self.aggregator
                 .record(&call.method, &spec, key, clamp(wall), clamp(cpu));
@@ -271,6 +313,18 @@ pub fn mpt_from_trace(
         collector.add(&element.map_err(MptTraceError::Read)?)?;
     }
     Ok(collector.finish())
+}
+
+/// The calls of a trace that recorded `selected`, in the order they ended.
+pub fn mpt_calls_from_trace(
+    elements: impl IntoIterator<Item = Result<TraceElement, TraceReadError>>,
+    selected: SelectedValue,
+) -> Result<Vec<TimedCall>, MptTraceError> {
+    let mut collector = MptCollector::timing(selected);
+    for element in elements {
+        collector.add(&element.map_err(MptTraceError::Read)?)?;
+    }
+    Ok(collector.timed_calls)
 }
 
 #[cfg(test)]
@@ -401,6 +455,43 @@ mod tests {
         );
         // Ranked: value 1's mean (75 ms) before value 2's (20 ms).
         assert_eq!(table.rows[0].key.value, "1");
+    }
+
+    #[test]
+    fn a_values_calls_are_kept_one_by_one_with_their_times() {
+        let int = |value| [(WORK, "int", value)];
+        let trace = [
+            DEFS.to_string(),
+            entry(1, 0, 1, 1, 0, &int("1")),
+            exit(1, 100, 1, 1, 40),
+            entry(1, 200, 1, 2, 40, &int("2")),
+            exit(1, 210, 1, 2, 41),
+            entry(1, 300, 1, 3, 41, &int("1")),
+            exit(1, 330, 1, 3, 51),
+        ]
+        .concat();
+        let selected = SelectedValue {
+            method: "example.Slow.work(int)".into(),
+            spec: WORK.into(),
+            value: "1".into(),
+        };
+        let calls = mpt_calls_from_trace(read_all(trace.as_bytes()), selected).unwrap();
+        let start = START * 1_000_000_000;
+        assert_eq!(
+            calls,
+            vec![
+                TimedCall {
+                    start_ns: start,
+                    wall_ns: 100 * MS,
+                    cpu_ns: 40 * MS
+                },
+                TimedCall {
+                    start_ns: start + 300 * MS,
+                    wall_ns: 30 * MS,
+                    cpu_ns: 10 * MS
+                },
+            ]
+        );
     }
 
     #[test]

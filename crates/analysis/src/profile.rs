@@ -123,8 +123,12 @@ pub enum Event {
     CpuTime,
     /// Calls counted by instrumentation.
     Calls,
-    /// Wall-clock time of method parameter tracing's calls, in nanoseconds.
-    ParameterTime,
+    /// CPU samples taken inside method parameter tracing's calls, labelled with the call's
+    /// method, specification and value (`MPT_*_LABEL`); a call traced by several
+    /// specifications counts its samples under each value, so these are kept apart from `cpu`.
+    MptCpu,
+    /// Wall-clock samples taken inside traced calls, labelled the same way and by state.
+    MptWall,
 }
 
 /// The unit of an event's values. Serialized by its name (`nanoseconds`).
@@ -149,7 +153,7 @@ impl Unit {
 }
 
 impl Event {
-    pub const ALL: [Event; 11] = [
+    pub const ALL: [Event; 12] = [
         Event::Cpu,
         Event::Wall,
         Event::AllocBytes,
@@ -160,7 +164,8 @@ impl Event {
         Event::LockOwner,
         Event::CpuTime,
         Event::Calls,
-        Event::ParameterTime,
+        Event::MptCpu,
+        Event::MptWall,
     ];
 
     /// The event's name in every output and option (`--event`).
@@ -176,18 +181,17 @@ impl Event {
             Event::LockOwner => "lock_owner",
             Event::CpuTime => "cpu_time",
             Event::Calls => "calls",
-            Event::ParameterTime => "parameter_time",
+            Event::MptCpu => "mpt_cpu",
+            Event::MptWall => "mpt_wall",
         }
     }
 
     pub fn unit(self) -> Unit {
         match self {
-            Event::Cpu | Event::Wall => Unit::Samples,
+            Event::Cpu | Event::Wall | Event::MptCpu | Event::MptWall => Unit::Samples,
             Event::AllocBytes | Event::LiveBytes => Unit::Bytes,
             Event::AllocObjects | Event::LiveObjects | Event::Calls => Unit::Count,
-            Event::Lock | Event::LockOwner | Event::CpuTime | Event::ParameterTime => {
-                Unit::Nanoseconds
-            }
+            Event::Lock | Event::LockOwner | Event::CpuTime => Unit::Nanoseconds,
         }
     }
 
@@ -195,6 +199,12 @@ impl Event {
         Event::ALL.into_iter().find(|event| event.name() == name)
     }
 }
+
+/// The labels of a sample taken inside a traced call (`mpt_cpu`, `mpt_wall`): the traced
+/// method, the specification and the value it recorded, as `openprof mpt` prints them.
+pub const MPT_METHOD_LABEL: &str = "mpt.method";
+pub const MPT_SPEC_LABEL: &str = "mpt.spec";
+pub const MPT_VALUE_LABEL: &str = "mpt.value";
 
 /// The label of a sample's thread state (wall samples) or of how a thread waited for a lock.
 pub const STATE_LABEL: &str = "state";

@@ -20,7 +20,7 @@ pub struct ViewArgs {
     #[arg(long = "format")]
     pub format: Option<String>,
     /// The event shown: cpu, wall, alloc_bytes, alloc_objects, live_bytes, live_objects, lock,
-    /// lock_owner, cpu_time, calls, parameter_time (default: the profile's first, CPU first).
+    /// lock_owner, cpu_time, calls, mpt_cpu, mpt_wall (default: the profile's first, CPU first).
     #[arg(long)]
     pub event: Option<String>,
     /// Only stacks with a frame matching this regular expression (repeatable).
@@ -29,6 +29,10 @@ pub struct ViewArgs {
     /// No stack with a frame matching this regular expression (repeatable).
     #[arg(long, value_name = "REGEX")]
     pub exclude: Vec<String>,
+    /// Only samples with this label, NAME=VALUE (repeatable: all of them), e.g. state=blocked,
+    /// or mpt.value=7 for the samples inside traced calls that recorded 7.
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub label: Vec<String>,
     /// One tree per thread (the thread is each stack's root).
     #[arg(short = 't', long)]
     pub threads: bool,
@@ -64,6 +68,7 @@ impl ViewArgs {
         self.event.is_some()
             || !self.include.is_empty()
             || !self.exclude.is_empty()
+            || !self.label.is_empty()
             || self.threads
             || self.reverse
             || self.total
@@ -168,6 +173,7 @@ pub fn view_options(args: &ViewArgs) -> Result<ViewOptions> {
         lines: args.lines,
         minwidth: args.minwidth,
         title: args.title.clone(),
+        labels: args.label.clone(),
     }
     .options("--")
     .map_err(anyhow::Error::msg)

@@ -193,10 +193,14 @@
     await draw();
   }
 
-  async function drawMpt(body, kind, id, source) {
+  async function drawMpt(body, kind, id, source, info) {
     const holder = el("div", { id: "mpt" });
-    body.replaceChildren(holder);
+    const detail = el("div", { id: "mpt-detail" });
+    body.replaceChildren(el("p", { class: "muted" }, "Click a value for its calls over time and the profile of its calls."), holder, detail);
+    const live = kind === "agent" && info && info.connected && info.format !== "x";
     const draw = async () => {
+      // A live agent writes its figures at dumps: ask for one.
+      if (live) await api("/api/agents/" + id + "/live", { method: "POST", body: {} }).catch(() => {});
       const result = await api("/api/mpt?" + query(source));
       if (!result.methods.length) {
         holder.replaceChildren(el("p", { class: "muted", id: "mpt-empty" }, "No method parameter tracing data yet (add a specification under Controls, or run the agent with mpt=@FILE)."));
@@ -204,12 +208,75 @@
       }
       holder.replaceChildren(...result.methods.map((method) => el("div", { class: "panel mpt-method", dataset: { method: method.method } },
         el("h3", {}, method.method, " ", el("code", {}, method.spec)),
-        table(["Value", { label: "Calls", num: 1 }, { label: "Mean wall ms", num: 1 }, { label: "Max wall ms", num: 1 }, { label: "Mean CPU ms", num: 1 }],
-          method.values.map((value) => el("tr", { dataset: { value: value.value } }, cell(value.value), cell(number(value.calls), true),
-            cell(value.wallMeanMs.toFixed(3), true), cell(value.wallMaxMs.toFixed(3), true), cell(value.cpuMeanMs.toFixed(3), true)))))));
+        table(["Value", { label: "Calls", num: 1 }, { label: "Mean wall ms", num: 1 }, { label: "Max wall ms", num: 1 }, { label: "Mean CPU ms", num: 1 }, { label: "CPU samples", num: 1 }],
+          method.values.map((value) => el("tr", { dataset: { value: value.value }, class: "clickable", title: "its calls over time and their profile",
+            onclick: () => showValue(detail, source, method, value).catch((error) => say(error.message, true)) },
+          cell(value.value), cell(number(value.calls), true),
+          cell(value.wallMeanMs.toFixed(3), true), cell(value.wallMaxMs.toFixed(3), true), cell(value.cpuMeanMs.toFixed(3), true),
+          cell(number(value.cpuSamples), true)))))));
     };
     await draw().catch((error) => holder.replaceChildren(el("p", { class: "error" }, error.message)));
     state.timers.push(setInterval(() => draw().catch(() => {}), 3000));
+  }
+
+  // One traced value: its calls over time, and the flame graph of the samples taken inside them.
+  async function showValue(detail, source, method, value) {
+    const selected = { method: method.method, spec: method.spec, value: value.value };
+    const over = await api("/api/mpt/calls?" + query(Object.assign({}, source, selected)));
+    const panel = el("div", { class: "panel", id: "mpt-value", dataset: selected },
+      el("h3", {}, method.method, " ", el("code", {}, method.spec), " = ", el("strong", {}, value.value)),
+      el("h4", {}, over.exact ? "Its calls over time (each call, by when it began)" : "Its calls over time (per dump of the agent)"),
+      callsChart(over.points),
+      table([{ label: "Seconds", num: 1 }, { label: "Calls", num: 1 }, { label: "Mean wall ms", num: 1 }, { label: "Max wall ms", num: 1 }],
+        over.points.map((point) => el("tr", {}, cell(point.t.toFixed(3), true), cell(number(point.calls), true),
+          cell(point.wallMeanMs == null ? "" : point.wallMeanMs.toFixed(3), true), cell(point.wallMaxMs == null ? "" : point.wallMaxMs.toFixed(3), true))), "mpt-calls"));
+    const events = [];
+    if (value.cpuSamples) events.push(["mpt_cpu", "CPU profile of its calls (" + number(value.cpuSamples) + " samples)"]);
+    if (value.wallSamples) events.push(["mpt_wall", "Wall-clock profile of its calls (" + number(value.wallSamples) + " samples)"]);
+    if (!events.length) {
+      panel.appendChild(el("p", { class: "muted", id: "mpt-no-samples" }, "No samples fell inside these calls: the agent tags its samples with the call they fall in when it samples (cpu=samples, wall=); a trace carries no samples."));
+    } else {
+      const frame = el("iframe", { class: "flame", id: "mpt-flame", title: "profile of the value's calls" });
+      const labels = ["mpt.method=" + method.method, "mpt.spec=" + method.spec, "mpt.value=" + value.value];
+      const show = (event) => { frame.src = "/view/flame?" + query(Object.assign({}, source, { event, label: labels })); };
+      panel.appendChild(el("div", { class: "controls" }, events.map(([event, label]) => el("button", { type: "button", id: "show-" + event, onclick: () => show(event) }, label))));
+      panel.appendChild(frame);
+      show(events[0][0]);
+    }
+    detail.replaceChildren(panel);
+  }
+
+  // Bars of calls per point, and the mean wall time of each as a dot, on one time axis.
+  function callsChart(points) {
+    const svgNs = "http://www.w3.org/2000/svg";
+    const svg = (tag, attributes, ...children) => {
+      const node = document.createElementNS(svgNs, tag);
+      for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value));
+      children.forEach((child) => node.appendChild(typeof child === "string" ? document.createTextNode(child) : child));
+      return node;
+    };
+    const width = 640, height = 160, left = 40, bottom = 20;
+    const chart = svg("svg", { id: "mpt-chart", width, height, viewBox: "0 0 " + width + " " + height, role: "img" });
+    if (!points.length) return el("p", { class: "muted", id: "mpt-calls-empty" }, "No call with this value has ended yet.");
+    const lastT = Math.max(...points.map((point) => point.t)) || 1;
+    const mostCalls = Math.max(...points.map((point) => point.calls)) || 1;
+    const longest = Math.max(...points.map((point) => point.wallMeanMs || 0)) || 1;
+    const plot = width - left - 10;
+    const bar = Math.max(2, Math.min(40, plot / points.length - 2));
+    const x = (t) => left + (plot - bar) * t / lastT;
+    chart.appendChild(svg("title", {}, "calls (bars) and mean wall ms (dots) over seconds"));
+    chart.appendChild(svg("line", { x1: left, y1: height - bottom, x2: width, y2: height - bottom, stroke: "#888" }));
+    chart.appendChild(svg("text", { x: 2, y: 12, "font-size": 10, fill: "#555" }, mostCalls + " calls"));
+    chart.appendChild(svg("text", { x: width - 90, y: 12, "font-size": 10, fill: "#b04" }, longest.toFixed(1) + " ms mean"));
+    chart.appendChild(svg("text", { x: width - 40, y: height - 4, "font-size": 10, fill: "#555" }, lastT.toFixed(1) + " s"));
+    for (const point of points) {
+      const h = (height - bottom - 20) * point.calls / mostCalls;
+      chart.appendChild(svg("rect", { class: "calls", x: x(point.t), y: height - bottom - h, width: bar, height: h, fill: "#6a9fd8" }));
+      if (point.wallMeanMs != null) {
+        chart.appendChild(svg("circle", { class: "mean", cx: x(point.t) + bar / 2, cy: height - bottom - (height - bottom - 20) * point.wallMeanMs / longest, r: 3, fill: "#b04" }));
+      }
+    }
+    return chart;
   }
 
   async function drawSnapshot(body, kind, id) {

@@ -90,6 +90,7 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/statistics", get(statistics))
         .route("/api/export", get(export))
         .route("/api/mpt", get(mpt))
+        .route("/api/mpt/calls", get(mpt_calls))
         .route("/api/snapshots", get(snapshots).post(take_snapshot))
         .route("/api/actions", get(actions))
         .route("/api/agents/{agent}/command", post(command))
@@ -240,6 +241,7 @@ fn profile_request_with(
             "event" => view.event = Some(value),
             "include" => view.include.push(value),
             "exclude" => view.exclude.push(value),
+            "label" => view.labels.push(value),
             "threads" => view.threads = flag(&key, &value)?,
             "reverse" => view.reverse = flag(&key, &value)?,
             "total" => view.total = flag(&key, &value)?,
@@ -257,7 +259,7 @@ fn profile_request_with(
             other => {
                 return Err(bad_request(format!(
                     "{other:?} is not a parameter; the parameters are agent, trace, snapshot, \
-                     base, event, include, exclude, threads, reverse, total, simple, lines, \
+                     base, event, include, exclude, label, threads, reverse, total, simple, lines, \
                      from, to, minwidth, title (and format, for an export){}",
                     if extra.is_empty() {
                         String::new()
@@ -766,16 +768,71 @@ async fn mpt(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response
         Err(problem) => return problem.into_response(),
     };
     let result = blocking(move || {
-        let tables = match request.source {
-            Requested::Agent(agent) => crate::profiles::mpt_of_agent(web.store.as_ref(), agent)?,
-            Requested::Trace(trace) => crate::profiles::mpt_of_trace(web.store.as_ref(), trace)?,
+        let (tables, samples) = match request.source {
+            Requested::Agent(agent) => {
+                let profile = crate::profiles::mpt_of_agent(web.store.as_ref(), agent)?;
+                let samples = crate::profiles::mpt_samples_by_value(&profile);
+                (profile.mpt, samples)
+            }
+            Requested::Trace(trace) => (
+                crate::profiles::mpt_of_trace(web.store.as_ref(), trace)?,
+                HashMap::new(),
+            ),
             Requested::Snapshot(_) => {
                 return Err(bad_request(
                     "parameter values are shown per agent or trace, not per snapshot",
                 ))
             }
         };
-        Ok(crate::profiles::mpt_json(&tables))
+        Ok(crate::profiles::mpt_json(&tables, &samples))
+    })
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+/// One traced value's calls over time (`method`, `spec`, `value` as `/api/mpt` names them): a
+/// trace's calls exactly, an agent's per dump.
+async fn mpt_calls(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
+    let (request, own) = match profile_request_with(query.as_deref(), &["method", "spec", "value"])
+    {
+        Ok(request) => request,
+        Err(problem) => return problem.into_response(),
+    };
+    let result = blocking(move || {
+        let named = |key: &str| {
+            own.get(key).cloned().ok_or_else(|| {
+                bad_request(format!(
+                    "name the value: method, spec and value ({key} is missing)"
+                ))
+            })
+        };
+        let selected = openprof_analysis::SelectedValue {
+            method: named("method")?,
+            spec: named("spec")?,
+            value: named("value")?,
+        };
+        let (exact, points) = match request.source {
+            Requested::Agent(agent) => {
+                let profile = crate::profiles::mpt_of_agent(web.store.as_ref(), agent)?;
+                (
+                    false,
+                    crate::profiles::mpt_calls_by_dump(&profile, &selected),
+                )
+            }
+            Requested::Trace(trace) => (
+                true,
+                crate::profiles::mpt_calls_of_trace(web.store.as_ref(), trace, selected)?,
+            ),
+            Requested::Snapshot(_) => {
+                return Err(bad_request(
+                    "parameter values are shown per agent or trace, not per snapshot",
+                ))
+            }
+        };
+        Ok(json!({ "exact": exact, "points": points }))
     })
     .await;
     match result {

@@ -3,7 +3,7 @@
 //! the views' own (`inputs::read_file`); a profile stays cached while the store holds nothing
 //! newer for its source, so switching views and statistics does not read it again.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -179,9 +179,12 @@ pub fn read(store: &dyn Store, source: &Source) -> Result<Profile, ProfileError>
     Ok(profile)
 }
 
-/// Method parameter tracing's tables of an agent: its HPROF text's MPT record (written at its
-/// dumps).
-pub fn mpt_of_agent(store: &dyn Store, agent: Uuid) -> Result<Vec<MptTable>, ProfileError> {
+/// Method parameter tracing as an agent's HPROF text holds it: the MPT record of every dump
+/// (the last holds the figures), and the samples taken inside traced calls.
+pub fn mpt_of_agent(
+    store: &dyn Store,
+    agent: Uuid,
+) -> Result<openprof_format::hprof_text::TextProfile, ProfileError> {
     let mut text = Vec::new();
     store
         .replay_agent(agent, &mut |kind, _, body| {
@@ -196,9 +199,116 @@ pub fn mpt_of_agent(store: &dyn Store, agent: Uuid) -> Result<Vec<MptTable>, Pro
             "agent {agent} writes HPROF binary, which has no record for parameter values"
         )));
     }
-    let profile = openprof_format::hprof_text::read(text.as_slice())
-        .map_err(|error| ProfileError::Unreadable(format!("agent {agent}'s output: {error}")))?;
-    Ok(profile.mpt)
+    openprof_format::hprof_text::read(text.as_slice())
+        .map_err(|error| ProfileError::Unreadable(format!("agent {agent}'s output: {error}")))
+}
+
+/// The samples taken inside each value's calls (method, specification, value as shown): CPU
+/// and wall clock.
+pub fn mpt_samples_by_value(
+    profile: &openprof_format::hprof_text::TextProfile,
+) -> HashMap<(String, String, String), (u64, u64)> {
+    let mut samples: HashMap<(String, String, String), (u64, u64)> = HashMap::new();
+    for record in &profile.mpt_samples {
+        for value in &record.values {
+            let counted = samples
+                .entry((
+                    value.method.clone(),
+                    value.spec.clone(),
+                    openprof_format::hprof_text::mpt::format_value(&value.key),
+                ))
+                .or_default();
+            match record.kind {
+                openprof_format::hprof_text::CpuTableKind::Wall => counted.1 += value.table.total,
+                _ => counted.0 += value.table.total,
+            }
+        }
+    }
+    samples
+}
+
+/// One value's calls over time from an agent's dumps: per dump, the calls that ended since
+/// the previous one and their mean wall time; seconds from the first dump (dates are to the
+/// second). Dumps without a date are left out.
+pub fn mpt_calls_by_dump(
+    profile: &openprof_format::hprof_text::TextProfile,
+    selected: &openprof_analysis::SelectedValue,
+) -> Vec<serde_json::Value> {
+    let parse = |date: &str| {
+        chrono::NaiveDateTime::parse_from_str(date.trim(), "%a %b %e %H:%M:%S %Y").ok()
+    };
+    let mut points = Vec::new();
+    let mut first = None;
+    let (mut calls_before, mut wall_before) = (0u64, 0u64);
+    for (date, tables) in &profile.mpt_dumps {
+        let Some(time) = date.as_deref().and_then(parse) else {
+            continue;
+        };
+        let first = *first.get_or_insert(time);
+        let row = tables
+            .iter()
+            .filter(|table| table.method == selected.method && table.spec == selected.spec)
+            .flat_map(|table| &table.rows)
+            .find(|row| openprof_format::hprof_text::mpt::format_value(&row.key) == selected.value);
+        let (calls, wall) = row.map_or((0, 0), |row| (row.calls, row.wall_total_ns));
+        let (new_calls, new_wall) = (
+            calls.saturating_sub(calls_before),
+            wall.saturating_sub(wall_before),
+        );
+        (calls_before, wall_before) = (calls, wall);
+        points.push(serde_json::json!({
+            "t": (time - first).num_milliseconds() as f64 / 1000.0,
+            "calls": new_calls,
+            "wallMeanMs": (new_calls > 0).then(|| new_wall as f64 / 1e6 / new_calls as f64),
+            "wallMaxMs": null,
+        }));
+    }
+    points
+}
+
+/// One value's calls over time from a trace, exact: in at most 100 buckets of equal width from
+/// the first call's start, each with its calls and their mean and longest wall time.
+pub fn mpt_calls_of_trace(
+    store: &dyn Store,
+    trace: Uuid,
+    selected: openprof_analysis::SelectedValue,
+) -> Result<Vec<serde_json::Value>, ProfileError> {
+    let mut document = Vec::new();
+    store
+        .export_trace(trace, ExportOptions::default(), &mut document)
+        .map_err(|error| ProfileError::NotFound(error.to_string()))?;
+    let calls = openprof_analysis::mpt_calls_from_trace(
+        openprof_format::trace::reader::read_all(document.as_slice()),
+        selected,
+    )
+    .map_err(|error| ProfileError::Unreadable(format!("trace {trace}: {error}")))?;
+    let Some(first) = calls.iter().map(|call| call.start_ns).min() else {
+        return Ok(Vec::new());
+    };
+    let last = calls
+        .iter()
+        .map(|call| call.start_ns)
+        .max()
+        .unwrap_or(first);
+    let width = ((last - first) / 100 + 1).max(1_000_000);
+    let mut buckets: std::collections::BTreeMap<u64, (u64, u64, u64)> = Default::default();
+    for call in &calls {
+        let bucket = buckets.entry((call.start_ns - first) / width).or_default();
+        bucket.0 += 1;
+        bucket.1 += call.wall_ns;
+        bucket.2 = bucket.2.max(call.wall_ns);
+    }
+    Ok(buckets
+        .into_iter()
+        .map(|(index, (calls, wall, longest))| {
+            serde_json::json!({
+                "t": (index * width) as f64 / 1e9,
+                "calls": calls,
+                "wallMeanMs": wall as f64 / 1e6 / calls as f64,
+                "wallMaxMs": longest as f64 / 1e6,
+            })
+        })
+        .collect())
 }
 
 /// Method parameter tracing's tables of a trace: its traced calls paired and timed.
@@ -214,8 +324,12 @@ pub fn mpt_of_trace(store: &dyn Store, trace: Uuid) -> Result<Vec<MptTable>, Pro
 }
 
 /// The tables as the UI shows them: per method and specification, each value's calls and
-/// times (milliseconds), slowest mean wall time first, as `openprof mpt` ranks them.
-pub fn mpt_json(tables: &[MptTable]) -> serde_json::Value {
+/// times (milliseconds), slowest mean wall time first, as `openprof mpt` ranks them, with the
+/// CPU and wall samples taken inside its calls (`samples`, where the source has them).
+pub fn mpt_json(
+    tables: &[MptTable],
+    samples: &HashMap<(String, String, String), (u64, u64)>,
+) -> serde_json::Value {
     let ms = |nanos: u64| nanos as f64 / 1e6;
     serde_json::json!({
         "methods": tables.iter().map(|table| {
@@ -228,15 +342,23 @@ pub fn mpt_json(tables: &[MptTable]) -> serde_json::Value {
                 "method": table.method,
                 "spec": table.spec,
                 "unfinished": table.unfinished,
-                "values": rows.iter().map(|row| serde_json::json!({
-                    "value": openprof_format::hprof_text::mpt::format_value(&row.key),
+                "values": rows.iter().map(|row| {
+                    let value = openprof_format::hprof_text::mpt::format_value(&row.key);
+                    let (cpu, wall) = samples
+                        .get(&(table.method.clone(), table.spec.clone(), value.clone()))
+                        .copied()
+                        .unwrap_or_default();
+                    serde_json::json!({
+                    "value": value,
+                    "cpuSamples": cpu,
+                    "wallSamples": wall,
                     "calls": row.calls,
                     "wallMeanMs": ms(row.wall_total_ns) / row.calls.max(1) as f64,
                     "wallMaxMs": ms(row.wall_max_ns),
                     "wallTotalMs": ms(row.wall_total_ns),
                     "cpuMeanMs": ms(row.cpu_total_ns) / row.calls.max(1) as f64,
                     "cpuMaxMs": ms(row.cpu_max_ns),
-                })).collect::<Vec<_>>(),
+                })}).collect::<Vec<_>>(),
             })
         }).collect::<Vec<_>>(),
     })

@@ -476,7 +476,7 @@ impl Engine for CpuSamples {
                     let root = SampledFrame::VmThread(self.vm_thread_name(sample.kernel_id));
                     report
                         .profile
-                        .add_sampled(context.jvmti, None, native.chain([root]));
+                        .add_sampled(context.jvmti, None, native.chain([root]), 0);
                 }
                 // A failed walk on a thread that is no Java thread the agent knows comes from a
                 // thread timed at attach that is the VM's own (a compiler thread, say): no Java
@@ -493,6 +493,7 @@ impl Engine for CpuSamples {
                         context.jvmti,
                         thread,
                         native.chain([SampledFrame::FailedWalk(code)]),
+                        sample.call,
                     );
                 }
                 // The native frames on top, then `depth` Java frames (the depth asked for now).
@@ -506,6 +507,7 @@ impl Engine for CpuSamples {
                         context.jvmti,
                         thread,
                         sample.frames.into_iter().take(native + depth),
+                        sample.call,
                     )
                 }
             }

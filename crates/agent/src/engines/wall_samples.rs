@@ -256,6 +256,7 @@ impl Engine for WallSamples {
                 frames.into_iter(),
                 sample.vm_state,
                 intervals,
+                sample.call,
             );
             if matches!(state, "running" | "native") {
                 turns.busy.insert(sample.kernel_id);

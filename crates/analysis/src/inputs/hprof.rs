@@ -2,7 +2,8 @@
 //! SAMPLES as `cpu`, CPU TIME as `cpu_time` and `calls`, MONITOR TIME and PARK TIME as `lock`,
 //! LOCK OWNERS as `lock_owner`, SITES as live
 //! and allocated bytes and objects with the allocated class as the leaf frame, the MPT record as
-//! the profile's parameter tracing tables. A trace as deep as the `depth` the
+//! the profile's parameter tracing tables, MPT SAMPLES as `mpt_cpu` and `mpt_wall` labelled by
+//! the traced call's method, specification and value. A trace as deep as the `depth` the
 //! sampler reports is marked `[truncated]` at its root: it may have been cut there.
 //!
 //! Traces are interned as they are read ([`HprofIngest::trace`]), so a large text file is never
@@ -15,8 +16,10 @@ use openprof_format::hprof_text::{
 };
 
 use crate::profile::{
-    Event, Frame, FrameKind, LockWait, Profile, Sample, StackId, ThreadId, STATE_LABEL, TRUNCATED,
+    Event, Frame, FrameKind, LockWait, Profile, Sample, StackId, ThreadId, MPT_METHOD_LABEL,
+    MPT_SPEC_LABEL, MPT_VALUE_LABEL, STATE_LABEL, TRUNCATED,
 };
+use openprof_format::hprof_text::mpt::format_value;
 
 /// The mark of the samples a table does not list: rows below HPROF's `cutoff`.
 pub const BELOW_CUTOFF: &str = "[below cutoff]";
@@ -150,6 +153,39 @@ impl HprofIngest {
             }
         }
         self.profile.mpt = hprof.mpt.clone();
+        // Samples inside traced calls: every dump's record counts, as the CPU tables do.
+        for record in &hprof.mpt_samples {
+            let event = match record.kind {
+                CpuTableKind::Wall => Event::MptWall,
+                _ => Event::MptCpu,
+            };
+            for value in &record.values {
+                let call_labels = [
+                    (MPT_METHOD_LABEL, value.method.clone()),
+                    (MPT_SPEC_LABEL, value.spec.clone()),
+                    (MPT_VALUE_LABEL, format_value(&value.key)),
+                ];
+                for row in &value.table.rows {
+                    let (stack, thread) = self.stack_of_trace(hprof, row.trace, None, depth);
+                    let mut labels: Vec<(String, String)> = call_labels
+                        .iter()
+                        .map(|(name, text)| (name.to_string(), text.clone()))
+                        .collect();
+                    if let Some(state) = &row.state {
+                        labels.push((STATE_LABEL.to_string(), state.clone()));
+                    }
+                    self.profile.add_sample(Sample {
+                        stack,
+                        event,
+                        value: row.count,
+                        count: row.count,
+                        thread,
+                        time_ns: None,
+                        labels,
+                    });
+                }
+            }
+        }
         for table in &hprof.sites {
             for row in &table.rows {
                 let site = &row.site;

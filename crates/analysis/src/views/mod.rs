@@ -101,6 +101,8 @@ pub struct ViewOptions {
     pub min_width_percent: f64,
     /// The title shown; `None`: made from the source and the event.
     pub title: Option<String>,
+    /// Only samples that carry every one of these labels (name, value).
+    pub labels: Vec<(String, String)>,
     /// Samples with different labels kept apart, each stack with its labels
     /// (`Folded::labels`): for the outputs that show labels.
     pub with_labels: bool,
@@ -176,6 +178,8 @@ pub struct ViewRequest {
     pub lines: bool,
     pub minwidth: f64,
     pub title: Option<String>,
+    /// `NAME=VALUE`: only samples with that label.
+    pub labels: Vec<String>,
 }
 
 impl ViewRequest {
@@ -215,7 +219,20 @@ impl ViewRequest {
                 self.minwidth
             ));
         }
+        let labels = self
+            .labels
+            .iter()
+            .map(|label| match label.split_once('=') {
+                Some((name, value)) if !name.is_empty() => {
+                    Ok((name.to_string(), value.to_string()))
+                }
+                _ => Err(format!(
+                    "bad {flag}label {label:?}: NAME=VALUE, e.g. state=blocked or mpt.value=7"
+                )),
+            })
+            .collect::<Result<Vec<_>, String>>()?;
         Ok(ViewOptions {
+            labels,
             event,
             include: regexes(&self.include, "include")?,
             exclude: regexes(&self.exclude, "exclude")?,
@@ -397,10 +414,11 @@ pub fn fold(profile: &Profile, options: &ViewOptions) -> Folded {
 }
 
 /// Which samples a view keeps, whatever their event: those in the time window (`from_ns`,
-/// `to_ns`; none without a time when a window is given) whose stack has a frame `include`
-/// matches (when any is given) and none `exclude` matches. Every frame is matched once, when
-/// the filter is made, not once per sample.
+/// `to_ns`; none without a time when a window is given) that carry every label asked for,
+/// whose stack has a frame `include` matches (when any is given) and none `exclude` matches.
+/// Every frame is matched once, when the filter is made, not once per sample.
 pub struct SampleFilter {
+    labels: Vec<(String, String)>,
     from_ns: Option<u64>,
     to_ns: Option<u64>,
     any_include: bool,
@@ -419,6 +437,7 @@ impl SampleFilter {
                 .collect()
         };
         SampleFilter {
+            labels: options.labels.clone(),
             from_ns: options.from_ns,
             to_ns: options.to_ns,
             any_include: !options.include.is_empty(),
@@ -430,7 +449,12 @@ impl SampleFilter {
 
     /// Whether the view keeps the sample.
     pub fn keeps(&self, profile: &Profile, sample: &Sample) -> bool {
-        if !self.in_window(sample.time_ns) {
+        if !self.in_window(sample.time_ns)
+            || !self
+                .labels
+                .iter()
+                .all(|label| sample.labels.contains(label))
+        {
             return false;
         }
         let stack = profile.stack(sample.stack);
@@ -444,6 +468,10 @@ impl SampleFilter {
     /// has no stack) is of a method whose own name `include` matches (when any is given) and
     /// `exclude` does not; waits and collections are kept whatever their name.
     pub fn keeps_span(&self, span: &Span) -> bool {
+        // Spans carry no labels: a view of labelled samples has none.
+        if !self.labels.is_empty() {
+            return false;
+        }
         if self.from_ns.is_some_and(|from| span.end_ns < from)
             || self.to_ns.is_some_and(|to| span.start_ns >= to)
         {

@@ -167,6 +167,20 @@ try {
     }
     result.values = values;
     await shot("ui-mpt.png");
+    // A value: its calls over time, and the CPU profile of the samples inside its calls.
+    await page.evaluate(() => [...document.querySelectorAll(".mpt-method tbody tr")].find((row) => row.dataset.value === '"slow"').click());
+    await page.waitForSelector("#mpt-value");
+    result.slowCalls = await page.$$eval("#mpt-calls tbody tr", (rows) => rows.reduce((sum, row) => sum + Number(row.cells[1].textContent.replace(/,/g, "")), 0));
+    result.chartBars = await page.$$eval("#mpt-chart rect.calls", (bars) => bars.length);
+    const valueFrame = await flameFrame("#mpt-flame");
+    result.valueProfile = {};
+    for (const text of ["Phases\\.handle", "Phases\\.spin", "Phases\\.alpha|Phases\\.beta"]) {
+      await valueFrame.fill("#search", text);
+      result.valueProfile[text] = Number(await valueFrame.$eval("#matched", (element) => element.dataset.share));
+    }
+    await valueFrame.fill("#search", "");
+    result.valueTotal = Number(await valueFrame.$eval("#total", (element) => element.dataset.total));
+    await shot("ui-mpt-value.png");
   } else if (scenario === "snapshot") {
     const [agent, snapshotName] = rest;
     await login();

@@ -251,3 +251,101 @@ fn a_call_still_running_when_the_jvm_exits_is_counted_unfinished() {
         );
     }
 }
+
+/// Folded stacks of a collapsed file: (stack, samples).
+fn folded(path: &std::path::Path) -> Vec<(String, u64)> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            let (stack, count) = line.rsplit_once(' ')?;
+            Some((stack.to_string(), count.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn the_samples_inside_a_values_calls_are_its_profile() {
+    // MptProfile: handle(1) burns 8 ms of CPU in slowPath, handle(2) 2 ms in fastPath, and
+    // outside() 4 ms between them, in no traced call.
+    let specs = spec_file("MptProfile.handle(int) 1\n");
+    let run = run(
+        "MptProfile",
+        &format!(
+            "cpu=samples,interval=2,depth=32,format=a,file=p.txt,mpt=@{}",
+            specs.display()
+        ),
+    );
+    let profile = std::fs::read_to_string(run.dir.join("p.txt")).unwrap();
+    assert!(
+        profile.contains("MPT SAMPLES BEGIN (event = cpu"),
+        "{profile}"
+    );
+    let convert = |args: &[&str], out: &str| {
+        let mut all = vec!["convert", "p.txt", "-o", out];
+        all.extend_from_slice(args);
+        let output = crate::helpers::openprof_in(&run.dir, &all);
+        assert!(output.status.success(), "{all:?}: {}", text(&output.stderr));
+        folded(&run.dir.join(out))
+    };
+    let all = convert(&["--event", "cpu"], "all.collapsed");
+    let slow = convert(
+        &["--event", "mpt_cpu", "--label", "mpt.value=1"],
+        "slow.collapsed",
+    );
+    let fast = convert(
+        &[
+            "--event",
+            "mpt_cpu",
+            "--label",
+            "mpt.spec=MptProfile.handle(int) 1",
+            "--label",
+            "mpt.value=2",
+        ],
+        "fast.collapsed",
+    );
+    let total = |stacks: &[(String, u64)]| stacks.iter().map(|(_, n)| n).sum::<u64>() as f64;
+    let within = |stacks: &[(String, u64)], frame: &str| {
+        stacks
+            .iter()
+            .filter(|(stack, _)| stack.contains(frame))
+            .map(|(_, n)| n)
+            .sum::<u64>() as f64
+            / total(stacks)
+    };
+    let (cpu, in_slow, in_fast) = (total(&all), total(&slow), total(&fast));
+    let figures = format!("cpu {cpu}, slow {in_slow}, fast {in_fast}");
+    assert!(cpu >= 500.0 && in_fast >= 50.0, "{figures}");
+    // Built: 8 ms inside handle(1) for 2 ms inside handle(2), of 14 ms a round.
+    assert!((3.0..=5.3).contains(&(in_slow / in_fast)), "{figures}");
+    let traced = (in_slow + in_fast) / cpu;
+    assert!((traced - 10.0 / 14.0).abs() <= 0.1, "{figures}: {traced}");
+    // Each value's samples are inside its calls, where its calls spend their CPU, and none is
+    // in outside() (a failed walk now and then has no Java frames).
+    assert!(within(&slow, "MptProfile.handle") >= 0.98, "{slow:?}");
+    assert!(within(&fast, "MptProfile.handle") >= 0.98, "{fast:?}");
+    assert!(within(&slow, "MptProfile.slowPath") >= 0.95, "{slow:?}");
+    assert!(within(&fast, "MptProfile.fastPath") >= 0.95, "{fast:?}");
+    assert_eq!(within(&slow, "outside") + within(&fast, "outside"), 0.0);
+    assert_eq!(within(&slow, "fastPath") + within(&fast, "slowPath"), 0.0);
+    // A label no sample has: nothing to show, said by name.
+    let none = crate::helpers::openprof_in(
+        &run.dir,
+        &[
+            "convert",
+            "p.txt",
+            "-o",
+            "none.collapsed",
+            "--event",
+            "mpt_cpu",
+            "--label",
+            "mpt.value",
+        ],
+    );
+    assert!(!none.status.success());
+    assert!(
+        text(&none.stderr).contains("--label \"mpt.value\""),
+        "{}",
+        text(&none.stderr)
+    );
+}

@@ -255,7 +255,7 @@ fn a_trace_is_reported_per_method_and_spec_slowest_value_first() {
 fn profile_with(tables: &[MptTable]) -> Vec<u8> {
     let mut writer = TextWriter::new(Vec::new());
     writer.header("Sun Nov 22 02:18:41 2026").unwrap();
-    writer.mpt(tables).unwrap();
+    writer.mpt(tables, None).unwrap();
     writer.into_inner()
 }
 

@@ -260,6 +260,17 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
         slow > 4.0 * fast && fast >= 0.9,
         "slow {slow} ms, fast {fast} ms"
     );
+    // The slow value's calls over time add up to its calls so far, drawn as bars; the CPU
+    // profile of its calls holds only samples inside handle("slow"): all under handle (but for
+    // a failed walk now and then), mostly in spin, none in alpha or beta (which run outside
+    // the traced calls).
+    assert!(number(&mpt["slowCalls"]) >= 3.0, "{mpt:#}");
+    assert!(number(&mpt["chartBars"]) >= 1.0, "{mpt:#}");
+    let share = |pattern: &str| number(&mpt["valueProfile"][pattern]);
+    assert!(number(&mpt["valueTotal"]) >= 10.0, "{mpt:#}");
+    assert!(share("Phases\\.handle") >= 98.0, "{mpt:#}");
+    assert!(share("Phases\\.spin") >= 90.0, "{mpt:#}");
+    assert_eq!(share("Phases\\.alpha|Phases\\.beta"), 0.0, "{mpt:#}");
 
     // Two phases, two snapshots: alpha's share goes, beta's comes.
     let taken = drive(&web, &["snapshot", &phases_agent, "phase-1"]);

@@ -159,7 +159,7 @@ pub struct ThreadStart {
 
 /// Which table a [`CpuTable`] is: sampled (`CPU SAMPLES`), timed (`CPU TIME (ms)`), or
 /// openprof's wall-clock samples (`WALL SAMPLES`: every thread, running or not, with its state).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CpuTableKind {
     Samples,
     Time,
@@ -467,6 +467,12 @@ pub struct TextProfile {
     /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run
     /// from the start of the run, so the last record holds all the others do.
     pub mpt: Vec<crate::mpt_stats::MptTable>,
+    /// Every `MPT` record with its date (`None` where it has none), in file order: the figures
+    /// as each dump had them, for how a value's calls went over time.
+    pub mpt_dumps: Vec<(Option<String>, Vec<crate::mpt_stats::MptTable>)>,
+    /// Every `MPT SAMPLES` record (samples inside traced calls), one per dump and event: each
+    /// counts since the last dump.
+    pub mpt_samples: Vec<super::mpt_samples::MptSamples>,
 }
 
 impl TextProfile {

@@ -68,7 +68,7 @@ pub fn format_value(key: &ValueKey) -> String {
 }
 
 /// The value column back: a quoted string unescaped, or the text as it is.
-fn parse_value(text: &str) -> Result<String, String> {
+pub(super) fn parse_value(text: &str) -> Result<String, String> {
     let Some(quoted) = text.strip_prefix('"') else {
         return Ok(text.to_string());
     };
@@ -110,15 +110,17 @@ fn parse_value(text: &str) -> Result<String, String> {
 }
 
 impl<W: Write> TextWriter<W> {
-    /// The `MPT` record: totals, then per table its method, its specification and its values,
-    /// ranked slowest mean first (docs/mpt.md, "Reports").
-    pub fn mpt(&mut self, tables: &[MptTable]) -> io::Result<()> {
+    /// The `MPT` record: totals and the date it was written (when known), then per table its
+    /// method, its specification and its values, ranked slowest mean first (docs/mpt.md,
+    /// "Reports").
+    pub fn mpt(&mut self, tables: &[MptTable], date: Option<&str>) -> io::Result<()> {
         let calls: u64 = tables.iter().map(MptTable::calls).sum();
         let unfinished: u64 = tables.iter().map(|table| table.unfinished).sum();
         writeln!(
             self.out,
-            "MPT BEGIN (tables = {}, calls = {calls}, unfinished = {unfinished})",
-            tables.len()
+            "MPT BEGIN (tables = {}, calls = {calls}, unfinished = {unfinished}){}",
+            tables.len(),
+            date.map(|date| format!(" {date}")).unwrap_or_default()
         )?;
         for table in tables {
             writeln!(
@@ -183,6 +185,8 @@ fn parse_counts(text: &str, number: usize, record: &str) -> Result<Announced, Te
 /// Reads the lines of one `MPT BEGIN … END` record.
 pub(super) struct MptReader {
     begin: usize,
+    /// The date after the header, when the record has one.
+    pub(super) date: Option<String>,
     tables: usize,
     total: Announced,
     done: Vec<MptTable>,
@@ -203,8 +207,14 @@ impl MptReader {
         let (tables, counts) = rest
             .split_once(", ")
             .ok_or_else(|| malformed(number, format!("MPT: no ', calls = ' in '{line}'")))?;
+        // `unfinished = U)`, then the date when the writer knew it.
+        let (counts, date) = match counts.split_once(')') {
+            Some((counts, date)) => (format!("{counts})"), date.trim()),
+            None => (counts.to_string(), ""),
+        };
         Ok(MptReader {
             begin: number,
+            date: (!date.is_empty()).then(|| date.to_string()),
             tables: parse_number(tables, number, "MPT tables")?,
             total: parse_counts(&format!("({counts}"), number, "MPT")?,
             done: Vec::new(),
@@ -393,7 +403,7 @@ mod tests {
     fn written(tables: &[MptTable]) -> String {
         let mut writer = TextWriter::new(Vec::new());
         writer.header("Sun Nov 22 02:18:41 2026").unwrap();
-        writer.mpt(tables).unwrap();
+        writer.mpt(tables, None).unwrap();
         String::from_utf8(writer.into_inner()).unwrap()
     }
 
@@ -487,7 +497,7 @@ mod tests {
         let tables = sample_tables();
         let mut text = written(&tables[..1]);
         let mut writer = TextWriter::new(Vec::new());
-        writer.mpt(&tables[2..]).unwrap();
+        writer.mpt(&tables[2..], None).unwrap();
         text.push_str(std::str::from_utf8(&writer.into_inner()).unwrap());
         let profile = read(text.as_bytes()).unwrap();
         assert_eq!(profile.mpt, tables[2..]);

@@ -4,9 +4,9 @@
 use std::io::{self, BufRead};
 
 use super::{
-    heap_dump, mpt, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine, LockTable,
-    LockTableKind, SamplerReport, SitesTable, TextProfile, ThreadStart, Trace, WallSampler,
-    NO_LOCK_CLASS,
+    heap_dump, mpt, mpt_samples, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine,
+    LockTable, LockTableKind, SamplerReport, SitesTable, TextProfile, ThreadStart, Trace,
+    WallSampler, NO_LOCK_CLASS,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -279,7 +279,11 @@ fn after_fields(text: &str, count: usize) -> &str {
 
 /// A row of a CPU table; a WALL SAMPLES row (`with_state`) has the thread's state before the
 /// method.
-fn parse_cpu_row(text: &str, number: usize, with_state: bool) -> Result<CpuRow, TextReadError> {
+pub(super) fn parse_cpu_row(
+    text: &str,
+    number: usize,
+    with_state: bool,
+) -> Result<CpuRow, TextReadError> {
     let mut fields = text.split_whitespace();
     let mut next = |what: &str| {
         fields
@@ -535,7 +539,15 @@ fn parse<R: BufRead>(
         } else if line.starts_with("MPT BEGIN") {
             let mut record = mpt::MptReader::begin(line, number)?;
             lines.section("MPT END", number, |line, number| record.line(line, number))?;
+            let date = record.date.clone();
             profile.mpt = record.finish()?;
+            profile.mpt_dumps.push((date, profile.mpt.clone()));
+        } else if line.starts_with("MPT SAMPLES BEGIN") {
+            let mut record = mpt_samples::MptSamplesReader::begin(line, number)?;
+            lines.section("MPT SAMPLES END", number, |line, number| {
+                record.line(line, number)
+            })?;
+            profile.mpt_samples.push(record.finish()?);
         } else if let Some(name) = section_name(line) {
             let name = name.to_string();
             let end = format!("{name} END");

@@ -159,6 +159,12 @@ impl<W: Write> TextWriter<W> {
             "{name} BEGIN (total = {}) {}",
             table.total, table.date
         )?;
+        self.cpu_rows(table)?;
+        writeln!(self.out, "{name} END")
+    }
+
+    /// A CPU table's column line and rows (also each value's rows in MPT SAMPLES).
+    pub(super) fn cpu_rows(&mut self, table: &CpuTable) -> io::Result<()> {
         let wall = table.kind == CpuTableKind::Wall;
         if !table.rows.is_empty() {
             let state = if wall { " state" } else { "" };
@@ -178,7 +184,7 @@ impl<W: Write> TextWriter<W> {
                 None => writeln!(self.out, " <empty trace>")?,
             }
         }
-        writeln!(self.out, "{name} END")
+        Ok(())
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

@@ -38,6 +38,7 @@ use crate::jni::{Jni, Typed};
 use crate::jvmti::{
     jclass, jint, jmethodID, jobject, jvmtiCapabilities, jvmtiEventCallbacks, JNIEnv, JavaVM, Jvmti,
 };
+use crate::traced_calls::{self, CallValues};
 use chain::{Chain, Failure, Known, ObjectIds};
 use openprof_classfile::access::{self, ABSTRACT, BRIDGE, INTERFACE, NATIVE, STATIC};
 use openprof_classfile::{hook_class_file, HOOK_CLASS};
@@ -122,6 +123,8 @@ struct OpenCall {
     values: Vec<(usize, ValueType, String)>,
     started: Option<(Instant, u64)>,
     ticket: Option<u128>,
+    /// When this call tags its thread's samples: the traced call the thread was in before.
+    previous_call: Option<u32>,
 }
 
 impl OpenCall {
@@ -145,6 +148,21 @@ struct ThreadState {
     /// True while this thread runs modifiers (or our own lookups): its calls are not traced.
     busy: bool,
     open_calls: Vec<OpenCall>,
+    /// The thread's kernel id, once a call of it tagged its samples.
+    kernel_id: i32,
+}
+
+impl Drop for ThreadState {
+    /// A thread that ends inside traced calls gives their tag up.
+    fn drop(&mut self) {
+        if self
+            .open_calls
+            .iter()
+            .any(|call| call.previous_call.is_some())
+        {
+            traced_calls::leave(self.kernel_id, 0);
+        }
+    }
 }
 
 thread_local! {
@@ -952,6 +970,7 @@ impl Mpt {
                     values: Vec::new(),
                     started: None,
                     ticket: None,
+                    previous_call: None,
                 }
             }
             None => OpenCall {
@@ -961,6 +980,7 @@ impl Mpt {
                 values: Vec::new(),
                 started: None,
                 ticket: None,
+                previous_call: None,
             },
         };
         THREAD.with(|thread| thread.borrow_mut().open_calls.push(frame));
@@ -1136,12 +1156,14 @@ impl Mpt {
                 specs[*at].open.fetch_add(1, Ordering::Relaxed);
             }
         }
+        let previous_call = self.tag_samples(site_id as jint, &specs, &values);
         let started = (Instant::now(), cpu);
         THREAD.with(|thread| {
             if let Some(frame) = thread.borrow_mut().open_calls.last_mut() {
                 frame.values = values;
                 frame.started = Some(started);
                 frame.ticket = ticket;
+                frame.previous_call = previous_call;
             }
         });
     }
@@ -1160,6 +1182,12 @@ impl Mpt {
                 .open_calls
                 .iter()
                 .rposition(|frame| frame.site == site_id as u32)?;
+            let untag = thread.open_calls[at..]
+                .iter()
+                .find_map(|frame| frame.previous_call);
+            if let Some(previous) = untag {
+                traced_calls::leave(thread.kernel_id, previous);
+            }
             for lost in thread.open_calls.drain(at + 1..) {
                 lost.close();
             }
@@ -1196,6 +1224,37 @@ impl Mpt {
                 tables.record_in(table, ValueKey::new(kind, text), wall_nanos, cpu_nanos);
             }
         }
+    }
+
+    /// While sampling signals are taken: this call's values tag its thread's samples until it
+    /// exits (`traced_calls`). Returns the traced call the thread was in before.
+    fn tag_samples(
+        &self,
+        site_id: jint,
+        specs: &[SiteSpec],
+        values: &[(usize, ValueType, String)],
+    ) -> Option<u32> {
+        if !crate::signals::installed() {
+            return None;
+        }
+        let site = self.site(site_id)?;
+        let call = traced_calls::number_of(CallValues {
+            method: site.label.clone(),
+            values: values
+                .iter()
+                .map(|(at, kind, text)| {
+                    (specs[*at].text.clone(), ValueKey::new(*kind, text.clone()))
+                })
+                .collect(),
+        })?;
+        let kernel_id = THREAD.with(|thread| {
+            let mut thread = thread.borrow_mut();
+            if thread.kernel_id == 0 {
+                thread.kernel_id = crate::signals::current_thread_id();
+            }
+            thread.kernel_id
+        });
+        Some(traced_calls::enter(kernel_id, call))
     }
 
     /// The calling thread's stack below the hook, innermost first: `class.method(line)`.
