@@ -10,11 +10,15 @@
    tracing the two methods above (which the loop never calls), in shuffled order per round.
    Reported: the median throughput ratio (goal: within 1 %).
 
+With --sampled, the agent also runs with CPU sampling (cpu=samples,interval=10) as "sampled":
+each traced call then also tags its thread's samples with its values (MPT SAMPLES), so
+"sampled" against "with" is what that tagging (and the sampling) costs a traced call.
+
 With --baseline-agent LIB, another build of the agent (an earlier commit's
 target/release/libopenprof_agent.so) runs in the same rounds as "baseline", so a change to the
 agent is measured against the code before it side by side.
 
-Usage: bench/mpt_bench.py [--calls N] [--rounds N] [--seconds S] [--baseline-agent LIB]
+Usage: bench/mpt_bench.py [--calls N] [--rounds N] [--seconds S] [--sampled] [--baseline-agent LIB]
 Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -56,6 +60,8 @@ def main():
     parser.add_argument("--calls", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--sampled", action="store_true",
+                        help="also run the agent with cpu=samples (traced calls tag their samples)")
     parser.add_argument("--baseline-agent", help="another build of the agent library to compare with")
     options = parser.parse_args()
     library = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -70,6 +76,10 @@ def main():
     # (name, -agentpath value, the profile it writes)
     agents = [("with", f"{library}=mpt=@{specs},file={os.path.join(work, 'out.txt')}",
                os.path.join(work, "out.txt"))]
+    if options.sampled:
+        sampled = os.path.join(work, "sampled.txt")
+        agents.append(("sampled", f"{library}=mpt=@{specs},cpu=samples,interval=10,file={sampled}",
+                       sampled))
     if options.baseline_agent:
         if not os.path.exists(options.baseline_agent):
             sys.exit(f"no agent library at {options.baseline_agent}")
