@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use openprof_collector::client::{parse_command, send_control, Endpoint};
+use openprof_collector::client::{parse_command, send_control, Endpoint, Trust};
 use openprof_collector::replay::{replay, ReplayPlan};
 use openprof_collector::server::{
     Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_QUEUE_BYTES,
@@ -102,7 +102,7 @@ impl CollectorArgs {
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             address: self.collector.clone(),
-            tls_ca: self.tls_ca.clone(),
+            tls: self.tls_ca.clone().map(Trust::CaFile),
         }
     }
 }
@@ -212,7 +212,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     config.max_connections = args.max_connections as usize;
     config.queue_bytes = usize::try_from(args.queue_bytes).unwrap_or(usize::MAX);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(openprof_collector::tls::server_config(cert, key)?);
+        config.tls = Some(openprof_collector::tls::load(cert, key)?.server);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
