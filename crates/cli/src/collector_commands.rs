@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use openprof_collector::client::{parse_command, send_control, Endpoint};
+use openprof_collector::client::{parse_command, send_control, Endpoint, Trust};
 use openprof_collector::replay::{replay, ReplayPlan};
 use openprof_collector::server::{
     Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_QUEUE_BYTES,
@@ -102,7 +102,7 @@ impl CollectorArgs {
     fn endpoint(&self) -> Endpoint {
         Endpoint {
             address: self.collector.clone(),
-            tls_ca: self.tls_ca.clone(),
+            tls: self.tls_ca.clone().map(Trust::CaFile),
         }
     }
 }
@@ -119,7 +119,8 @@ pub struct ServeArgs {
     token: TokenArgs,
     #[command(flatten)]
     control_token: ControlTokenArgs,
-    /// TLS: the collector's certificate chain (PEM); agents then need tlsca=.
+    /// TLS: the collector's certificate chain (PEM); agents then need tlsca=. The web UI
+    /// (--http) is then served over HTTPS with it.
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// TLS: the certificate's private key (PEM).
@@ -146,7 +147,8 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_bytes)]
     max_store_bytes: Option<u64>,
     /// Serve the web UI and its JSON API here too (e.g. 127.0.0.1:7912; port 0 picks one),
-    /// opened by the control credential (docs/ui.md). Off unless given.
+    /// opened by the control credential (docs/ui.md); over HTTPS with --tls-cert. Off unless
+    /// given.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
 }
@@ -190,9 +192,6 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     if args.http.is_some() && control_token.is_none() {
         bail!("--http needs the control credential (--control-token-file): the UI opens to it and to nothing else");
     }
-    if args.http.is_some() && args.tls_cert.is_some() {
-        bail!("--http with a TLS collector is not built yet: the UI sends its commands over plain TCP; serve the UI with a collector without TLS, or read the store with openprof ui");
-    }
     // SAFETY: setting a signal's disposition to "ignore" involves no handler code. A file size
     // limit then makes writes fail (EFBIG), which the store reports, instead of killing us.
     unsafe {
@@ -211,9 +210,11 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     config.max_unauthenticated = args.max_unauthenticated as usize;
     config.max_connections = args.max_connections as usize;
     config.queue_bytes = usize::try_from(args.queue_bytes).unwrap_or(usize::MAX);
-    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
-        config.tls = Some(openprof_collector::tls::server_config(cert, key)?);
-    }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(openprof_collector::tls::load(cert, key)?),
+        _ => None,
+    };
+    config.tls = tls.as_ref().map(|tls| tls.server.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -226,11 +227,19 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         println!("openprof collector listening on {}", server.local_addr);
         let _web = match (args.http, control_token) {
             (Some(http), Some(credential)) => {
-                let collector = match server.local_addr {
+                let address = match server.local_addr {
                     address if address.ip().is_unspecified() => {
                         format!("127.0.0.1:{}", address.port())
                     }
                     address => address.to_string(),
+                };
+                // The UI's commands go to the collector as a control client does: over TLS
+                // when it has TLS, trusting its own certificate (whatever names it holds).
+                let collector = Endpoint {
+                    address,
+                    tls: tls
+                        .as_ref()
+                        .map(|tls| Trust::Config(tls.own_client.clone())),
                 };
                 let running = start_web(
                     http,
@@ -238,6 +247,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
                     &args.store,
                     Some(collector),
                     Some(server.connected_agents_watch()),
+                    tls.map(|tls| tls.server),
                 )
                 .await?;
                 Some(running)
@@ -326,14 +336,15 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
     })
 }
 
-/// Starts the web UI over a store (read-only: the collector, if any, writes it), and says where
-/// on stdout.
+/// Starts the web UI over a store (read-only: the collector, if any, writes it), over HTTPS
+/// with `tls`, and says where on stdout.
 async fn start_web(
     listen: SocketAddr,
     credential: String,
     store_dir: &Path,
-    collector: Option<String>,
+    collector: Option<Endpoint>,
     connected: Option<openprof_web::ConnectedAgents>,
+    tls: Option<Arc<openprof_collector::tls::ServerConfig>>,
 ) -> Result<openprof_web::Running> {
     let store: Arc<dyn Store> = Arc::new(open_store(store_dir)?);
     let config = openprof_web::WebConfig {
@@ -341,11 +352,13 @@ async fn start_web(
         credential,
         store_dir: store_dir.to_path_buf(),
         collector,
+        tls: tls.clone(),
     };
     let running = openprof_web::serve(config, store, connected)
         .await
         .with_context(|| format!("can't serve the web UI on {listen}"))?;
-    println!("openprof web UI on http://{}/", running.local_addr);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("openprof web UI on {scheme}://{}/", running.local_addr);
     Ok(running)
 }
 
@@ -374,7 +387,7 @@ pub fn ui(args: UiArgs) -> Result<ExitCode> {
         .build()
         .context("can't start the runtime")?;
     runtime.block_on(async move {
-        let _web = start_web(args.http, credential, &args.store, None, None).await?;
+        let _web = start_web(args.http, credential, &args.store, None, None, None).await?;
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })?;

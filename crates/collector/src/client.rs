@@ -1,6 +1,7 @@
-//! The blocking clients of a collector: connect (TCP, or TLS verified against a CA file), run
-//! the wire's handshake (crate `openprof_format::handshake`), and send control requests as
-//! `openprof control` does. The replay client connects through here too.
+//! The blocking clients of a collector: connect (TCP, or TLS verified against a CA file or, in
+//! the collector's own process, against its own certificate), run the wire's handshake (crate
+//! `openprof_format::handshake`), and send control requests as `openprof control` does. The
+//! replay client connects through here too.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -42,15 +43,26 @@ impl Transport
 pub struct Endpoint {
     /// `host:port`.
     pub address: String,
-    /// TLS, trusting the CA certificates of this PEM file.
-    pub tls_ca: Option<std::path::PathBuf>,
+    /// TLS, and whom it trusts; plain TCP without.
+    pub tls: Option<Trust>,
+}
+
+/// Whose certificate a TLS client accepts.
+#[derive(Clone, Debug)]
+pub enum Trust {
+    /// One signed by the CA certificates of this PEM file, for the host name connected to
+    /// (`--tls-ca`).
+    CaFile(std::path::PathBuf),
+    /// What this configuration accepts: the web UI's, in the collector's process, accepts the
+    /// collector's own certificate and no other (`crate::tls::Tls::own_client`).
+    Config(Arc<tokio_rustls::rustls::ClientConfig>),
 }
 
 impl Endpoint {
     pub fn plain(address: &str) -> Endpoint {
         Endpoint {
             address: address.to_string(),
-            tls_ca: None,
+            tls: None,
         }
     }
 }
@@ -76,21 +88,19 @@ fn open_stream(endpoint: &Endpoint) -> Result<Box<dyn Transport>, String> {
     socket
         .set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(|error| error.to_string())?;
-    match &endpoint.tls_ca {
-        None => Ok(Box::new(socket)),
-        Some(ca) => {
-            let ca = ca.to_string_lossy();
-            let config = openprof_format::tls_client::config(&ca)
-                .map_err(|error| format!("--tls-ca {error}"))?;
-            let host = address
-                .rsplit_once(':')
-                .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
-                .unwrap_or(address);
-            Ok(Box::new(openprof_format::tls_client::connect(
-                config, host, socket,
-            )?))
-        }
-    }
+    let config = match &endpoint.tls {
+        None => return Ok(Box::new(socket)),
+        Some(Trust::CaFile(ca)) => openprof_format::tls_client::config(&ca.to_string_lossy())
+            .map_err(|error| format!("--tls-ca {error}"))?,
+        Some(Trust::Config(config)) => config.clone(),
+    };
+    let host = address
+        .rsplit_once(':')
+        .map(|(host, _)| host.trim_start_matches('[').trim_end_matches(']'))
+        .unwrap_or(address);
+    Ok(Box::new(openprof_format::tls_client::connect(
+        config, host, socket,
+    )?))
 }
 
 /// Connects and authenticates with `credential`; the collector must prove it knows it too.

@@ -154,7 +154,7 @@ pub fn replay(
     // Plain TCP: the acknowledgement reader reads a socket of its own, blocking. TLS can't be
     // split: the reader and the sender take turns on the one stream, the reader waiting at
     // most ACK_POLL each time.
-    let plain_reader = match endpoint.tls_ca {
+    let plain_reader = match endpoint.tls {
         None => Some(connected.stream.socket().try_clone().map_err(io.clone())?),
         Some(_) => {
             connected

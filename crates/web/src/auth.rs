@@ -1,7 +1,8 @@
 //! Who may use the UI: whoever proves the control credential, once, on the login page (then a
-//! session cookie: HttpOnly, SameSite=Strict, 12 hours) or with each API request
-//! (`Authorization: Bearer TOKEN`). Everything but the login page and its style needs one of
-//! them; a request with neither gets 401 (the API) or the login page (a page), and no data.
+//! session cookie: HttpOnly, SameSite=Strict, 12 hours, and Secure over HTTPS) or with each API
+//! request (`Authorization: Bearer TOKEN`). Everything but the login page and its style needs
+//! one of them; a request with neither gets 401 (the API) or the login page (a page), and no
+//! data.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -176,6 +177,20 @@ pub async fn login_page() -> Response {
     crate::api::page(LOGIN_PAGE.replace("<!--MESSAGE-->", ""))
 }
 
+/// The session cookie's `Set-Cookie` value: sent back only to this UI, never to a script, never
+/// from another site, and over HTTPS only when the UI is served so.
+fn session_cookie(web: &Web, id: &str, max_age: Duration) -> String {
+    let secure = if web.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
+    format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+        max_age.as_secs()
+    )
+}
+
 /// Checks the credential; a session cookie on success, the login page again (after a delay)
 /// on failure.
 pub async fn login(
@@ -210,13 +225,7 @@ pub async fn login(
     };
     let id = web.sessions.open(name);
     (
-        [(
-            header::SET_COOKIE,
-            format!(
-                "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-                SESSION_LIFE.as_secs()
-            ),
-        )],
+        [(header::SET_COOKIE, session_cookie(&web, &id, SESSION_LIFE))],
         Redirect::to("/"),
     )
         .into_response()
@@ -227,10 +236,7 @@ pub async fn logout(State(web): State<Arc<Web>>, headers: HeaderMap) -> Response
         web.sessions.close(id);
     }
     (
-        [(
-            header::SET_COOKIE,
-            format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
-        )],
+        [(header::SET_COOKIE, session_cookie(&web, "", Duration::ZERO))],
         axum::Json(serde_json::json!({"ok": true})),
     )
         .into_response()

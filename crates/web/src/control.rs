@@ -1,14 +1,15 @@
-//! Commands to live agents from the UI: sent through the collector as a control client, with
-//! the control credential, exactly as `openprof control` sends them (the same parsing and
-//! checks: an MPT specification's fault is named by line and column before anything is sent),
-//! each recorded in the action log with who asked. The live view's dumps go the same way,
-//! at most one per agent every [`LIVE_DUMP_EVERY`].
+//! Commands to live agents from the UI: sent through the collector as a control client (over
+//! TLS, trusting the collector's own certificate, when it has TLS), with the control
+//! credential, exactly as `openprof control` sends them (the same parsing and checks: an MPT
+//! specification's fault is named by line and column before anything is sent), each recorded
+//! in the action log with who asked. The live view's dumps go the same way, at most one per
+//! agent every [`LIVE_DUMP_EVERY`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use openprof_collector::client::{self, Endpoint};
+use openprof_collector::client;
 use openprof_format::wire::{Command, ControlRequest};
 use uuid::Uuid;
 
@@ -34,7 +35,7 @@ pub fn parse(name: &str, argument: Option<&str>) -> Result<Command, String> {
 /// Sends a command to one agent through the collector (blocking: call it off the runtime's
 /// worker threads) and returns the agent's reply.
 pub fn send(web: &Web, agent: Uuid, command: Command) -> Outcome {
-    let Some(address) = &web.config.collector else {
+    let Some(endpoint) = &web.config.collector else {
         return Outcome {
             ok: false,
             message: "no collector runs with this UI (openprof ui reads a store only): commands \
@@ -46,7 +47,7 @@ pub fn send(web: &Web, agent: Uuid, command: Command) -> Outcome {
         agent: Some(agent),
         command,
     };
-    match client::send_control(&Endpoint::plain(address), &web.config.credential, &request) {
+    match client::send_control(endpoint, &web.config.credential, &request) {
         Ok(response) => {
             if let Some(error) = response.error {
                 return Outcome {

@@ -12,11 +12,13 @@
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
+//! - [`https`]: HTTPS with the collector's certificate, when the collector has TLS.
 
 pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod control;
+pub mod https;
 pub mod profiles;
 pub mod snapshots;
 
@@ -24,6 +26,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use openprof_collector::client::Endpoint;
 use openprof_collector::store::Store;
 use uuid::Uuid;
 
@@ -38,8 +41,11 @@ pub struct WebConfig {
     pub credential: String,
     /// The store's directory (snapshots and the action log are kept beside its catalog).
     pub store_dir: PathBuf,
-    /// The collector to send commands through (`host:port`), when one runs.
-    pub collector: Option<String>,
+    /// The collector to send commands through, when one runs (over TLS when it has TLS).
+    pub collector: Option<Endpoint>,
+    /// Serve HTTPS with this configuration (the collector's certificate and key) instead of
+    /// plain HTTP; the session cookie is then `Secure`.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// What every request handler shares.
@@ -84,16 +90,26 @@ pub async fn serve(
         audit,
         live: control::LiveDumps::default(),
     });
-    let app = api::router(web);
-    let task = tokio::spawn(async move {
-        if let Err(error) = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
-        {
-            tracing::warn!("the web UI stopped: {error}");
+    let tls = web.config.tls.clone();
+    let app = api::router(web).into_make_service_with_connect_info::<SocketAddr>();
+    let task = match tls {
+        None => tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                tracing::warn!("the web UI stopped: {error}");
+            }
+        }),
+        Some(tls) => {
+            // `tap_io` is how axum gives a listener of our own the peer's address (the
+            // ConnectInfo the log in and the action log read); nothing is done to the stream.
+            use axum::serve::ListenerExt;
+            let listener = https::TlsListener::new(listener, https::ui_config(&tls))?
+                .tap_io(|_: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>| {});
+            tokio::spawn(async move {
+                if let Err(error) = axum::serve(listener, app).await {
+                    tracing::warn!("the web UI stopped: {error}");
+                }
+            })
         }
-    });
+    };
     Ok(Running { local_addr, task })
 }

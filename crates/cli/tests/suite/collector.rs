@@ -31,6 +31,8 @@ pub(crate) struct Collector {
     pub(crate) address: String,
     /// The web UI's `host:port`, when started with `--http`.
     pub(crate) web: Option<String>,
+    /// The web UI's URL as the collector printed it (`https://` with `--tls-cert`).
+    pub(crate) web_url: Option<String>,
     log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
@@ -81,13 +83,19 @@ impl Collector {
             .strip_prefix("openprof collector listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {line}"))
             .to_string();
-        let web = extra.contains(&"--http").then(|| {
+        let web_url = extra.contains(&"--http").then(|| {
             let mut line = String::new();
             stdout.read_line(&mut line).unwrap();
             line.trim()
-                .strip_prefix("openprof web UI on http://")
-                .and_then(|rest| rest.strip_suffix('/'))
+                .strip_prefix("openprof web UI on ")
                 .unwrap_or_else(|| panic!("unexpected second line: {line}"))
+                .to_string()
+        });
+        let web = web_url.as_ref().map(|url| {
+            url.strip_prefix("http://")
+                .or_else(|| url.strip_prefix("https://"))
+                .and_then(|rest| rest.strip_suffix('/'))
+                .unwrap_or_else(|| panic!("not a URL of the web UI: {url}"))
                 .to_string()
         });
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -104,6 +112,7 @@ impl Collector {
             child,
             address,
             web,
+            web_url,
             log,
         }
     }

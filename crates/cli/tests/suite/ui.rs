@@ -3,18 +3,20 @@
 //! agent's flame graph shows its 3:1 split and grows while live, a parameter tracing
 //! specification added from the Controls traces Phases' requests and ranks the slow key first,
 //! two snapshots of Phases' two phases compare with the method that changed highlighted, and
-//! a wrong credential gets no data. `OPENPROF_SCREENSHOTS=docs/images` keeps each page's
-//! picture for docs/ui.md.
+//! a wrong credential gets no data. With a collector that has TLS, the UI is served over HTTPS
+//! and its commands reach the agent through the collector's TLS port. `OPENPROF_SCREENSHOTS=
+//! docs/images` keeps each page's picture for docs/ui.md.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use openprof_testkit::{java_command, workspace_root};
 use serde_json::Value;
 
-use crate::collector::{agent_options, Collector, CONTROL_TOKEN};
+use crate::collector::{agent_options, Collector, CONTROL_TOKEN, TOKEN};
 use crate::helpers::{finish, text, LIMIT};
 use crate::views_html::{browser_deps, chromium};
 
@@ -27,14 +29,27 @@ pub(crate) fn http(
     bearer: Option<&str>,
     json: Option<(&str, &str)>,
 ) -> (u16, String) {
-    let mut stream = TcpStream::connect(web).expect("connect to the web UI");
+    let stream = TcpStream::connect(web).expect("connect to the web UI");
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
+    let (status, _, body) = exchange(stream, web, method, path, bearer, json);
+    (status, body)
+}
+
+/// One request over `stream` (`Connection: close`): the status, the head and the body.
+fn exchange(
+    mut stream: impl Read + Write,
+    web: &str,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    content: Option<(&str, &str)>,
+) -> (u16, String, String) {
     let authorization = bearer
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
-    let (content_type, body) = json.unwrap_or(("", ""));
+    let (content_type, body) = content.unwrap_or(("", ""));
     let content = if content_type.is_empty() {
         String::new()
     } else {
@@ -46,8 +61,8 @@ pub(crate) fn http(
         body.len()
     )
     .unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
+    stream.flush().unwrap();
+    let response = read_to_close(&mut stream);
     let response = String::from_utf8_lossy(&response).into_owned();
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
     let status = head
@@ -56,7 +71,30 @@ pub(crate) fn http(
         .and_then(|code| code.parse().ok())
         .unwrap_or(0);
     // A chunked body's framing is left in; callers look for what it holds.
-    (status, body.to_string())
+    (status, head.to_string(), body.to_string())
+}
+
+/// Everything the peer sends until it closes (or resets, or ends TLS without saying so).
+fn read_to_close(stream: &mut impl Read) -> Vec<u8> {
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(read) => response.extend_from_slice(&chunk[..read]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                break
+            }
+            Err(error) => panic!("reading the web UI's answer: {error}"),
+        }
+    }
+    response
 }
 
 pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String) {
@@ -111,9 +149,14 @@ fn jvm(address: &str, extra: &str, class: &str, args: &[&str]) -> Child {
 
 /// The agent id of the JVM of this pid, once the collector has it connected.
 fn agent_of(web: &str, pid: u32) -> String {
+    agent_in_fleet(|path| api_get(web, path, Some(CONTROL_TOKEN)), pid)
+}
+
+/// The agent id of the JVM of this pid, once the fleet `get` reads has it connected.
+fn agent_in_fleet(get: impl Fn(&str) -> (u16, String), pid: u32) -> String {
     let began = Instant::now();
     loop {
-        let (status, body) = api_get(web, "/api/fleet", Some(CONTROL_TOKEN));
+        let (status, body) = get("/api/fleet");
         assert_eq!(status, 200, "{body}");
         let start = body.find('{').unwrap_or(0);
         let end = body.rfind('}').map_or(body.len(), |end| end + 1);
@@ -450,6 +493,169 @@ fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
         actions.contains("interval 0") && actions.contains("interval 2"),
         "{actions}"
     );
+    let _ = hot.kill();
+    let _ = hot.wait();
+}
+
+/// A request to the web UI over HTTPS, trusting `ca` for the name `localhost`: its status, head
+/// and body.
+fn https(
+    web: &str,
+    ca: &Path,
+    method: &str,
+    path: &str,
+    bearer: Option<&str>,
+    content: Option<(&str, &str)>,
+) -> (u16, String, String) {
+    let socket = TcpStream::connect(web).expect("connect to the web UI");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let config = openprof_format::tls_client::config(ca.to_str().unwrap()).unwrap();
+    let stream = openprof_format::tls_client::connect(config, "localhost", socket).unwrap();
+    exchange(stream, web, method, path, bearer, content)
+}
+
+#[test]
+fn with_tls_the_ui_is_https_and_its_commands_reach_the_agent_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let cert = dir.path().join("cert.pem");
+    let key = dir.path().join("key.pem");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.key_pair.serialize_pem()).unwrap();
+    let collector = Collector::start_with(
+        &dir.path().join("store"),
+        "127.0.0.1:0",
+        &[
+            "--http",
+            "127.0.0.1:0",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    assert_eq!(
+        collector.web_url.as_deref(),
+        Some(format!("https://{web}/").as_str())
+    );
+    let port = collector.address.rsplit(':').next().unwrap();
+    let options = format!(
+        "net=localhost:{port},token={TOKEN},tlsca={},cpu=samples,interval=20,depth=64",
+        cert.display()
+    );
+    let (mut command, _run) = java_command(Some(&options), "CpuSplit", &["300"]);
+    let mut hot = command.stdin(Stdio::piped()).spawn().expect("start java");
+    let get = |path: &str, bearer: Option<&str>| {
+        let (status, _, body) = https(&web, &cert, "GET", path, bearer, None);
+        (status, body)
+    };
+    let post = |path: &str, json: &str| {
+        let (status, _, body) = https(
+            &web,
+            &cert,
+            "POST",
+            path,
+            Some(CONTROL_TOKEN),
+            Some(("application/json", json)),
+        );
+        (status, body)
+    };
+
+    // Over HTTPS, with the credential: the fleet has the agent, streaming over TLS.
+    let agent = agent_in_fleet(|path| get(path, Some(CONTROL_TOKEN)), hot.id());
+
+    // A command, through the collector's TLS port, reaches the agent and is carried out.
+    let command = format!("/api/agents/{agent}/command");
+    let (status, body) = post(&command, r#"{"command": "interval", "argument": "2"}"#);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("every 2 ms"), "{body}");
+    let (status, body) = post(&command, r#"{"command": "dump"}"#);
+    assert_eq!(status, 200, "{body}");
+    // The live view's dump, and a snapshot (which has a live agent dump first).
+    let (status, body) = post(&format!("/api/agents/{agent}/live"), "{}");
+    assert_eq!(status, 200, "{body}");
+    let live: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}"));
+    assert_eq!(live["connected"], true, "{body}");
+    assert_eq!(live["dumped"]["ok"], true, "{body}");
+    let (status, body) = post(
+        "/api/snapshots",
+        &format!(r#"{{"agent": "{agent}", "name": "over-tls"}}"#),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, actions) = get("/api/actions", Some(CONTROL_TOKEN));
+    assert_eq!(status, 200, "{actions}");
+    assert!(
+        actions.contains("interval 2") && !actions.contains("\"ok\":false"),
+        "{actions}"
+    );
+
+    // A wrong credential: 401 and no data.
+    let (status, body) = get("/api/fleet", Some("not-the-token"));
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains(&agent), "{body}");
+    let (status, body) = get("/api/fleet", None);
+    assert_eq!(status, 401, "{body}");
+    assert!(!body.contains(&agent), "{body}");
+
+    // A browser's login: the session cookie is sent back over HTTPS only.
+    let (status, head, _) = https(
+        &web,
+        &cert,
+        "POST",
+        "/login",
+        None,
+        Some((
+            "application/x-www-form-urlencoded",
+            &format!("token={CONTROL_TOKEN}&name=tls-tester"),
+        )),
+    );
+    assert_eq!(status, 303, "{head}");
+    let cookie = head
+        .lines()
+        .find(|line| line.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap_or_else(|| panic!("no cookie: {head}"));
+    assert!(
+        cookie.contains("; Secure") && cookie.contains("HttpOnly"),
+        "{cookie}"
+    );
+
+    // Plain HTTP to the HTTPS port, with the credential: the handshake fails, no data.
+    let mut plain = TcpStream::connect(&web).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        plain,
+        "GET /api/fleet HTTP/1.1\r\nHost: {web}\r\nAuthorization: Bearer {CONTROL_TOKEN}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let answer = read_to_close(&mut plain);
+    let shown = String::from_utf8_lossy(&answer);
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "plain HTTP was answered: {shown}"
+    );
+    assert!(!shown.contains(&agent), "{shown}");
+    // And a client that does not trust the certificate gets nowhere either.
+    let stranger = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let stranger_ca = dir.path().join("stranger.pem");
+    std::fs::write(&stranger_ca, stranger.cert.pem()).unwrap();
+    let config = openprof_format::tls_client::config(stranger_ca.to_str().unwrap()).unwrap();
+    let socket = TcpStream::connect(&web).unwrap();
+    let mut untrusting = openprof_format::tls_client::connect(config, "localhost", socket).unwrap();
+    let refused =
+        write!(untrusting, "GET /api/fleet HTTP/1.1\r\n\r\n").and_then(|_| untrusting.flush());
+    assert!(
+        refused.is_err(),
+        "a client that does not trust the certificate got through"
+    );
+
+    let log = collector.log();
+    assert!(log.contains("web UI: TLS handshake failed"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
     let _ = hot.kill();
     let _ = hot.wait();
 }
