@@ -372,6 +372,12 @@ pub struct UiArgs {
     http: SocketAddr,
     #[command(flatten)]
     control_token: ControlTokenArgs,
+    /// TLS: serve the UI over HTTPS with this certificate chain (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// `openprof ui`: the web UI over a store alone (no collector: nothing is live, no command is
@@ -382,12 +388,16 @@ pub fn ui(args: UiArgs) -> Result<ExitCode> {
             "the UI opens to a credential only: give --control-token-file (or --control-token, $OPENPROF_CONTROL_TOKEN)"
         )
     })?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(openprof_collector::tls::load(cert, key)?.server),
+        _ => None,
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("can't start the runtime")?;
     runtime.block_on(async move {
-        let _web = start_web(args.http, credential, &args.store, None, None, None).await?;
+        let _web = start_web(args.http, credential, &args.store, None, None, tls).await?;
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })?;
