@@ -75,11 +75,29 @@
 
   // ---- fleet -------------------------------------------------------------------------------
   async function showFleet() {
-    const filter = el("input", { type: "search", id: "fleet-filter", placeholder: "Filter: host, pid, agent id, format" });
+    const filter = el("input", { type: "search", id: "fleet-filter", size: 52, placeholder: "Filter: host, pid, agent id, format, label:NAME=VALUE" });
+    const problem = el("span", { class: "error", id: "fleet-filter-error" });
     const holder = el("div", {});
-    view.replaceChildren(el("h2", {}, "Fleet"), el("div", { class: "controls" }, filter), holder);
+    view.replaceChildren(el("h2", {}, "Fleet"), el("div", { class: "controls" }, filter, problem), holder);
+    // A click on a label adds it to the filter (every term must match).
+    const filterBy = (name, value) => {
+      const term = "label:" + name + "=" + value;
+      const terms = filter.value.trim().split(/\s+/).filter((word) => word);
+      if (!terms.includes(term)) filter.value = terms.concat(term).join(" ");
+      draw().catch((error) => say(error.message, true));
+    };
+    const chips = (labels) => (labels || []).map((label) => el("button", { type: "button", class: "chip", title: "show the agents labelled " + label.name + "=" + label.value,
+      dataset: { name: label.name, value: label.value }, onclick: () => filterBy(label.name, label.value) }, label.name + "=" + label.value));
     const draw = async () => {
-      const fleet = await api("/api/fleet?" + query({ filter: filter.value.trim() }));
+      let fleet;
+      try {
+        fleet = await api("/api/fleet?" + query({ filter: filter.value.trim() }));
+      } catch (error) {
+        // A filter the API refuses is named beside it; the table stays as it was.
+        if (error.status === 400) { problem.textContent = error.message; return; }
+        throw error;
+      }
+      problem.textContent = "";
       const rows = fleet.agents.map((agent) => {
         const status = agent.connected ? el("span", { class: "status connected" }, "connected")
           : el("span", { class: "status gone" }, agent.finished ? "finished" : "disconnected");
@@ -87,6 +105,7 @@
         return el("tr", { dataset: { agent: agent.agent } },
           cell(el("a", { href: "#/agent/" + agent.agent, class: "agent-link" }, agent.hostname + " pid " + agent.pid)),
           cell(agent.process && agent.process.name ? agent.process.name : ""),
+          el("td", { class: "labels" }, chips(agent.labels)),
           cell(agent.format),
           cell(status),
           cell(agent.clock ? (agent.clock.offsetNs / 1e6).toFixed(3) + " ± " + (agent.clock.errorNs / 1e6).toFixed(3) + " ms" : "—"),
@@ -97,8 +116,8 @@
           cell(agent.traces.map((trace) => el("a", { href: "#/trace/" + trace.trace, class: "trace-link" }, trace.trace.slice(0, 8) + " (" + number(trace.elements) + ")"))));
       });
       holder.replaceChildren(
-        fleet.agents.length ? table(["Agent", "Process", "Format", "Status", "Clock offset", { label: "Frames", num: 1 }, { label: "Bytes", num: 1 }, { label: "Losses", num: 1 }, { label: "Gaps", num: 1 }, "Traces"], rows, "fleet")
-          : el("p", { class: "muted", id: "fleet-empty" }, "No agent has sent anything yet."),
+        fleet.agents.length ? table(["Agent", "Process", "Labels", "Format", "Status", "Clock offset", { label: "Frames", num: 1 }, { label: "Bytes", num: 1 }, { label: "Losses", num: 1 }, { label: "Gaps", num: 1 }, "Traces"], rows, "fleet")
+          : el("p", { class: "muted", id: "fleet-empty" }, filter.value.trim() ? "No agent matches the filter." : "No agent has sent anything yet."),
         el("p", { class: "muted" }, fleet.collector ? "Live: a collector runs with this UI." : "A store only: no agent is live (openprof ui)."));
     };
     filter.addEventListener("input", () => draw().catch((error) => say(error.message, true)));

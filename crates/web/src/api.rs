@@ -679,12 +679,15 @@ async fn session(Extension(caller): Extension<Caller>) -> Json<Value> {
 
 /// The fleet: nodes → processes → agents → traces, each agent with its live state.
 async fn fleet(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
-    let mut filter = String::new();
+    let mut filter = crate::fleet::FleetFilter::default();
     match parameters(query.as_deref()) {
         Ok(parameters) => {
             for (key, value) in parameters {
                 match key.as_str() {
-                    "filter" => filter = value.to_lowercase(),
+                    "filter" => match crate::fleet::FleetFilter::parse(&value) {
+                        Ok(parsed) => filter = parsed,
+                        Err(problem) => return bad_request(problem).into_response(),
+                    },
                     other => {
                         return bad_request(format!(
                             "{other:?} is not a parameter; the only one is filter"
@@ -705,13 +708,7 @@ async fn fleet(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Respon
         let agents: Vec<Value> = catalog
             .agents
             .iter()
-            .filter(|agent| {
-                filter.is_empty()
-                    || agent.hostname.to_lowercase().contains(&filter)
-                    || agent.pid.to_string() == filter
-                    || agent.agent.to_string().starts_with(&filter)
-                    || agent.format == filter
-            })
+            .filter(|agent| filter.matches(agent))
             .map(|agent| {
                 let traces: Vec<Value> = catalog
                     .traces
@@ -736,6 +733,7 @@ async fn fleet(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Respon
                     "pid": agent.pid,
                     "process": process.map(|process| json!({"process": process.process, "node": process.node, "name": process.name})),
                     "format": agent.format,
+                    "labels": agent.labels.iter().map(|(name, value)| json!({"name": name, "value": value})).collect::<Vec<_>>(),
                     "frames": agent.frames,
                     "bytes": agent.bytes,
                     "lastSequence": agent.last_sequence,

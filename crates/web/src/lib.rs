@@ -8,7 +8,7 @@
 //!   cookie) or a bearer token; nothing is open by default.
 //! - [`profiles`]: profiles read from the store (an agent's HPROF output, a trace, a
 //!   snapshot's period), cached while the store has nothing newer.
-//! - [`api`]: the JSON API and the pages.
+//! - [`api`]: the JSON API and the pages; [`fleet`]: the fleet's filter.
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
@@ -18,6 +18,7 @@ pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod control;
+pub mod fleet;
 pub mod https;
 pub mod profiles;
 pub mod snapshots;

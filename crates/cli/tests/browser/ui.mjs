@@ -3,7 +3,7 @@
 //
 // node ui.mjs URL SCENARIO [ARGS...]   (credentials in OPENPROF_UI_TOKEN, OPENPROF_UI_NAME)
 //   refused                      a wrong credential, and no credential at all
-//   fleet                        the fleet's rows
+//   fleet [NAME=VALUE]           the fleet's rows; with a label, a click on its chip, and the rows left
 //   flame AGENT                  the agent's flame graph: search shares, live growth, a click
 //   statistics AGENT             the statistics tab: methods, threads
 //   mpt AGENT SPEC               add a specification from Controls, then the values table
@@ -80,12 +80,25 @@ try {
   } else if (scenario === "fleet") {
     await login();
     await page.waitForSelector("#fleet tbody tr");
-    result.agents = await page.$$eval("#fleet tbody tr", (rows) => rows.map((row) => ({
+    const rows = () => page.$$eval("#fleet tbody tr", (rows) => rows.map((row) => ({
       agent: row.dataset.agent,
       text: row.cells[0].textContent,
-      status: row.cells[3].textContent,
+      labels: [...row.cells[2].querySelectorAll(".chip")].map((chip) => chip.dataset.name + "=" + chip.dataset.value),
+      status: row.cells[4].textContent,
     })));
+    result.agents = await rows();
     await shot("ui-fleet.png");
+    // A click on a label's chip filters the fleet by that label.
+    const [label] = rest;
+    if (label) {
+      const [labelName, labelValue] = label.split("=");
+      await page.click(`#fleet .chip[data-name="${labelName}"][data-value="${labelValue}"]`);
+      await page.waitForFunction((label) => document.getElementById("fleet-filter").value === "label:" + label
+        && [...document.querySelectorAll("#fleet tbody tr")].every((row) =>
+          [...row.querySelectorAll(".chip")].some((chip) => chip.dataset.name + "=" + chip.dataset.value === label)), label);
+      result.filter = await page.inputValue("#fleet-filter");
+      result.filtered = await rows();
+    }
   } else if (scenario === "flame") {
     const [agent] = rest;
     await login();

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use openprof_testkit::{java_command, workspace_root};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::collector::{agent_options, Collector, CONTROL_TOKEN, TOKEN};
 use crate::helpers::{finish, text, LIMIT};
@@ -174,6 +174,30 @@ fn agent_in_fleet(get: impl Fn(&str) -> (u16, String), pid: u32) -> String {
     }
 }
 
+/// The fleet as the API lists it with this filter (percent-encoded by the caller).
+fn fleet_of(web: &str, filter: &str) -> Value {
+    let (status, body) = api_get(
+        web,
+        &format!("/api/fleet?filter={filter}"),
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 200, "filter={filter}: {body}");
+    let start = body.find('{').unwrap_or(0);
+    let end = body.rfind('}').map_or(body.len(), |end| end + 1);
+    serde_json::from_str(&body[start..end])
+        .unwrap_or_else(|error| panic!("filter={filter}: {error}: {body}"))
+}
+
+/// The agent ids a fleet lists.
+fn agent_ids(fleet: &Value) -> Vec<&str> {
+    fleet["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|agent| agent["agent"].as_str().unwrap())
+        .collect()
+}
+
 fn number(value: &Value) -> f64 {
     value
         .as_f64()
@@ -191,7 +215,7 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     let web = collector.web.clone().expect("the web UI's address");
     let mut hot = jvm(
         &collector.address,
-        "cpu=samples,interval=1,depth=64,thread=y",
+        "cpu=samples,interval=1,depth=64,thread=y,label=team:hot",
         "CpuSplit",
         &["300"],
     );
@@ -228,9 +252,13 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     assert_eq!(status, 401);
     assert!(!body.contains(&hot_agent));
 
-    // The fleet lists both agents, connected.
-    let fleet = drive(&web, &["fleet"]);
-    for agent in [&hot_agent, &phases_agent] {
+    // The fleet lists both agents, connected, CpuSplit's with its label; a click on the label
+    // leaves CpuSplit's alone.
+    let fleet = drive(&web, &["fleet", "team=hot"]);
+    for (agent, labels) in [
+        (&hot_agent, json!(["team=hot"])),
+        (&phases_agent, json!([])),
+    ] {
         let row = fleet["agents"]
             .as_array()
             .unwrap()
@@ -238,7 +266,16 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
             .find(|row| row["agent"] == agent.as_str())
             .unwrap_or_else(|| panic!("agent {agent} is not in the fleet: {fleet:#}"));
         assert_eq!(row["status"], "connected", "{fleet:#}");
+        assert_eq!(row["labels"], labels, "{fleet:#}");
     }
+    assert_eq!(fleet["filter"], "label:team=hot", "{fleet:#}");
+    let filtered: Vec<&Value> = fleet["filtered"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| &row["agent"])
+        .collect();
+    assert_eq!(filtered, [&json!(hot_agent)], "{fleet:#}");
 
     // CpuSplit's flame graph: heavy three times light; live, the total grows.
     let flame = drive(&web, &["flame", &hot_agent]);
@@ -397,12 +434,40 @@ fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
     let web = collector.web.clone().expect("the web UI's address");
     let mut hot = jvm(
         &collector.address,
-        "cpu=samples,interval=20,depth=64",
+        "cpu=samples,interval=20,depth=64,label=team:pay,label=env:test",
         "CpuSplit",
         &["300"],
     );
     let agent = agent_of(&web, hot.id());
     let token = Some(CONTROL_TOKEN);
+    // Its labels, and the fleet filtered by them: exactly, by name, by a value's text.
+    let fleet = fleet_of(&web, "");
+    let row = fleet["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["agent"] == agent.as_str())
+        .unwrap_or_else(|| panic!("agent {agent} is not in the fleet: {fleet:#}"));
+    assert_eq!(
+        row["labels"],
+        json!([{"name": "team", "value": "pay"}, {"name": "env", "value": "test"}]),
+        "{fleet:#}"
+    );
+    for (filter, listed) in [
+        ("label%3Ateam%3Dpay", true),
+        ("label:team=pay", true),
+        ("label%3Ateam%3Dpay+label%3Aenv%3Dtest", true),
+        ("label%3Ateam", true),
+        ("PAY", true),
+        ("label%3Ateam%3Dother", false),
+        ("label%3Aowner", false),
+        ("label%3Ateam%3Dpay+label%3Aenv%3Dprod", false),
+    ] {
+        let fleet = fleet_of(&web, filter);
+        let expected: &[&str] = if listed { &[agent.as_str()] } else { &[] };
+        assert_eq!(agent_ids(&fleet), expected, "filter={filter}: {fleet:#}");
+    }
+
     let bad = |path: &str, status: u16, expected: &str| {
         let (got, body) = api_get(&web, path, token);
         assert_eq!(got, status, "{path}: {body}");
@@ -412,6 +477,21 @@ fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
         &format!("/api/methods?agent={agent}&colour=red"),
         400,
         "\\\"colour\\\" is not a parameter",
+    );
+    bad(
+        "/api/fleet?filter=label%3Ateam%3D",
+        400,
+        "filter \\\"label:team=\\\": the label's value is empty",
+    );
+    bad(
+        "/api/fleet?filter=label%3A",
+        400,
+        "the label's name is empty; use label:NAME=VALUE or label:NAME",
+    );
+    bad(
+        "/api/fleet?filter=label%3Ate%2Fam",
+        400,
+        "'/' is not allowed in a label's name",
     );
     bad("/api/methods?agent=12", 400, "is not an id");
     bad("/api/methods", 400, "name a source");

@@ -111,6 +111,8 @@ pub struct AgentEntry {
     pub lost_bytes: u64,
     /// Whether its Goodbye arrived.
     pub finished: bool,
+    /// Its `label=NAME:VALUE` options, in order, read from the options of its Hello.
+    pub labels: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

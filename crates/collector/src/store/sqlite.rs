@@ -1241,7 +1241,7 @@ impl Store for SqliteStore {
         let mut query = inner.db.prepare(
             "SELECT a.agent, COALESCE(e.process, a.process), a.hostname, a.pid, a.format,
              a.last_sequence, a.frames, a.bytes, a.clock_offset, a.clock_error, a.clock_samples,
-             a.lost_frames, a.lost_bytes, a.finished
+             a.lost_frames, a.lost_bytes, a.finished, a.options
              FROM agents a LEFT JOIN agent_elements e ON e.agent = a.agent
              ORDER BY a.pid, a.agent",
         )?;
@@ -1264,9 +1264,11 @@ impl Store for SqliteStore {
                 ),
                 [row.get::<_, i64>(11)?, row.get::<_, i64>(12)?],
                 row.get::<_, bool>(13)?,
+                row.get::<_, Option<String>>(14)?,
             ))
         })? {
-            let (agent, process, hostname, pid, format, counts, clock, lost, finished) = row?;
+            let (agent, process, hostname, pid, format, counts, clock, lost, finished, options) =
+                row?;
             catalog.agents.push(AgentEntry {
                 agent: uuid_of(agent)?,
                 process: process.map(uuid_of).transpose()?,
@@ -1287,6 +1289,7 @@ impl Store for SqliteStore {
                 lost_frames: lost[0] as u64,
                 lost_bytes: lost[1] as u64,
                 finished,
+                labels: openprof_format::options::labels_in(options.as_deref().unwrap_or("")),
             });
         }
         let mut traces: Vec<(&Uuid, &Collation)> = inner.traces.iter().collect();

@@ -53,7 +53,7 @@ impl Recording {
             hostname: "build-7".into(),
             pid: 4242,
             format: "x".into(),
-            options: "net=collector:7100".into(),
+            options: "net=collector:7100,label=team:pay,label=env:test".into(),
         }
     }
 
@@ -365,6 +365,12 @@ fn fragments_appended_in_order_export_as_the_original_document() {
         bodies.iter().map(|body| body.len() as u64).sum::<u64>()
     );
     assert!(!agent.finished);
+    // Its labels, from the options of its hello.
+    assert_eq!(
+        agent.labels,
+        [("team", "pay"), ("env", "test")]
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+    );
     let trace = trace_entry(&catalog, recording.trace);
     assert_eq!(trace.agent, recording.agent);
     assert_eq!(trace.elements, recording.last_collation() as u64);

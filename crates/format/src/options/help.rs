@@ -195,6 +195,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "512k",
     },
     OptionRow {
+        name: "label",
+        values: "<name>:<value>",
+        meaning: "agent label (repeatable)",
+        default: "none",
+    },
+    OptionRow {
         name: "action",
         values: "start|stop|dump|status",
         meaning: "session of an agent already loaded",
@@ -269,6 +275,9 @@ impl Options {
             "    JVM and attached again (openprof profile): start a session of cpu=samples,\n",
             "    wall=, lock= and heap=sites into file=, stop it (its last dump is written),\n",
             "    dump it so far, or tell its status.\n",
+            "  - label= is an openprof extension, given once per label: names the agent in a\n",
+            "    collector's fleet (label=team:pay,label=env:test). Names are letters, digits,\n",
+            "    _ . -; values those and : / @ +.\n",
             "  - threads= is an openprof extension: only threads whose names match one of the\n",
             "    patterns (* and ?, apart by |) are sampled by cpu=samples and wall=.\n",
             "  - format=x writes the open trace format (docs/trace.dtd) to java.trace.xml:\n",

@@ -8,6 +8,8 @@
 mod help;
 mod parser;
 
+pub use parser::{is_label_name_char, is_label_value_char, labels_in};
+
 use std::fmt;
 
 /// `threads=`'s thread name patterns: `*` any run of characters, `?` one, alternatives apart
@@ -208,6 +210,10 @@ pub struct Options {
     pub commands: Vec<crate::wire::CommandClass>,
     /// `action=`: for an agent already loaded, attached again (`openprof profile`).
     pub action: Option<Action>,
+    /// `label=NAME:VALUE`, as many as given, in order: names for the agent that a collector's
+    /// catalog and the web UI's fleet show and filter by; the agent itself does nothing with
+    /// them.
+    pub labels: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -245,6 +251,7 @@ impl Default for Options {
             commands: Vec::new(),
             mpt: None,
             action: None,
+            labels: Vec::new(),
         }
     }
 }
@@ -265,6 +272,14 @@ pub const DEFAULT_NET_BUFFER: u64 = 64 << 20;
 const NET_BUFFER_RANGE: (u64, u64) = (64 << 10, 4 << 30);
 /// The largest `alloc_interval=` we accept (JVMTI takes a jint).
 pub const MAX_ALLOC_INTERVAL: u64 = i32::MAX as u64;
+/// The longest name and value of a `label=` we accept, in characters.
+pub const MAX_LABEL_NAME: usize = 64;
+pub const MAX_LABEL_VALUE: usize = 256;
+/// The most labels we accept, and the most characters of their names and values together:
+/// they travel in the agent's hello, which a collector takes only up to
+/// [`crate::wire::MAX_HELLO`] bytes.
+pub const MAX_LABELS: usize = 32;
+pub const MAX_LABELS_TEXT: usize = 1024;
 
 /// A bad option string: names the option and says what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -385,12 +400,18 @@ impl Options {
     }
 
     /// The value of option `name` as the text form spells it (`depth` → `"4"`), or `None` when
-    /// that form leaves it out (an option not given that has no default).
+    /// that form leaves it out (an option not given that has no default). An option given
+    /// several times (`label=`) has its values joined by commas, in order.
     pub fn setting(&self, name: &str) -> Option<String> {
-        self.to_string().split(',').find_map(|part| {
-            let (part_name, value) = part.split_once('=')?;
-            (part_name == name).then(|| value.to_string())
-        })
+        let values: Vec<String> = self
+            .to_string()
+            .split(',')
+            .filter_map(|part| {
+                let (part_name, value) = part.split_once('=')?;
+                (part_name == name).then(|| value.to_string())
+            })
+            .collect();
+        (!values.is_empty()).then(|| values.join(","))
     }
 
     /// The output file: `file=` as given, else HPROF's default for the format.
@@ -510,6 +531,9 @@ impl fmt::Display for Options {
         }
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
+        }
+        for (name, value) in &self.labels {
+            parts.push(format!("label={name}:{value}"));
         }
         if let Some(action) = self.action {
             parts.push(format!("action={}", action.word()));
@@ -670,6 +694,110 @@ mod tests {
             assert_eq!(error.option, option, "{text}");
             assert!(error.problem.contains(problem), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn labels_are_repeatable_and_checked() {
+        let options =
+            Options::parse("cpu=samples,label=team:pay,label=env:test,label=url:http://a:1/b+c@d")
+                .unwrap();
+        assert_eq!(
+            options.labels,
+            vec![
+                ("team".to_string(), "pay".to_string()),
+                ("env".to_string(), "test".to_string()),
+                ("url".to_string(), "http://a:1/b+c@d".to_string()),
+            ]
+        );
+        assert_eq!(options.refuse_unbuilt(), Ok(()));
+        let text = options.to_string();
+        assert!(
+            text.contains("label=team:pay,label=env:test,label=url:http://a:1/b+c@d"),
+            "{text}"
+        );
+        assert_eq!(Options::parse(&text).unwrap(), options);
+        assert_eq!(
+            options.setting("label").as_deref(),
+            Some("team:pay,env:test,url:http://a:1/b+c@d")
+        );
+        assert_eq!(labels_in(&text), options.labels);
+        assert!(Options::parse("cpu=samples").unwrap().labels.is_empty());
+        // Names and values at their longest.
+        let longest = format!("label={}:{}", "n".repeat(64), "v".repeat(256));
+        assert_eq!(Options::parse(&longest).unwrap().labels.len(), 1);
+        // 32 labels, 1024 characters of names and values at most.
+        let many = |count: usize, value: &str| {
+            (0..count)
+                .map(|n| format!("label=n{n:02}:{value}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        assert_eq!(Options::parse(&many(32, "v")).unwrap().labels.len(), 32);
+        assert_eq!(
+            Options::parse(&many(8, &"v".repeat(125)))
+                .unwrap()
+                .labels
+                .len(),
+            8
+        );
+        let error = error_of(&many(33, "v"));
+        assert_eq!(error.problem, "more than 32 labels; give at most 32");
+        let error = error_of(&many(8, &"v".repeat(126)));
+        assert!(
+            error.problem.contains("more than 1024 characters"),
+            "{error}"
+        );
+        // The catalog's reading keeps the well-formed labels of any option string.
+        assert_eq!(
+            labels_in("net=h:1,label=a:1,label=bad,label=a:2,futureoption=y,label=b.c-d_e:x"),
+            vec![
+                ("a".to_string(), "1".to_string()),
+                ("b.c-d_e".to_string(), "x".to_string())
+            ]
+        );
+        for (text, problem) in [
+            (
+                "label=teampay",
+                "'teampay' has no ':'; use label=NAME:VALUE",
+            ),
+            ("label=", "'' has no ':'"),
+            ("label=:pay", "':pay' has an empty name"),
+            ("label=team:", "'team:' has an empty value"),
+            (
+                "label=te am:pay",
+                "' ' is not allowed in a label's name; a name is letters, digits, '_', '.' and '-'",
+            ),
+            ("label=a/b:c", "'/' is not allowed in a label's name"),
+            ("label=é:c", "'é' is not allowed in a label's name"),
+            (
+                "label=team:p\"y",
+                "'\"' is not allowed in a label's value; a value is letters, digits",
+            ),
+            ("label=team:a b", "' ' is not allowed in a label's value"),
+            (
+                &format!("label={}:v", "n".repeat(65)),
+                "the name is longer than 64 characters",
+            ),
+            (
+                &format!("label=n:{}", "v".repeat(257)),
+                "the value is longer than 256 characters",
+            ),
+            (
+                "label=team:pay,label=team:other",
+                "label team is given twice; give each label once",
+            ),
+        ] {
+            let error = error_of(text);
+            assert_eq!(error.option, "label", "{text}");
+            assert!(error.problem.contains(problem), "{text}: {error}");
+        }
+        // The one option that repeats does not let others repeat.
+        assert_eq!(
+            error_of("label=a:1,depth=2,label=b:2,depth=3").option,
+            "depth"
+        );
+        // A session action takes no other option, labels included.
+        assert_eq!(error_of("action=stop,label=a:1").option, "label");
     }
 
     #[test]

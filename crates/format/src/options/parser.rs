@@ -5,7 +5,8 @@ use super::help::known_names;
 use super::{
     bad, Action, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options,
     OutputFormat, Sampler, ThreadNames, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH,
-    MAX_INTERVAL_MS, NET_BUFFER_RANGE,
+    MAX_INTERVAL_MS, MAX_LABELS, MAX_LABELS_TEXT, MAX_LABEL_NAME, MAX_LABEL_VALUE,
+    NET_BUFFER_RANGE,
 };
 
 fn parse_yes_no(name: &str, value: &str) -> Result<bool, OptionError> {
@@ -87,6 +88,80 @@ fn parse_net(value: &str) -> Result<NetAddress, OptionError> {
     })
 }
 
+/// Whether a character may be in a label's name: letters, digits, `_`, `.` and `-`.
+pub fn is_label_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')
+}
+
+/// Whether a character may be in a label's value: those of a name, and `:`, `/`, `@` and `+`.
+pub fn is_label_value_char(c: char) -> bool {
+    is_label_name_char(c) || matches!(c, ':' | '/' | '@' | '+')
+}
+
+/// `label=NAME:VALUE`: the name up to the first colon, the value after it, each checked.
+fn parse_label(text: &str) -> Result<(String, String), OptionError> {
+    let usage = "use label=NAME:VALUE";
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| bad("label", format!("'{text}' has no ':'; {usage}")))?;
+    let check = |part: &str, what: &str, max: usize, allowed: fn(char) -> bool, set: &str| {
+        if part.is_empty() {
+            return Err(bad(
+                "label",
+                format!("'{text}' has an empty {what}; {usage}"),
+            ));
+        }
+        if let Some(c) = part.chars().find(|c| !allowed(*c)) {
+            return Err(bad(
+                "label",
+                format!("'{text}': {c:?} is not allowed in a label's {what}; {set}"),
+            ));
+        }
+        if part.len() > max {
+            return Err(bad(
+                "label",
+                format!("'{text}': the {what} is longer than {max} characters"),
+            ));
+        }
+        Ok(part.to_string())
+    };
+    Ok((
+        check(
+            name,
+            "name",
+            MAX_LABEL_NAME,
+            is_label_name_char,
+            "a name is letters, digits, '_', '.' and '-'",
+        )?,
+        check(
+            value,
+            "value",
+            MAX_LABEL_VALUE,
+            is_label_value_char,
+            "a value is letters, digits, '_', '.', '-', ':', '/', '@' and '+'",
+        )?,
+    ))
+}
+
+/// The labels of an option string (`label=NAME:VALUE` items), in order, read as
+/// [`Options::parse`] reads them; the other options are not looked at, so an option string of
+/// another version of the agent still gives its labels. A malformed label, or a second one of
+/// a name, is left out.
+pub fn labels_in(text: &str) -> Vec<(String, String)> {
+    let mut labels: Vec<(String, String)> = Vec::new();
+    for value in text
+        .split(',')
+        .filter_map(|item| item.strip_prefix("label="))
+    {
+        if let Ok((name, value)) = parse_label(value) {
+            if !labels.iter().any(|(known, _)| *known == name) {
+                labels.push((name, value));
+            }
+        }
+    }
+    labels
+}
+
 impl Options {
     /// Parses an option string such as `cpu=samples,interval=20,depth=3`.
     ///
@@ -117,7 +192,8 @@ impl Options {
                     bad(item, "has no value; use name=value")
                 }
             })?;
-            if seen.contains(&name) {
+            // label= is the one option given as many times as there are labels.
+            if name != "label" && seen.contains(&name) {
                 return Err(bad(name, "is given twice; give it once"));
             }
             seen.push(name);
@@ -251,6 +327,36 @@ impl Options {
                 "wall" => {
                     let millis = value.strip_suffix("ms").unwrap_or(value);
                     options.wall_ms = Some(parse_whole(name, millis, 1, MAX_INTERVAL_MS)?)
+                }
+                "label" => {
+                    let (label, label_value) = parse_label(value)?;
+                    if options.labels.iter().any(|(known, _)| *known == label) {
+                        return Err(bad(
+                            name,
+                            format!("label {label} is given twice; give each label once"),
+                        ));
+                    }
+                    options.labels.push((label, label_value));
+                    // They travel in the agent's hello to a collector, which is kept short.
+                    if options.labels.len() > MAX_LABELS {
+                        return Err(bad(
+                            name,
+                            format!("more than {MAX_LABELS} labels; give at most {MAX_LABELS}"),
+                        ));
+                    }
+                    let text: usize = options
+                        .labels
+                        .iter()
+                        .map(|(label, value)| label.len() + value.len())
+                        .sum();
+                    if text > MAX_LABELS_TEXT {
+                        return Err(bad(
+                            name,
+                            format!(
+                                "the labels' names and values come to more than {MAX_LABELS_TEXT} characters; shorten them"
+                            ),
+                        ));
+                    }
                 }
                 "action" => {
                     options.action = Some(match value {
