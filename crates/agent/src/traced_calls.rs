@@ -12,7 +12,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use openprof_format::mpt_stats::ValueKey;
+use std::hash::{Hash, Hasher};
+
+use openprof_format::mpt_stats::{ValueKey, ValueType};
 
 use crate::sync::lock;
 
@@ -46,29 +48,69 @@ static SLOTS_IN_USE: [Slot; SLOTS] = [FREE; SLOTS];
 /// One past the highest slot ever taken: the handler looks no further.
 static HIGHEST: AtomicUsize = AtomicUsize::new(0);
 
+/// A call's values as the tracer holds them: its site (instrumented method), and per
+/// specification in force (by its number) the value's type and text.
+pub type CallKey<'a> = (u32, &'a [(u32, ValueType, &'a str)]);
+
+/// A call's key as kept: site, values, and the number given to them.
+type KeptKey = (u32, Vec<(u32, ValueType, String)>, u32);
+
 #[derive(Default)]
 struct Numbers {
-    by_values: HashMap<CallValues, u32>,
+    /// By the hash of a call's key: the keys seen with that hash and their numbers. Looked up
+    /// with the tracer's borrowed values, so a call whose values were seen allocates nothing.
+    by_key: HashMap<u64, Vec<KeptKey>>,
     /// Number n's values at n - 1.
     values: Vec<CallValues>,
 }
 
+fn hash_of((site, values): CallKey<'_>) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    site.hash(&mut hasher);
+    for value in values {
+        value.hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
 static NUMBERS: Mutex<Option<Numbers>> = Mutex::new(None);
 
-/// The number of a call that recorded these values (the same values, the same number); `None`
-/// when every number is taken.
-pub fn number_of(values: CallValues) -> Option<u32> {
+/// The number of a call with these values (the same values, the same number), `describe`
+/// saying what they are the first time; `None` when every number is taken.
+pub fn number_of(key: CallKey<'_>, describe: impl FnOnce() -> CallValues) -> Option<u32> {
+    let hash = hash_of(key);
     let mut numbers = lock(&NUMBERS);
     let numbers = numbers.get_or_insert_with(Numbers::default);
-    if let Some(number) = numbers.by_values.get(&values) {
+    let (site, values) = key;
+    let same = |(known_site, known, _): &&KeptKey| {
+        *known_site == site
+            && known.len() == values.len()
+            && known
+                .iter()
+                .zip(values)
+                .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 == b.2)
+    };
+    if let Some((_, _, number)) = numbers
+        .by_key
+        .get(&hash)
+        .and_then(|seen| seen.iter().find(same))
+    {
         return Some(*number);
     }
     if numbers.values.len() as u32 >= MAX_CALL {
         return None;
     }
-    numbers.values.push(values.clone());
+    numbers.values.push(describe());
     let number = numbers.values.len() as u32;
-    numbers.by_values.insert(values, number);
+    let owned = values
+        .iter()
+        .map(|(spec, kind, text)| (*spec, *kind, text.to_string()))
+        .collect();
+    numbers
+        .by_key
+        .entry(hash)
+        .or_default()
+        .push((site, owned, number));
     Some(number)
 }
 
@@ -133,7 +175,6 @@ pub fn current(kernel_id: i32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openprof_format::mpt_stats::ValueType;
 
     fn values(value: &str) -> CallValues {
         CallValues {
@@ -145,12 +186,17 @@ mod tests {
         }
     }
 
+    fn number(site: u32, value: &str) -> Option<u32> {
+        number_of((site, &[(1, ValueType::Int, value)]), || values(value))
+    }
+
     #[test]
     fn the_same_values_get_the_same_number() {
-        let slow = number_of(values("100")).unwrap();
-        let fast = number_of(values("1")).unwrap();
+        let slow = number(1, "100").unwrap();
+        let fast = number(1, "1").unwrap();
         assert_ne!(slow, fast);
-        assert_eq!(number_of(values("100")), Some(slow));
+        assert_eq!(number(1, "100"), Some(slow));
+        assert_ne!(number(2, "100"), Some(slow), "another site, another number");
         assert_eq!(values_of(slow), Some(values("100")));
         assert_eq!(values_of(0), None);
     }

@@ -1237,9 +1237,15 @@ impl Mpt {
         if !crate::signals::installed() {
             return None;
         }
-        let site = self.site(site_id)?;
-        let call = traced_calls::number_of(CallValues {
-            method: site.label.clone(),
+        let key: Vec<(u32, ValueType, &str)> = values
+            .iter()
+            .map(|(at, kind, text)| (specs[*at].spec_id, *kind, text.as_str()))
+            .collect();
+        let call = traced_calls::number_of((site_id as u32, &key), || CallValues {
+            method: self
+                .site(site_id)
+                .map(|site| site.label.clone())
+                .unwrap_or_default(),
             values: values
                 .iter()
                 .map(|(at, kind, text)| {
