@@ -52,6 +52,8 @@ try {
   await page.goto(pathToFileURL(path.resolve(pagePath)).href);
   await page.waitForFunction(() => window.openprofFlame && window.openprofFlame.rects.length > 0);
   result.loadMillis = Date.now() - started;
+  // The page's own time: from its navigation's start to its first drawing.
+  result.drawnMillis = await page.evaluate(() => window.openprofFlame.firstDrawnMs);
 
   result.title = await page.textContent("#title");
   result.documentTitle = await page.title();
