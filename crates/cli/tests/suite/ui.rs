@@ -1,8 +1,9 @@
 //! The web UI (`openprof serve --http`) in headless Chromium (Playwright, `tests/browser/ui.mjs`)
 //! with real JVMs streaming to a real collector: the fleet lists both agents, the CpuSplit
 //! agent's flame graph shows its 3:1 split and grows while live, a parameter tracing
-//! specification added from the Controls traces Phases' requests and ranks the slow key first,
-//! two snapshots of Phases' two phases compare with the method that changed highlighted, and
+//! specification added from the Controls traces Phases' requests and ranks the slow key first
+//! (with the slow key's calls over time and the profile of its calls), a trace's values have
+//! their calls over time exactly (MptSlow's known durations), two snapshots of Phases' two phases compare with the method that changed highlighted, and
 //! a wrong credential gets no data. With a collector that has TLS, the UI is served over HTTPS
 //! and its commands reach the agent through the collector's TLS port. `OPENPROF_SCREENSHOTS=
 //! docs/images` keeps each page's picture for docs/ui.md.
@@ -798,4 +799,109 @@ fn with_tls_the_ui_is_https_and_its_commands_reach_the_agent_over_tls() {
     assert!(!answer.starts_with(b"HTTP/"), "plain HTTP was answered");
     let _ = ui.kill();
     let _ = ui.wait();
+}
+
+/// A query parameter's value, percent-encoded.
+fn encoded(value: &str) -> String {
+    value
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (byte as char).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
+}
+
+#[test]
+fn a_values_calls_over_time_come_exact_from_a_trace() {
+    // MptSlow: work(n) spins n * 2 ms; work(1), work(5) and work(20) five times each, traced
+    // into a trace (format=x) streamed to the collector.
+    let store = tempfile::tempdir().unwrap();
+    let specs = store.path().join("specs.mpt");
+    std::fs::write(&specs, "MptSlow.work(int) 1\n").unwrap();
+    let collector = Collector::start_with(
+        &store.path().join("store"),
+        "127.0.0.1:0",
+        &["--http", "127.0.0.1:0"],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    let slow = jvm(
+        &collector.address,
+        &format!("format=x,mpt=@{}", specs.display()),
+        "MptSlow",
+        &[],
+    );
+    let pid = slow.id();
+    let ended = openprof_testkit::wait_with_limit(slow, LIMIT);
+    assert!(ended.status.success(), "MptSlow failed");
+    // The trace, once the agent said goodbye.
+    let began = Instant::now();
+    let trace = loop {
+        let fleet = fleet_of(&web, "");
+        let finished = fleet["agents"].as_array().and_then(|agents| {
+            agents
+                .iter()
+                .find(|agent| agent["pid"] == pid && agent["finished"] == true)
+        });
+        if let Some(trace) = finished.and_then(|agent| agent["traces"][0]["trace"].as_str()) {
+            break trace.to_string();
+        }
+        assert!(began.elapsed() < LIMIT, "no finished trace: {fleet:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (status, body) = api_get(
+        &web,
+        &format!("/api/mpt?trace={trace}"),
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mpt: Value = serde_json::from_str(&body).unwrap();
+    let method = &mpt["methods"][0];
+    let values: Vec<&str> = method["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|value| value["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(values, ["20", "5", "1"], "{mpt:#}");
+    let calls_of = |value: &str| {
+        let (status, body) = api_get(
+            &web,
+            &format!(
+                "/api/mpt/calls?trace={trace}&method={}&spec={}&value={value}",
+                encoded(method["method"].as_str().unwrap()),
+                encoded(method["spec"].as_str().unwrap())
+            ),
+            Some(CONTROL_TOKEN),
+        );
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_str::<Value>(&body).unwrap()
+    };
+    // Each value's five calls, each by when it began, with their known durations.
+    for (value, spin_ms) in [("20", 40.0), ("1", 2.0)] {
+        let over = calls_of(value);
+        assert_eq!(over["exact"], true, "{over:#}");
+        let points = over["points"].as_array().unwrap();
+        let calls: u64 = points
+            .iter()
+            .map(|point| point["calls"].as_u64().unwrap())
+            .sum();
+        assert_eq!(calls, 5, "{over:#}");
+        for point in points {
+            let mean = point["wallMeanMs"].as_f64().unwrap();
+            let longest = point["wallMaxMs"].as_f64().unwrap();
+            assert!(mean >= spin_ms && longest >= mean, "{over:#}");
+        }
+    }
+    // A value never recorded has no calls; a request that names no value is refused by name.
+    assert_eq!(calls_of("3")["points"], json!([]));
+    let (status, body) = api_get(
+        &web,
+        &format!("/api/mpt/calls?trace={trace}&method=x&spec=y"),
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("value is missing"), "{body}");
 }
