@@ -45,7 +45,8 @@ impl CallFrame {
 
 struct Slot {
     sequence: AtomicUsize,
-    /// What the sample is (its signal's meaning; see `signals::SampleTag`).
+    /// What the sample is: CPU or wall, the thread's state, the traced call it fell in (the
+    /// tag's layout: `signals::WALL_SAMPLE` and `signals::CALL_SHIFT`).
     tag: UnsafeCell<u32>,
     thread_id: UnsafeCell<i32>,
     /// Frames written, or AsyncGetCallTrace's error code (zero or negative).

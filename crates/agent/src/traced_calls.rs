@@ -22,8 +22,13 @@ use crate::sync::lock;
 /// samples counted untagged (docs/mpt.md says so).
 const SLOTS: usize = 512;
 
-/// The numbers a sample's tag has room for (23 bits: see `signals::SampleTag`).
+/// The numbers a sample's tag has room for (23 bits: see `signals::CALL_SHIFT`).
 pub const MAX_CALL: u32 = (1 << 23) - 1;
+
+/// Distinct (method, values) combinations numbered at most: each is kept for the run (a few
+/// hundred bytes), so a parameter of unbounded values (a request id, say) must not grow the
+/// JVM's memory without end. Calls with values beyond them go untagged.
+const MAX_NUMBERED: usize = 100_000;
 
 /// What a traced call recorded: its method (as the MPT record names it) and, per
 /// specification in force, its value.
@@ -97,7 +102,7 @@ pub fn number_of(key: CallKey<'_>, describe: impl FnOnce() -> CallValues) -> Opt
     {
         return Some(*number);
     }
-    if numbers.values.len() as u32 >= MAX_CALL {
+    if numbers.values.len() >= MAX_NUMBERED.min(MAX_CALL as usize) {
         return None;
     }
     numbers.values.push(describe());
