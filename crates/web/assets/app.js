@@ -218,8 +218,8 @@
     body.replaceChildren(el("p", { class: "muted" }, "Click a value for its calls over time and the profile of its calls."), holder, detail);
     const live = kind === "agent" && info && info.connected && info.format !== "x";
     const draw = async () => {
-      // A live agent writes its figures at dumps: ask for one.
-      if (live) await api("/api/agents/" + id + "/live", { method: "POST", body: {} }).catch(() => {});
+      // A live agent writes its figures at dumps: ask for one (shown at the next drawing).
+      if (live) api("/api/agents/" + id + "/live", { method: "POST", body: {} }).catch(() => {});
       const result = await api("/api/mpt?" + query(source));
       if (!result.methods.length) {
         holder.replaceChildren(el("p", { class: "muted", id: "mpt-empty" }, "No method parameter tracing data yet (add a specification under Controls, or run the agent with mpt=@FILE)."));

@@ -166,7 +166,7 @@ try {
     await shot("ui-controls.png");
     await page.goto(base + "/#/agent/" + agent + "/mpt");
     // The values come with the agent's next dumps (the MPT tab asks every few seconds).
-    const deadline = Date.now() + 60000;
+    const deadline = Date.now() + 120000;
     let values = [];
     while (Date.now() < deadline) {
       await page.evaluate(async (id) => {
@@ -180,6 +180,9 @@ try {
     }
     result.values = values;
     await shot("ui-mpt.png");
+    // What the tab shows (an error, or no data yet) when the values never came.
+    result.mptPage = await page.textContent("#mpt");
+    if (!values.some((value) => value.value === '"slow"')) throw new Error("no value \"slow\" in the table: " + result.mptPage);
     // A value: its calls over time, and the CPU profile of the samples inside its calls.
     await page.evaluate(() => [...document.querySelectorAll(".mpt-method tbody tr")].find((row) => row.dataset.value === '"slow"').click());
     await page.waitForSelector("#mpt-value");

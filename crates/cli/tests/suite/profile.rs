@@ -292,13 +292,15 @@ fn the_loop_writes_one_profile_a_period_under_templated_names() {
             "{name} has no sample of heavy:\n{profile}"
         );
     }
-    // Each file has its own period's samples: the 2 s ones about twice the last one's.
+    // Each file has its own period's samples, not all since the start: the last (1 s) has
+    // fewer than the busier of the 2 s ones (with files counting from the start it would
+    // have the most). A loaded machine may starve one period, so not fewer than both.
     let samples: Vec<u64> = files
         .iter()
         .map(|name| weight_with(&read(&service.dir.join(name)), "", ""))
         .collect();
     assert!(
-        samples[0] > samples[2] && samples[1] > samples[2],
+        samples[2] < samples[0].max(samples[1]),
         "samples per file: {samples:?}"
     );
     service.finish();
