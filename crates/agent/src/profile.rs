@@ -386,12 +386,7 @@ impl CpuProfile {
     /// The table of the samples since the last dump, cut at `cutoff`, and the TRACEs it needs
     /// that no earlier dump printed. Counts start again from zero afterwards, as in HPROF.
     pub fn take_dump(&mut self, kind: CpuTableKind, date: String, cutoff: f64) -> CpuDump {
-        let method = |serial: u32| {
-            self.traces[&serial]
-                .frames
-                .first()
-                .map(|f| f.qualified_method())
-        };
+        let method = |serial: u32| top_method(&self.traces, serial);
         let entries: Vec<CpuEntry> = match kind {
             CpuTableKind::Wall => self
                 .wall_counts
@@ -486,10 +481,7 @@ impl CpuProfile {
                         cost: count,
                         hits: count,
                         state: state.map(str::to_string),
-                        method: self.traces[&trace]
-                            .frames
-                            .first()
-                            .map(|frame| frame.qualified_method()),
+                        method: top_method(&self.traces, trace),
                     })
                     .collect();
                 MptSampledValue::rank(kind, method, spec, key, entries)
@@ -502,6 +494,11 @@ impl CpuProfile {
             values,
         })
     }
+}
+
+/// The method at the top of a TRACE (what a CPU table's row names), `None` for an empty one.
+fn top_method(traces: &HashMap<u32, Trace>, serial: u32) -> Option<String> {
+    traces[&serial].frames.first().map(Frame::qualified_method)
 }
 
 /// A sample inside a traced call: its table (CPU or wall), trace, call, and wall state.

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use openprof_analysis::inputs;
 use openprof_analysis::profile::Profile;
 use openprof_collector::store::{ExportOptions, Store};
+use openprof_format::hprof_text::mpt::format_value;
 use openprof_format::mpt_stats::MptTable;
 use openprof_format::wire::FrameKind;
 use uuid::Uuid;
@@ -215,7 +216,7 @@ pub fn mpt_samples_by_value(
                 .entry((
                     value.method.clone(),
                     value.spec.clone(),
-                    openprof_format::hprof_text::mpt::format_value(&value.key),
+                    format_value(&value.key),
                 ))
                 .or_default();
             match record.kind {
@@ -249,7 +250,7 @@ pub fn mpt_calls_by_dump(
             .iter()
             .filter(|table| table.method == selected.method && table.spec == selected.spec)
             .flat_map(|table| &table.rows)
-            .find(|row| openprof_format::hprof_text::mpt::format_value(&row.key) == selected.value);
+            .find(|row| format_value(&row.key) == selected.value);
         let (calls, wall) = row.map_or((0, 0), |row| (row.calls, row.wall_total_ns));
         let (new_calls, new_wall) = (
             calls.saturating_sub(calls_before),
@@ -343,7 +344,7 @@ pub fn mpt_json(
                 "spec": table.spec,
                 "unfinished": table.unfinished,
                 "values": rows.iter().map(|row| {
-                    let value = openprof_format::hprof_text::mpt::format_value(&row.key);
+                    let value = format_value(&row.key);
                     let (cpu, wall) = samples
                         .get(&(table.method.clone(), table.spec.clone(), value.clone()))
                         .copied()
