@@ -187,11 +187,14 @@ impl Locks {
         )
     }
 
-    /// The stack of a lock's owner (`thread`, another thread), taken now.
+    /// The stack of a lock's owner (`thread`, another thread), taken now. None when it has no
+    /// Java frames left: between reading the owner and walking it, the owner may have released
+    /// the lock and ended, and an empty stack would be counted as nobody's code.
     fn owner_stack(&self, context: &Context, thread: jthread) -> Option<Owner> {
+        let frames = Self::stack(context, thread).filter(|frames| !frames.is_empty())?;
         Some(Owner {
             thread: Self::serial(context, thread),
-            frames: Self::stack(context, thread)?,
+            frames,
         })
     }
 
