@@ -115,7 +115,10 @@ def main():
         print("| in Chromium | ms (median) |")
         print("|---|---|")
         for name, times in browser.items():
-            print(f"| {name} | {statistics.median(times):.0f} |")
+            if all(isinstance(value, bool) for value in times):
+                print(f"| {name} | {'yes' if all(times) else 'no'} |")
+            else:
+                print(f"| {name} | {statistics.median(times):.0f} |")
         print(f"collector resident memory: {before:.0f} MiB before the UI, {after:.0f} MiB after")
     finally:
         serve.terminate()

@@ -4,7 +4,9 @@
 "use strict";
 (function () {
   const view = document.getElementById("view");
-  const state = { timers: [], frameName: null };
+  // `flame`: the flame graph pane of the source shown ({ key, pane, timers, drawn }), kept
+  // while only the tab changes: a frame put back into the document would load its page again.
+  const state = { timers: [], frameName: null, flame: null };
 
   // ---- helpers -----------------------------------------------------------------------------
   function el(tag, attributes, ...children) {
@@ -66,6 +68,10 @@
   }
   function number(value) { return Number(value).toLocaleString("en"); }
   function stopTimers() { state.timers.forEach(clearInterval); state.timers = []; }
+  function dropFlame() {
+    if (state.flame) state.flame.timers.forEach(clearInterval);
+    state.flame = null;
+  }
   function table(heads, rows, id) {
     return el("table", { class: "grid", id },
       el("thead", {}, el("tr", {}, heads.map((head) => el("th", { class: head.num ? "num" : null }, head.label || head)))),
@@ -128,35 +134,61 @@
   // ---- one agent or trace --------------------------------------------------------------------
   function sourceOf(kind, id) { return kind === "agent" ? { agent: id } : kind === "trace" ? { trace: id } : { snapshot: id }; }
 
+  // A source's heading, tabs and panes. The flame graph's pane is made once per source and
+  // only hidden while another tab shows: back on its tab, the page is there as it was left
+  // (zoom, search, live updates); the other tabs are drawn anew each time.
   async function showSource(kind, id, tab) {
     const source = sourceOf(kind, id);
-    const heading = el("h2", { id: "source-title" }, kind + " " + id);
-    const tabs = el("div", { class: "tabs", role: "tablist" });
-    const body = el("div", { id: "tab-body" });
-    view.replaceChildren(heading, tabs, body);
-    let info = null;
-    if (kind === "agent") {
-      const fleet = await api("/api/fleet?" + query({ filter: id }));
-      info = fleet.agents.find((agent) => agent.agent === id) || null;
-      if (info) heading.textContent = info.hostname + " pid " + info.pid + " (" + (info.connected ? "connected" : info.finished ? "finished" : "disconnected") + ")";
+    const key = kind + "/" + id;
+    if (!(state.flame && state.flame.key === key && state.flame.pane.isConnected)) {
+      dropFlame();
+      const heading = el("h2", { id: "source-title" }, kind + " " + id);
+      const tabs = el("div", { class: "tabs", role: "tablist", id: "source-tabs" });
+      const names = [["flame", "Flame graph"], ["methods", "Hot methods"], ["statistics", "Statistics"], ["mpt", "Parameter values"]];
+      if (kind === "agent") names.push(["snapshot", "Snapshot"], ["controls", "Controls"]);
+      for (const [name, label] of names) {
+        tabs.appendChild(el("button", { id: "tab-" + name, role: "tab",
+          onclick: () => { window.location.hash = "#/" + kind + "/" + id + "/" + name; } }, label));
+      }
+      const pane = el("div", { id: "flame-pane", hidden: true });
+      view.replaceChildren(heading, tabs, pane, el("div", { id: "tab-body" }));
+      state.flame = { key, pane, timers: [], drawn: false };
     }
-    const names = [["flame", "Flame graph"], ["methods", "Hot methods"], ["statistics", "Statistics"], ["mpt", "Parameter values"]];
-    if (kind === "agent") names.push(["snapshot", "Snapshot"], ["controls", "Controls"]);
-    for (const [name, label] of names) {
-      tabs.appendChild(el("button", { id: "tab-" + name, "aria-selected": String(name === tab), role: "tab",
-        onclick: () => { window.location.hash = "#/" + kind + "/" + id + "/" + name; } }, label));
+    const infoComing = kind !== "agent" ? Promise.resolve(null)
+      : api("/api/fleet?" + query({ filter: id })).then((fleet) => {
+        const info = fleet.agents.find((agent) => agent.agent === id) || null;
+        if (info) document.getElementById("source-title").textContent = info.hostname + " pid " + info.pid + " (" + (info.connected ? "connected" : info.finished ? "finished" : "disconnected") + ")";
+        return info;
+      });
+    const draws = { methods: drawMethods, statistics: drawStatistics, mpt: drawMpt, snapshot: drawSnapshot, controls: drawControls };
+    const shown = draws[tab] ? tab : "flame";
+    for (const button of document.getElementById("source-tabs").children) {
+      button.setAttribute("aria-selected", String(button.id === "tab-" + shown));
     }
-    const draw = { flame: drawFlame, methods: drawMethods, statistics: drawStatistics, mpt: drawMpt, snapshot: drawSnapshot, controls: drawControls }[tab] || drawFlame;
-    await draw(body, kind, id, source, info);
+    const flame = state.flame;
+    const body = document.getElementById("tab-body");
+    flame.pane.hidden = shown !== "flame";
+    body.hidden = shown === "flame";
+    body.replaceChildren();
+    if (shown !== "flame") {
+      await draws[shown](body, kind, id, source, await infoComing);
+    } else if (!flame.drawn) {
+      flame.drawn = true;
+      await drawFlame(flame.pane, kind, id, source, infoComing, flame.timers);
+    } else {
+      await infoComing;
+    }
   }
 
-  // The flame graph: the views' page in a frame; live, its data is swapped as the agent dumps.
-  async function drawFlame(body, kind, id, source, info) {
+  // The flame graph: the views' page in a frame, loaded with what is stored as soon as the
+  // agent's status says there is something; for a live agent, its data is then swapped for a
+  // fresh dump's, and (live checked) as the agent dumps.
+  async function drawFlame(body, kind, id, source, infoComing, timers) {
     const event = el("input", { id: "flame-event", placeholder: "event (default: the first)", size: 14 });
     const include = el("input", { id: "flame-include", placeholder: "include regex" });
     const exclude = el("input", { id: "flame-exclude", placeholder: "exclude regex" });
     const threads = el("input", { type: "checkbox", id: "flame-threads" });
-    const live = el("input", { type: "checkbox", id: "live", disabled: !(info && info.connected) });
+    const live = el("input", { type: "checkbox", id: "live", disabled: true });
     const count = el("span", { id: "live-count", class: "muted" });
     const frame = el("iframe", { class: "flame", id: "flame-frame", title: "flame graph" });
     const params = () => Object.assign({}, source, { event: event.value.trim(), include: include.value.trim() ? [include.value.trim()] : [], exclude: exclude.value.trim() ? [exclude.value.trim()] : [], threads: threads.checked });
@@ -170,30 +202,54 @@
       const total = frame.contentDocument && frame.contentDocument.getElementById("total");
       if (total) count.textContent = total.textContent;
     });
+    // The page loaded (its script run), now or when its frame says so.
+    const pageReady = () => new Promise((resolve) => {
+      const win = frame.contentWindow;
+      if (win && win.openprofReplace && frame.contentDocument.readyState === "complete") resolve();
+      else frame.addEventListener("load", resolve, { once: true });
+    });
+    // Newer data into the page in place: its zoom, search and event stay.
+    const swap = async () => {
+      const data = await api("/api/profile?" + query(params()));
+      await pageReady();
+      frame.contentWindow.openprofReplace(data);
+      const total = frame.contentDocument && frame.contentDocument.getElementById("total");
+      count.textContent = total ? total.textContent : "";
+      count.dataset.total = total ? total.dataset.total : "";
+    };
+    // `data-state` on the count: "ready" once the page shows what the agent had when it opened.
+    count.dataset.state = "loading";
+    const info = await infoComing;
+    live.disabled = !(info && info.connected);
     let lastSequence = info ? info.lastSequence : 0;
-    // A live agent writes its HPROF output at dumps: ask for one, and wait for it to arrive.
+    // What is stored shows at once; an agent that stored nothing yet is waited for.
+    const loaded = kind !== "agent" || lastSequence > 0;
+    if (loaded) load();
+    // A live agent writes its HPROF output at dumps: ask for one, and swap it in when it comes.
     if (info && info.connected && info.format !== "x") {
       count.textContent = "asking the agent for its samples…";
       for (let tries = 0; tries < 20; tries++) {
         const status = await api("/api/agents/" + id + "/live", { method: "POST", body: {} });
-        if (status.lastSequence > lastSequence || (lastSequence > 0 && tries > 0)) { lastSequence = status.lastSequence; break; }
+        if (status.lastSequence > lastSequence || (lastSequence > 0 && tries > 0)) {
+          if (status.lastSequence > lastSequence) {
+            lastSequence = status.lastSequence;
+            if (loaded) await swap();
+          }
+          break;
+        }
         await new Promise((resolve) => setTimeout(resolve, 500));
       }
     }
-    load();
+    if (!loaded) load();
+    count.dataset.state = "ready";
     const tick = async () => {
       if (!live.checked) return;
       const status = await api("/api/agents/" + id + "/live", { method: "POST", body: {} });
       if (status.lastSequence === lastSequence) return;
       lastSequence = status.lastSequence;
-      const data = await api("/api/profile?" + query(params()));
-      const win = frame.contentWindow;
-      if (win && win.openprofReplace) win.openprofReplace(data);
-      const total = frame.contentDocument.getElementById("total");
-      count.textContent = total ? total.textContent : "";
-      count.dataset.total = total ? total.dataset.total : "";
+      await swap();
     };
-    state.timers.push(setInterval(() => tick().catch((error) => say(error.message, true)), 2000));
+    timers.push(setInterval(() => tick().catch((error) => say(error.message, true)), 2000));
   }
 
   async function drawMethods(body, kind, id, source) {
@@ -478,6 +534,7 @@
     const old = document.getElementById("resource");
     if (old) old.remove();
     const parts = (window.location.hash || "#/fleet").slice(2).split("/");
+    if (!state.flame || state.flame.key !== parts[0] + "/" + parts[1]) dropFlame();
     for (const link of document.querySelectorAll(".bar nav a")) link.classList.toggle("current", link.id === "nav-" + parts[0]);
     try {
       if (parts[0] === "agent" || parts[0] === "trace" || parts[0] === "snapshot") await showSource(parts[0], parts[1], parts[2] || "flame");

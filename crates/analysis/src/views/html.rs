@@ -12,6 +12,12 @@ use crate::profile::{Event, Profile, Unit};
 /// The page: markup, style and script, with the data and the title put in at the marks below.
 const TEMPLATE: &str = include_str!("../../assets/flamegraph.html");
 const DATA_MARK: &str = "/*OPENPROF_DATA*/";
+const WHOLE_TREES_MARK: &str = "/*OPENPROF_WHOLE_TREES*/";
+/// A page's tree of more nodes than this is written in two parts (see `write_data`): first cut
+/// to about this many of its heaviest nodes, then whole after the page's script. A drawing
+/// shows a few thousand nodes (those 0.3 pixel wide or more), so the cut tree is almost always
+/// all the first drawing needs.
+const HEAD_NODES: usize = 20_000;
 const TITLE_MARK: &str = "<!--OPENPROF_TITLE-->";
 
 /// Frame kinds in the order the page's data numbers them.
@@ -52,7 +58,7 @@ pub fn page_data(
     base: Option<&Profile>,
     options: &ViewOptions,
 ) -> io::Result<Vec<u8>> {
-    let (_, data) = folds_and_data(profile, base, options)?;
+    let (_, data, _) = folds_and_data(profile, base, options, false)?;
     Ok(data)
 }
 
@@ -62,21 +68,31 @@ fn write_page(
     options: &ViewOptions,
     out: &mut impl Write,
 ) -> io::Result<()> {
-    let (title, data) = folds_and_data(profile, base, options)?;
+    let (title, data, whole_trees) = folds_and_data(profile, base, options, true)?;
     let (head, tail) = TEMPLATE
         .split_once(DATA_MARK)
         .expect("the template has a data mark");
+    let (middle, tail) = tail
+        .split_once(WHOLE_TREES_MARK)
+        .expect("the template has a mark for the whole trees");
     out.write_all(head.replace(TITLE_MARK, &escape_html(&title)).as_bytes())?;
     out.write_all(&data)?;
+    out.write_all(middle.as_bytes())?;
+    match whole_trees {
+        Some(trees) => out.write_all(&trees)?,
+        None => out.write_all(b"null")?,
+    }
     out.write_all(tail.as_bytes())
 }
 
-/// The shown event's title and the page's data.
+/// The shown event's title, the page's data and, when `split` and the trees are large, the
+/// whole trees apart.
 fn folds_and_data(
     profile: &Profile,
     base: Option<&Profile>,
     options: &ViewOptions,
-) -> io::Result<(String, Vec<u8>)> {
+    split: bool,
+) -> io::Result<(String, Vec<u8>, Option<Vec<u8>>)> {
     let shown = options.event.or_else(|| profile.default_event());
     let event_options = |event: Option<Event>| ViewOptions {
         event,
@@ -109,14 +125,21 @@ fn folds_and_data(
         }
     }
     let mut data = Vec::new();
-    write_data(&folds, base_folds.as_deref(), shown, options, &mut data)?;
+    let whole_trees = write_data(
+        &folds,
+        base_folds.as_deref(),
+        shown,
+        options,
+        split,
+        &mut data,
+    )?;
     let title = folds
         .iter()
         .find(|folded| folded.event == shown)
         .unwrap_or(&folds[0])
         .title
         .clone();
-    Ok((title, data))
+    Ok((title, data, whole_trees))
 }
 
 /// The page's data, JSON:
@@ -125,13 +148,21 @@ fn folds_and_data(
 /// "diff"}`. Frames are one table for every event (and the base); a tree is its nodes in
 /// preorder, four numbers each: frame (-1 for the root), total, self, number of children;
 /// children heaviest first. A differential page's `base` is `{"total", "tree"}` of the base.
+///
+/// With `split` (a whole page, not a differential one), an event's tree of more than
+/// `HEAD_NODES` nodes is cut to its nodes of at least `"headLeast"` (fewer than `HEAD_NODES`:
+/// every node it leaves out weighs less than that), `"partial": true` says that some tree is,
+/// and the whole trees are returned apart, `[tree or null]` by event, for the page to put after
+/// its script: its first drawing needs only the cut trees where they hold every node wide
+/// enough to be drawn, and it takes the whole ones once parsed.
 fn write_data<'a>(
     folds: &'a [Folded],
     base_folds: Option<&'a [Folded]>,
     shown: Option<Event>,
     options: &ViewOptions,
+    split: bool,
     out: &mut Vec<u8>,
-) -> io::Result<()> {
+) -> io::Result<Option<Vec<u8>>> {
     let mut frames: Vec<&'a ViewFrame> = Vec::new();
     let mut frame_ids: HashMap<&'a ViewFrame, u32> = HashMap::new();
     let mut tree_of = |folded: &'a Folded| {
@@ -175,6 +206,14 @@ fn write_data<'a>(
             .unwrap_or(0);
         write!(out, "{kind}")?;
     }
+    let head_least: Vec<u64> = trees
+        .iter()
+        .map(|tree| match split && base_trees.is_none() {
+            true => head_least(tree),
+            false => 0,
+        })
+        .collect();
+    let partial = head_least.iter().any(|least| *least > 0);
     out.write_all(b"],\"events\":[")?;
     for (index, (folded, tree)) in folds.iter().zip(&trees).enumerate() {
         if index > 0 {
@@ -187,15 +226,18 @@ fn write_data<'a>(
         write!(out, ",\"total\":{},\"title\":", folded.total)?;
         write_json_string(&folded.title, out)?;
         out.write_all(b",\"tree\":[")?;
-        write_preorder(tree, out)?;
+        write_preorder(tree, head_least[index], out)?;
         out.write_all(b"]")?;
+        if head_least[index] > 0 {
+            write!(out, ",\"headLeast\":{}", head_least[index])?;
+        }
         if let (Some(base_folds), Some(base_trees)) = (base_folds, &base_trees) {
             write!(
                 out,
                 ",\"base\":{{\"total\":{},\"tree\":[",
                 base_folds[index].total
             )?;
-            write_preorder(&base_trees[index], out)?;
+            write_preorder(&base_trees[index], 0, out)?;
             out.write_all(b"]}")?;
         }
         out.write_all(b"}")?;
@@ -209,11 +251,30 @@ fn write_data<'a>(
     };
     write!(
         out,
-        ",\"reverse\":{},\"byThread\":{},\"minWidthPercent\":{min_width},\"diff\":{}}}",
+        ",\"reverse\":{},\"byThread\":{},\"minWidthPercent\":{min_width},\"diff\":{},\"partial\":{partial}}}",
         options.reverse,
         options.by_thread,
         base_folds.is_some()
-    )
+    )?;
+    if !partial {
+        return Ok(None);
+    }
+    let mut whole = Vec::new();
+    whole.write_all(b"[")?;
+    for (index, tree) in trees.iter().enumerate() {
+        if index > 0 {
+            whole.write_all(b",")?;
+        }
+        if head_least[index] > 0 {
+            whole.write_all(b"[")?;
+            write_preorder(tree, 0, &mut whole)?;
+            whole.write_all(b"]")?;
+        } else {
+            whole.write_all(b"null")?;
+        }
+    }
+    whole.write_all(b"]")?;
+    Ok(Some(whole))
 }
 
 /// What a view's weights count: the event's unit when weighed by value, else samples (sampled
@@ -226,11 +287,27 @@ fn weight_unit(event: Option<Event>, by_value: bool) -> &'static str {
     }
 }
 
-/// The call tree's nodes in preorder, without recursion (stacks may be thousands of frames
-/// deep): frame (-1 for the root), total, self, number of children.
-fn write_preorder(tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
+/// The least total of the nodes a cut of `tree` keeps (fewer than `HEAD_NODES` of them, and
+/// every parent of a node kept, whose total is no less), or 0 for a tree kept whole.
+fn head_least(tree: &CallTree) -> u64 {
+    if tree.nodes.len() <= HEAD_NODES {
+        return 0;
+    }
+    let mut totals: Vec<u64> = tree.nodes.iter().map(|node| node.total).collect();
+    let (_, cut, _) = totals.select_nth_unstable_by(HEAD_NODES, |a, b| b.cmp(a));
+    // A cut that would leave out the root (a chain of equal nodes) keeps the tree whole.
+    if *cut >= tree.nodes[0].total {
+        return 0;
+    }
+    *cut + 1
+}
+
+/// The call tree's nodes of at least `least` in preorder, without recursion (stacks may be
+/// thousands of frames deep): frame (-1 for the root), total, self, number of children written.
+fn write_preorder(tree: &CallTree, least: u64, out: &mut impl Write) -> io::Result<()> {
     let mut pending = vec![0usize];
     let mut first = true;
+    let kept = |child: &&usize| tree.nodes[**child].total >= least;
     while let Some(index) = pending.pop() {
         let node = &tree.nodes[index];
         if !first {
@@ -241,14 +318,10 @@ fn write_preorder(tree: &CallTree, out: &mut impl Write) -> io::Result<()> {
             Some(frame) => write!(out, "{frame}")?,
             None => out.write_all(b"-1")?,
         }
-        write!(
-            out,
-            ",{},{},{}",
-            node.total,
-            node.self_weight,
-            node.children.len()
-        )?;
-        pending.extend(node.children.iter().rev());
+        let children = node.children.iter().filter(kept).count();
+        write!(out, ",{},{},{children}", node.total, node.self_weight)?;
+        // Children are heaviest first: the kept ones lead.
+        pending.extend(node.children[..children].iter().rev());
     }
     Ok(())
 }
@@ -388,9 +461,106 @@ mod tests {
     #[test]
     fn names_cannot_close_the_script_and_title_is_escaped() {
         let page = page(&ViewOptions::default());
-        assert_eq!(page.matches("</script>").count(), 2);
+        assert_eq!(page.matches("</script>").count(), 3);
         assert!(page.contains("<title>test&lt;script&gt; (cpu)</title>"));
         assert!(page.contains("<h1 id=\"title\">test&lt;script&gt; (cpu)</h1>"));
+    }
+
+    /// `stacks` stacks `main;groupG;leafI` under 100 groups, each weighing 1 to 13.
+    fn wide_profile(stacks: u64) -> Profile {
+        let mut profile = Profile::new("wide");
+        for index in 0..stacks {
+            let stack = profile.stack_of_frames_leaf_first([
+                Frame::java(format!("app.Leaf.leaf{index}")),
+                Frame::java(format!("app.Group.group{}", index % 100)),
+                Frame::java("app.Main.main"),
+            ]);
+            let weight = index % 13 + 1;
+            profile.add_sample(Sample {
+                stack,
+                event: Event::Cpu,
+                value: weight,
+                count: weight,
+                thread: None,
+                time_ns: None,
+                labels: Vec::new(),
+            });
+        }
+        profile
+    }
+
+    /// A preorder's nodes as (frame, total, self), and the number of children it states.
+    fn nodes_of(numbers: &[u64]) -> (Vec<[u64; 3]>, u64) {
+        let nodes = numbers.chunks(4).map(|n| [n[0], n[1], n[2]]).collect();
+        (nodes, numbers.chunks(4).map(|n| n[3]).sum())
+    }
+
+    #[test]
+    fn a_large_page_carries_its_heaviest_nodes_first_and_its_whole_tree_after_the_script() {
+        let profile = wide_profile(30_000);
+        let mut out = Vec::new();
+        write(&profile, &ViewOptions::default(), &mut out).unwrap();
+        let page = String::from_utf8(out).unwrap();
+        let data = page_data(&page);
+        assert_eq!(data["partial"], true);
+        let least = data["events"][0]["headLeast"].as_u64().unwrap();
+        let marker = "id=\"openprof-whole-trees\">";
+        let start = page.find(marker).unwrap() + marker.len();
+        let end = start + page[start..].find("</script>").unwrap();
+        assert!(
+            page[..start].contains("window.openprofFlame"),
+            "after the script"
+        );
+        let whole: serde_json::Value = serde_json::from_str(&page[start..end]).unwrap();
+        let whole_tree: Vec<u64> = whole[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|number| number.as_i64().unwrap() as u64)
+            .collect();
+        // The whole tree is the one a page without the cut carries (the web UI's data).
+        let unsplit: serde_json::Value = serde_json::from_slice(
+            &super::page_data(&profile, None, &ViewOptions::default()).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(unsplit["partial"], false);
+        assert_eq!(whole_tree, tree(&unsplit, 0));
+        // The cut: fewer than HEAD_NODES nodes, exactly the whole tree's of at least `least`,
+        // in the same order, each stating the children it kept.
+        let (cut, cut_children) = nodes_of(&tree(&data, 0));
+        let (all, _) = nodes_of(&whole_tree);
+        assert_eq!(all.len(), 1 + 1 + 100 + 30_000);
+        assert!(
+            cut.len() < HEAD_NODES && cut.len() > HEAD_NODES / 2,
+            "{}",
+            cut.len()
+        );
+        let expected: Vec<[u64; 3]> = all.into_iter().filter(|n| n[1] >= least).collect();
+        assert_eq!(cut, expected);
+        assert_eq!(cut_children + 1, cut.len() as u64);
+    }
+
+    #[test]
+    fn a_chain_of_equal_nodes_is_not_cut() {
+        let mut profile = Profile::new("deep");
+        let frames: Vec<Frame> = (0..25_000)
+            .map(|level| Frame::java(format!("app.Deep.level{level}")))
+            .collect();
+        let stack = profile.stack_of_frames_leaf_first(frames);
+        profile.add_sample(Sample {
+            stack,
+            event: Event::Cpu,
+            value: 1,
+            count: 1,
+            thread: None,
+            time_ns: None,
+            labels: Vec::new(),
+        });
+        let mut out = Vec::new();
+        write(&profile, &ViewOptions::default(), &mut out).unwrap();
+        let data = page_data(&String::from_utf8(out).unwrap());
+        assert_eq!(data["partial"], false);
+        assert_eq!(tree(&data, 0).len(), 4 * 25_001);
     }
 
     #[test]

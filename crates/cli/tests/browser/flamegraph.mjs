@@ -54,6 +54,9 @@ try {
   result.loadMillis = Date.now() - started;
   // The page's own time: from its navigation's start to its first drawing.
   result.drawnMillis = await page.evaluate(() => window.openprofFlame.firstDrawnMs);
+  // And to the start of the browser's frame that shows it.
+  await page.waitForFunction(() => window.openprofFlame.firstFrameMs !== null);
+  result.frameMillis = await page.evaluate(() => window.openprofFlame.firstFrameMs);
 
   result.title = await page.textContent("#title");
   result.documentTitle = await page.title();
@@ -67,8 +70,10 @@ try {
   result.total = await total();
   result.legend = await page.$$eval("#legend span", (items) => items.map((item) => item.textContent));
   result.frameCount = await page.evaluate(() => window.openprofFlame.rects.length);
+  result.drawnWidth = await page.evaluate(() => window.openprofFlame.rects.reduce((sum, r) => sum + r.w, 0));
+  result.firstDrawing = await page.evaluate(() => window.openprofFlame.firstDrawing);
   result.narrowestShare = await page.evaluate(() => Math.min(...window.openprofFlame.rects.map(
-    (rect) => 100 * rect.node.total / window.openprofFlame.root.total)));
+    (rect) => 100 * rect.total / window.openprofFlame.rootTotal())));
   result.dataEvents = await page.evaluate(() => window.openprofProfile.events.map((event) => event.name));
   await shot("flamegraph.png");
 
@@ -125,11 +130,7 @@ try {
 
   // Reversed: the frames right under the root are the leaves, widest first.
   await page.click("#reverse");
-  result.reversedRoots = await page.evaluate(() =>
-    window.openprofFlame.root.children.map((node) => ({
-      name: window.openprofProfile.names[node.frame],
-      total: node.total,
-    })));
+  result.reversedRoots = await page.evaluate(() => window.openprofFlame.top());
   result.reversedPressed = await page.getAttribute("#reverse", "aria-pressed");
   await shot("flamegraph-reversed.png");
   await page.click("#reverse");

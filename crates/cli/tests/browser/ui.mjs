@@ -104,6 +104,8 @@ try {
     await login();
     await page.goto(base + "/#/agent/" + agent + "/flame");
     let frame = await flameFrame("#flame-frame");
+    // The page shows what was stored at once, then the live agent's fresh dump in place.
+    await page.waitForSelector('#live-count[data-state="ready"]', { timeout: 30000 });
     result.searches = {};
     for (const text of ["CpuSplit\\.heavy", "CpuSplit\\.light"]) {
       await frame.fill("#search", text);
@@ -138,6 +140,17 @@ try {
     result.resourceEvents = await page.$$eval(".resource-event", (items) => items.map((item) => item.textContent));
     result.resourceCallers = await page.$$eval("#resource-callers tbody tr", (rows) => rows.map((row) => row.dataset.name));
     await shot("ui-resource.png");
+    // Another tab and back: the flame graph's page is the same one, not loaded again.
+    await frame.fill("#search", "CpuSplit\\.light");
+    await frame.evaluate(() => { window.keptAcrossTabs = true; });
+    await page.click("#tab-methods");
+    await page.waitForSelector("#methods tbody tr");
+    result.flameHiddenOnMethods = await page.$eval("#flame-pane", (pane) => pane.hidden);
+    await page.click("#tab-flame");
+    await page.waitForSelector("#flame-frame", { state: "visible" });
+    frame = await (await page.$("#flame-frame")).contentFrame();
+    result.flameKeptAcrossTabs = await frame.evaluate(() => window.keptAcrossTabs === true
+      && document.getElementById("search").value === "CpuSplit\\.light");
   } else if (scenario === "statistics") {
     const [agent] = rest;
     await login();

@@ -299,6 +299,11 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
         "the live total did not grow: {totals:?}"
     );
     assert_eq!(flame["pageKept"], true, "the page was loaded again");
+    assert_eq!(flame["flameHiddenOnMethods"], true, "{flame}");
+    assert_eq!(
+        flame["flameKeptAcrossTabs"], true,
+        "back on its tab, the flame graph's page was loaded again"
+    );
     assert_eq!(flame["resource"], "CpuSplit.heavy", "{flame:#}");
     assert!(
         flame["resourceCallers"]
