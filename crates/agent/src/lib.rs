@@ -16,6 +16,7 @@
 
 mod agent;
 mod binary_output;
+mod call_hooks;
 mod code_map;
 mod context;
 mod dwarf_unwind;

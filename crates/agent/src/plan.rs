@@ -125,11 +125,12 @@ pub fn build_engine(
         EngineKind::CpuTimes => {
             let filters = options.filter_block().unwrap_or_default();
             Box::new(cpu_times::CpuTimes::new(
+                vm,
                 jvmti,
                 filters,
                 options.depth,
                 options.thread,
-            ))
+            )?)
         }
         EngineKind::CpuSamples => Box::new(cpu_samples::CpuSamples::new(vm, options, phase)?),
         EngineKind::WallSamples => Box::new(wall_samples::WallSamples::new(vm, options)?),
@@ -139,7 +140,7 @@ pub fn build_engine(
             let specs = options.mpt_specs()?;
             Box::new(mpt::Mpt::new(vm, specs, !plan.tracing)?)
         }
-        EngineKind::Trace => Box::new(trace::Tracer::start(jvmti, options, net.clone())?),
+        EngineKind::Trace => Box::new(trace::Tracer::start(vm, jvmti, options, net.clone())?),
         EngineKind::Monitors => Box::new(monitors::Monitors),
         EngineKind::Locks => Box::new(locks::Locks::new(options)),
     })
@@ -230,26 +231,33 @@ mod tests {
 
     #[test]
     fn missing_capabilities_are_named_with_the_option_that_needs_them() {
-        let options = Options::parse("cpu=times,heap=sites").unwrap();
+        let options = Options::parse("format=x,heap=sites").unwrap();
         let needs = Plan::new(&options).needs(&options);
-        // What HotSpot offers in the live phase: neither method entry nor exit events.
+        // What HotSpot offers in the live phase: no exception events.
         let mut live = jvmtiCapabilities::default();
         for need in &needs {
             (need.set)(&mut live);
         }
-        live.set_can_generate_method_entry_events(false);
-        live.set_can_generate_method_exit_events(false);
+        live.set_can_generate_exception_events(false);
         let refusal = refuse_missing(&needs, &live).unwrap_err().to_string();
         assert!(
             refusal.starts_with(
-                "cpu=times needs JVMTI's can_generate_method_entry_events and \
-                 can_generate_method_exit_events, which this JVM grants only"
+                "format=x (exception elements) needs JVMTI's can_generate_exception_events, \
+                 which this JVM grants only"
             ),
             "{refusal}"
         );
         assert!(!refusal.contains("heap=sites"), "{refusal}");
-        live.set_can_generate_method_entry_events(true);
-        live.set_can_generate_method_exit_events(true);
+        live.set_can_generate_exception_events(true);
         assert!(refuse_missing(&needs, &live).is_ok());
+    }
+
+    #[test]
+    fn cpu_times_asks_the_main_environment_for_nothing() {
+        // Its hooks have an environment of their own (retransformation, granted when attached
+        // too); JVMTI's method events are asked for only where retransformation is not to be had.
+        let options = Options::parse("cpu=times").unwrap();
+        let needs = Plan::new(&options).needs(&options);
+        assert!(needs.iter().all(|need| need.needed_for != "cpu=times"));
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::pool::PoolAdditions;
 use crate::reader::{read_attributes, Bytes, ClassFile, Method};
-use crate::{ClassFileError, MethodPlan};
+use crate::{ClassFileError, HookKind, MethodPlan};
 
 /// The hook class's methods, (name, descriptor), as instrumented code calls them. The hook's
 /// class file (in the agent) declares exactly these, in this order.
@@ -24,6 +24,18 @@ pub const HOOK_METHODS: &[(&str, &str)] = &[
     ("exitThrown", "(I)V"),
 ];
 
+/// The call hook class's methods, (name, descriptor), as instrumented code calls them (call
+/// tracing: `enter(site)` or `enterThis(site, this)` at entry, `exit(site)` before each
+/// return, `exitThrown(site)` when a throwable leaves the method, and in a constructor
+/// `initialized(site)` just after its `super(...)` or `this(...)` call returned).
+pub const CALL_HOOK_METHODS: &[(&str, &str)] = &[
+    ("enter", "(I)V"),
+    ("enterThis", "(ILjava/lang/Object;)V"),
+    ("exit", "(I)V"),
+    ("exitThrown", "(I)V"),
+    ("initialized", "(I)V"),
+];
+
 /// The descriptor of the hook's `arg` for a parameter of the given field descriptor.
 fn hook_arg_descriptor(field_descriptor: &str) -> &'static str {
     match field_descriptor.as_bytes().first() {
@@ -41,10 +53,13 @@ fn hook_arg_descriptor(field_descriptor: &str) -> &'static str {
 
 /// Pool indexes of what the inserted code refers to.
 pub(crate) struct HookRefs {
+    kind: HookKind,
     begin: u16,
     /// `arg` by descriptor.
     args: Vec<(&'static str, u16)>,
     enter: u16,
+    enter_this: u16,
+    initialized: u16,
     exit: u16,
     exit_thrown: u16,
     throwable: u16,
@@ -52,23 +67,43 @@ pub(crate) struct HookRefs {
 }
 
 impl HookRefs {
-    pub fn add(pool: &mut PoolAdditions, hook_class: &str) -> Result<HookRefs, ClassFileError> {
+    pub fn add(
+        pool: &mut PoolAdditions,
+        hook_class: &str,
+        kind: HookKind,
+    ) -> Result<HookRefs, ClassFileError> {
         let class = pool.class(hook_class)?;
         let mut refs = HookRefs {
+            kind,
             begin: 0,
             args: Vec::new(),
             enter: 0,
+            enter_this: 0,
+            initialized: 0,
             exit: 0,
             exit_thrown: 0,
             throwable: pool.class("java/lang/Throwable")?,
             stack_map_table: pool.utf8("StackMapTable")?,
         };
-        for &(name, descriptor) in HOOK_METHODS {
+        let methods = match kind {
+            HookKind::Parameters => HOOK_METHODS,
+            HookKind::Calls { receiver: true } => CALL_HOOK_METHODS,
+            // Only what the code calls is added to the pool.
+            HookKind::Calls { receiver: false } => &[
+                CALL_HOOK_METHODS[0],
+                CALL_HOOK_METHODS[2],
+                CALL_HOOK_METHODS[3],
+                CALL_HOOK_METHODS[4],
+            ],
+        };
+        for &(name, descriptor) in methods {
             let index = pool.method_ref(class, name, descriptor)?;
             match name {
                 "begin" => refs.begin = index,
                 "arg" => refs.args.push((descriptor, index)),
                 "enter" => refs.enter = index,
+                "enterThis" => refs.enter_this = index,
+                "initialized" => refs.initialized = index,
                 "exit" => refs.exit = index,
                 _ => refs.exit_thrown = index,
             }
@@ -92,14 +127,15 @@ const WIDE: u8 = 0xc4;
 const TABLESWITCH: u8 = 0xaa;
 const LOOKUPSWITCH: u8 = 0xab;
 
-/// The new contents of the method's Code attribute.
+/// The new contents of the method's Code attribute, and where the handlers it adds begin (every
+/// offset from there on is the rewriter's: the handlers that report a throwable and throw it on).
 pub(crate) fn instrument_method(
     class: &ClassFile,
     method: &Method,
     plan: &MethodPlan,
     hooks: &HookRefs,
     pool: &mut PoolAdditions,
-) -> Result<Vec<u8>, ClassFileError> {
+) -> Result<(Vec<u8>, u16), ClassFileError> {
     let label = format!("{}{}", plan.name, plan.descriptor);
     let fault = |reason: String| ClassFileError::Code {
         method: label.clone(),
@@ -127,17 +163,64 @@ pub(crate) fn instrument_method(
     let attributes = read_attributes(&mut reader)?;
 
     let is_static = method.access & crate::access::STATIC != 0;
-    let prefix = entry_code(plan, is_static, hooks, pool).map_err(fault)?;
+    let is_constructor = plan.name == "<init>";
+    let prefix = match hooks.kind {
+        HookKind::Parameters => entry_code(plan, is_static, hooks, pool).map_err(&fault)?,
+        HookKind::Calls { receiver } => {
+            let mut code = push_int(plan.site, pool)?;
+            // `this` is no value to pass before a constructor has initialized it.
+            if receiver && !is_static && !is_constructor {
+                code.push(0x2a); // aload_0
+                code.push(INVOKESTATIC);
+                code.extend(hooks.enter_this.to_be_bytes());
+            } else {
+                code.push(INVOKESTATIC);
+                code.extend(hooks.enter.to_be_bytes());
+            }
+            code
+        }
+    };
     let mut exit_code = push_int(plan.site, pool)?;
     exit_code.extend([INVOKESTATIC]);
     exit_code.extend(hooks.exit.to_be_bytes());
 
-    let instructions = decode(code).map_err(fault)?;
+    let instructions = decode(code).map_err(&fault)?;
+    // In a constructor, where `this` becomes initialized (see `constructor`).
+    let this_ready = if is_constructor {
+        let stack_map = attributes
+            .iter()
+            .find(|attribute| class.utf8(attribute.name) == Some("StackMapTable"))
+            .map(|attribute| &bytes[attribute.start..attribute.end]);
+        Some(
+            crate::constructor::this_initialized_at(class, code, &instructions, stack_map)
+                .map_err(&fault)?,
+        )
+    } else {
+        None
+    };
+    // In a constructor traced by call hooks, `initialized(site)` runs just after the call that
+    // initialized `this`: on the way from that call only (a branch to the next instruction
+    // goes past it).
+    let initialized_code = match (this_ready, hooks.kind) {
+        (Some(_), HookKind::Calls { .. }) => {
+            let mut code = push_int(plan.site, pool)?;
+            code.push(INVOKESTATIC);
+            code.extend(hooks.initialized.to_be_bytes());
+            code
+        }
+        _ => Vec::new(),
+    };
     // Old offset → new offset of what runs when control reaches it: for a return, the exit
     // call inserted before it, so that branches to a return pass through the exit too.
     let mut moved = vec![u32::MAX; code_length + 1];
     let mut at = prefix.len();
+    // Where `initialized` is inserted (the end of the constructor's first part).
+    let mut initialized_at = 0;
     for &(old, length) in &instructions {
+        if Some(old) == this_ready {
+            initialized_at = at;
+            at += initialized_code.len();
+        }
         moved[old] = at as u32;
         let opcode = code[old];
         if is_return(opcode) {
@@ -161,6 +244,9 @@ pub(crate) fn instrument_method(
     let mut out = prefix;
     for &(old, length) in &instructions {
         let opcode = code[old];
+        if Some(old) == this_ready {
+            out.extend_from_slice(&initialized_code);
+        }
         if is_return(opcode) {
             out.extend_from_slice(&exit_code);
         }
@@ -223,11 +309,19 @@ pub(crate) fn instrument_method(
         }
     }
     debug_assert_eq!(out.len(), handler_start);
-    // Any throwable leaving the original code: exitThrown(site), then throw it on.
-    out.extend(push_int(plan.site, pool)?);
-    out.push(INVOKESTATIC);
-    out.extend(hooks.exit_thrown.to_be_bytes());
-    out.push(ATHROW);
+    // Any throwable leaving the original code: exitThrown(site), then throw it on. A
+    // constructor has a second copy for the code before `this` is initialized, whose frame
+    // types `this` as uninitializedThis.
+    let mut handler_code = push_int(plan.site, pool)?;
+    handler_code.push(INVOKESTATIC);
+    handler_code.extend(hooks.exit_thrown.to_be_bytes());
+    handler_code.push(ATHROW);
+    out.extend_from_slice(&handler_code);
+    let early_handler_start = this_ready.map(|_| {
+        let start = out.len();
+        out.extend_from_slice(&handler_code);
+        start
+    });
     if out.len() > 65535 {
         return Err(fault(format!(
             "the instrumented code would be {} bytes, more than a method may hold (65535)",
@@ -246,20 +340,50 @@ pub(crate) fn instrument_method(
     result.extend(max_locals.to_be_bytes());
     result.extend((out.len() as u32).to_be_bytes());
     result.extend_from_slice(&out);
-    result.extend((handlers.len() as u16 + 1).to_be_bytes());
+    // Ours come last: the method's own handlers see their exceptions first. (start, end,
+    // handler, whether `this` is uninitialized there.)
+    let original_start = moved_u16(0)?;
+    let handler_start = handler_start as u16;
+    let mut ours: Vec<(u16, u16, u16, bool)> = Vec::new();
+    match (this_ready, early_handler_start) {
+        (Some(ready), Some(early)) => {
+            // The `super(...)` or `this(...)` call itself (3 bytes) is covered by neither: the
+            // verifier lets no handler catch what it throws (see `constructor`).
+            let call = moved_u16(ready as u16 - 3)?;
+            let ready = if initialized_code.is_empty() {
+                moved_u16(ready as u16)?
+            } else {
+                u16::try_from(initialized_at)
+                    .map_err(|_| fault(format!("offset {initialized_at} beyond 65535")))?
+            };
+            let early =
+                u16::try_from(early).map_err(|_| fault(format!("offset {early} beyond 65535")))?;
+            ours.push((ready, handler_start, handler_start, false));
+            if original_start < call {
+                ours.push((original_start, call, early, true));
+            }
+        }
+        _ => ours.push((original_start, handler_start, handler_start, false)),
+    }
+    result.extend((handlers.len() as u16 + ours.len() as u16).to_be_bytes());
     for [start, end, handler, catch_type] in handlers {
         result.extend(moved_u16(start)?.to_be_bytes());
         result.extend(moved_u16(end)?.to_be_bytes());
         result.extend(moved_u16(handler)?.to_be_bytes());
         result.extend(catch_type.to_be_bytes());
     }
-    // Ours comes last: the method's own handlers see their exceptions first.
-    let original_start = moved_u16(0)?;
-    let handler_start = handler_start as u16;
-    result.extend(original_start.to_be_bytes());
-    result.extend(handler_start.to_be_bytes());
-    result.extend(handler_start.to_be_bytes());
-    result.extend(0_u16.to_be_bytes());
+    for &(start, end, handler, _) in &ours {
+        result.extend(start.to_be_bytes());
+        result.extend(end.to_be_bytes());
+        result.extend(handler.to_be_bytes());
+        result.extend(0_u16.to_be_bytes());
+    }
+    // Our handlers' frames, in code order.
+    let mut handler_frames: Vec<(u16, bool)> = ours
+        .iter()
+        .map(|&(_, _, handler, uninitialized)| (handler, uninitialized))
+        .collect();
+    handler_frames.sort();
 
     let mut kept = Vec::new();
     let mut has_stack_map = false;
@@ -272,7 +396,7 @@ pub(crate) fn instrument_method(
             }
             Some("StackMapTable") => {
                 has_stack_map = true;
-                stack_map(contents, &moved_u16, handler_start, hooks.throwable)?
+                stack_map(contents, &moved_u16, &handler_frames, hooks.throwable)?
             }
             // Other code attributes (type annotations) hold offsets we don't move: dropped,
             // which the JVM allows (they are not needed to run the code).
@@ -280,10 +404,10 @@ pub(crate) fn instrument_method(
         };
         kept.push((attribute.name, rewritten));
     }
-    // Since Java 6 the verifier needs a frame at every branch target: our handler is one.
+    // Since Java 6 the verifier needs a frame at every branch target: our handlers are.
     if !has_stack_map && class.major >= 50 {
-        let mut table = 1_u16.to_be_bytes().to_vec();
-        table.extend(handler_frame(handler_start, hooks.throwable));
+        let mut table = (handler_frames.len() as u16).to_be_bytes().to_vec();
+        append_handler_frames(&mut table, None, &handler_frames, hooks.throwable)?;
         kept.push((hooks.stack_map_table, table));
     }
     result.extend((kept.len() as u16).to_be_bytes());
@@ -292,7 +416,7 @@ pub(crate) fn instrument_method(
         result.extend((contents.len() as u32).to_be_bytes());
         result.extend(contents);
     }
-    Ok(result)
+    Ok((result, handler_start))
 }
 
 /// `begin(site, this|null)`, `arg(i, parameter i)` for each planned parameter, `enter()`.
@@ -352,7 +476,7 @@ fn entry_code(
 }
 
 /// The field descriptors of a method descriptor's parameters.
-fn parameter_types(descriptor: &str) -> Option<Vec<&str>> {
+pub(crate) fn parameter_types(descriptor: &str) -> Option<Vec<&str>> {
     let inner = descriptor.strip_prefix('(')?.split(')').next()?;
     let bytes = inner.as_bytes();
     let mut types = Vec::new();
@@ -372,7 +496,7 @@ fn parameter_types(descriptor: &str) -> Option<Vec<&str>> {
     Some(types)
 }
 
-fn slot_width(field_descriptor: &str) -> usize {
+pub(crate) fn slot_width(field_descriptor: &str) -> usize {
     if field_descriptor == "J" || field_descriptor == "D" {
         2
     } else {
@@ -505,16 +629,17 @@ fn local_variables(
 }
 
 /// The StackMapTable with every frame at its moved offset (and `Uninitialized` types naming
-/// their moved `new`), then the frame of our handler.
+/// their moved `new`), then the frames of our handlers (offset, whether `this` is
+/// uninitialized there), which follow all the original code.
 fn stack_map(
     contents: &[u8],
     moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
-    handler_start: u16,
+    handler_frames: &[(u16, bool)],
     throwable: u16,
 ) -> Result<Vec<u8>, ClassFileError> {
     let mut reader = Bytes::new(contents, 0);
     let count = reader.u2()?;
-    let mut out = (count + 1).to_be_bytes().to_vec();
+    let mut out = (count + handler_frames.len() as u16).to_be_bytes().to_vec();
     let mut old_previous: Option<u16> = None;
     let mut new_previous: Option<u16> = None;
     for _ in 0..count {
@@ -573,11 +698,26 @@ fn stack_map(
             }
         }
     }
-    out.extend(handler_frame(
-        frame_delta(new_previous, handler_start)?,
-        throwable,
-    ));
+    append_handler_frames(&mut out, new_previous, handler_frames, throwable)?;
     Ok(out)
+}
+
+/// Our handlers' frames after a frame at `previous` (if any).
+fn append_handler_frames(
+    out: &mut Vec<u8>,
+    mut previous: Option<u16>,
+    handler_frames: &[(u16, bool)],
+    throwable: u16,
+) -> Result<(), ClassFileError> {
+    for &(offset, uninitialized_this) in handler_frames {
+        out.extend(handler_frame(
+            frame_delta(previous, offset)?,
+            throwable,
+            uninitialized_this,
+        ));
+        previous = Some(offset);
+    }
+    Ok(())
 }
 
 /// offset_delta of a frame at `offset` after one at `previous`.
@@ -595,11 +735,18 @@ fn malformed(reason: &str) -> ClassFileError {
     ClassFileError::Malformed(reason.to_string())
 }
 
-/// A full frame: no locals (nothing the handler reads), a Throwable on the stack.
-fn handler_frame(delta: u16, throwable: u16) -> Vec<u8> {
+/// A full frame: no locals (nothing the handler reads) but, in a constructor's code before
+/// `this` is initialized, `this` as uninitializedThis (the verifier requires the handler of
+/// such code to say so); a Throwable on the stack.
+fn handler_frame(delta: u16, throwable: u16, uninitialized_this: bool) -> Vec<u8> {
     let mut frame = vec![255];
     frame.extend(delta.to_be_bytes());
-    frame.extend(0_u16.to_be_bytes());
+    if uninitialized_this {
+        frame.extend(1_u16.to_be_bytes());
+        frame.push(6);
+    } else {
+        frame.extend(0_u16.to_be_bytes());
+    }
     frame.extend(1_u16.to_be_bytes());
     frame.push(7);
     frame.extend(throwable.to_be_bytes());

@@ -1,14 +1,17 @@
 //! The classes the agent defines itself, as class-file bytes, so that it needs no compiled Java
-//! shipped beside it: `openprof/MptHook`, which instrumented methods call (static natives only,
-//! bound with RegisterNatives), and `openprof/ParkHook`, whose one Java method calls its native
+//! shipped beside it: `openprof/MptHook` and `openprof/CallHook`, which instrumented methods
+//! call (static natives only, bound with RegisterNatives), and `openprof/ParkHook`, whose one Java method calls its native
 //! (the lock profile's rebinding of `Unsafe.park` must be done from a Java frame of a class the
 //! bootstrap loader defined, or HotSpot warns about it on the program's output).
 
 use crate::access::{FINAL, NATIVE, PUBLIC, STATIC, SUPER};
-use crate::HOOK_METHODS;
+use crate::{CALL_HOOK_METHODS, HOOK_METHODS};
 
 /// The parameter tracing hook class's internal name.
 pub const HOOK_CLASS: &str = "openprof/MptHook";
+
+/// The call hook class's internal name.
+pub const CALL_HOOK_CLASS: &str = "openprof/CallHook";
 
 /// The park hook class's internal name.
 pub const PARK_HOOK_CLASS: &str = "openprof/ParkHook";
@@ -33,6 +36,16 @@ pub fn hook_class_file() -> Vec<u8> {
         .map(|(name, descriptor)| StaticMethod::Native { name, descriptor })
         .collect();
     static_class_file(HOOK_CLASS, &methods)
+}
+
+/// The class file of CallHook: `public final class openprof.CallHook` with a `public static
+/// native` method for each of CALL_HOOK_METHODS.
+pub fn call_hook_class_file() -> Vec<u8> {
+    let methods: Vec<StaticMethod> = CALL_HOOK_METHODS
+        .iter()
+        .map(|(name, descriptor)| StaticMethod::Native { name, descriptor })
+        .collect();
+    static_class_file(CALL_HOOK_CLASS, &methods)
 }
 
 /// The class file of ParkHook: `static native void bind0()` and `static void bind() {

@@ -1,9 +1,9 @@
-//! The class-file rewriter of method parameter tracing: adds calls of a hook class at the entry
-//! and at every exit (return or exception) of chosen methods, keeping every offset the class
-//! file holds (branches, switches, exception table, stack maps, line and local variable
-//! tables) true to the moved code.
+//! The class-file rewriter of method parameter tracing and call tracing: adds calls of a hook
+//! class at the entry and at every exit (return or exception) of chosen methods, keeping every
+//! offset the class file holds (branches, switches, exception table, stack maps, line and local
+//! variable tables) true to the moved code.
 //!
-//! An instrumented method becomes
+//! An instrumented method becomes, for parameter tracing,
 //!
 //! ```text
 //!   begin(site, this | null); arg(i, parameter i)...; enter()
@@ -11,28 +11,44 @@
 //!   handler for any throwable over the original code: exitThrown(site); athrow
 //! ```
 //!
+//! and for call tracing the same with `enter(site)` (or `enterThis(site, this)`) at entry. A
+//! constructor's code before its `super(...)` or `this(...)` call has a handler of its own,
+//! whose frame types `this` as uninitializedThis, as the verifier requires.
+//!
 //! Only code changes and constants are added at the end of the pool, which is what JVMTI's
 //! RetransformClasses allows.
 
 pub mod access;
 mod code;
+mod constructor;
 mod hook_class;
 mod pool;
 mod reader;
 
 use thiserror::Error;
 
-pub use code::HOOK_METHODS;
+pub use code::{CALL_HOOK_METHODS, HOOK_METHODS};
 pub use hook_class::{
-    hook_class_file, park_hook_class_file, HOOK_CLASS, PARK_HOOK_CLASS, PARK_HOOK_METHOD,
-    PARK_HOOK_NATIVE,
+    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS, HOOK_CLASS,
+    PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE,
 };
+
+/// Which hooks instrumented methods call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookKind {
+    /// Method parameter tracing: `begin`, `arg`..., `enter`; `exit`, `exitThrown`.
+    Parameters,
+    /// Call tracing: `enter` or, with `receiver`, `enterThis` for instance methods other than
+    /// constructors; `exit`, `exitThrown`.
+    Calls { receiver: bool },
+}
 
 /// What to instrument in one class.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Plan {
     /// The hook class's internal name (`openprof/MptHook`).
     pub hook_class: String,
+    pub hooks: HookKind,
     pub methods: Vec<MethodPlan>,
 }
 
@@ -71,7 +87,7 @@ pub enum ClassFileError {
 pub fn instrument(class_file: &[u8], plan: &Plan) -> Result<Vec<u8>, ClassFileError> {
     let class = reader::ClassFile::parse(class_file)?;
     let mut pool = pool::PoolAdditions::new(&class);
-    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class)?;
+    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks)?;
     let mut rewritten = Vec::with_capacity(plan.methods.len());
     for method_plan in &plan.methods {
         let method = class
@@ -85,8 +101,97 @@ pub fn instrument(class_file: &[u8], plan: &Plan) -> Result<Vec<u8>, ClassFileEr
                 name: method_plan.name.clone(),
                 descriptor: method_plan.descriptor.clone(),
             })?;
-        let code = code::instrument_method(&class, method, method_plan, &hooks, &mut pool)?;
+        let (code, _) = code::instrument_method(&class, method, method_plan, &hooks, &mut pool)?;
         rewritten.push((method.index, code));
     }
     Ok(class.write(&pool, &rewritten))
+}
+
+/// What [`instrument_each`] made of a class.
+#[derive(Debug)]
+pub struct Instrumented {
+    /// The rewritten class file; None when no method could be instrumented.
+    pub class_file: Option<Vec<u8>>,
+    /// For each method instrumented, (its site, the offset where the rewriter's handlers begin
+    /// in its new code: a throwable caught from there on is only being reported and thrown on).
+    pub handlers: Vec<(i32, u16)>,
+    /// The methods left as they were, with the reason.
+    pub refused: Vec<(MethodPlan, ClassFileError)>,
+}
+
+/// The class file with as many of the plan's methods instrumented as can be: a method that
+/// can't be (too large once instrumented, a constructor whose `super(...)` call can't be found)
+/// is left as it was and named with the reason.
+pub fn instrument_each(class_file: &[u8], plan: &Plan) -> Result<Instrumented, ClassFileError> {
+    let class = reader::ClassFile::parse(class_file)?;
+    let mut pool = pool::PoolAdditions::new(&class);
+    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks)?;
+    let mut rewritten = Vec::with_capacity(plan.methods.len());
+    let mut handlers = Vec::with_capacity(plan.methods.len());
+    let mut refused = Vec::new();
+    for method_plan in &plan.methods {
+        let found = class.methods.iter().find(|method| {
+            class.utf8(method.name) == Some(method_plan.name.as_str())
+                && class.utf8(method.descriptor) == Some(method_plan.descriptor.as_str())
+        });
+        let Some(method) = found else {
+            refused.push((
+                method_plan.clone(),
+                ClassFileError::NoSuchMethod {
+                    name: method_plan.name.clone(),
+                    descriptor: method_plan.descriptor.clone(),
+                },
+            ));
+            continue;
+        };
+        match code::instrument_method(&class, method, method_plan, &hooks, &mut pool) {
+            Ok((code, handler_start)) => {
+                rewritten.push((method.index, code));
+                handlers.push((method_plan.site, handler_start));
+            }
+            Err(ClassFileError::PoolFull) => return Err(ClassFileError::PoolFull),
+            Err(error) => refused.push((method_plan.clone(), error)),
+        }
+    }
+    let class_file = (!rewritten.is_empty()).then(|| class.write(&pool, &rewritten));
+    Ok(Instrumented {
+        class_file,
+        handlers,
+        refused,
+    })
+}
+
+/// A method a class file declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredMethod {
+    pub name: String,
+    pub descriptor: String,
+    pub access: u16,
+    /// Whether it has a Code attribute (not abstract or native).
+    pub has_code: bool,
+}
+
+/// The methods a class file declares, in its order.
+pub fn declared_methods(class_file: &[u8]) -> Result<Vec<DeclaredMethod>, ClassFileError> {
+    let class = reader::ClassFile::parse(class_file)?;
+    class
+        .methods
+        .iter()
+        .map(|method| {
+            let text = |index: u16| {
+                class.utf8(index).map(str::to_string).ok_or_else(|| {
+                    ClassFileError::Malformed(format!("pool entry {index} is no name"))
+                })
+            };
+            Ok(DeclaredMethod {
+                name: text(method.name)?,
+                descriptor: text(method.descriptor)?,
+                access: method.access,
+                has_code: method
+                    .attributes
+                    .iter()
+                    .any(|attribute| class.utf8(attribute.name) == Some("Code")),
+            })
+        })
+        .collect()
 }

@@ -69,6 +69,8 @@ pub(crate) struct ClassFile<'a> {
     pool_end: usize,
     /// Pool index → the UTF-8 text of CONSTANT_Utf8 entries.
     utf8: Vec<Option<&'a str>>,
+    /// Pool index → (tag, where the entry's contents start), 0 tags for unused slots.
+    entries: Vec<(u8, usize)>,
     methods_start: usize,
     methods_end: usize,
     pub methods: Vec<Method>,
@@ -87,9 +89,11 @@ impl<'a> ClassFile<'a> {
         let major = reader.u2()?;
         let pool_count = reader.u2()?;
         let mut utf8 = vec![None; usize::from(pool_count)];
+        let mut entries = vec![(0, 0); usize::from(pool_count)];
         let mut index = 1;
         while index < usize::from(pool_count) {
             let tag = reader.u1()?;
+            entries[index] = (tag, reader.at);
             let size = match tag {
                 CONSTANT_UTF8 => {
                     let length = usize::from(reader.u2()?);
@@ -144,6 +148,7 @@ impl<'a> ClassFile<'a> {
             pool_count,
             pool_end,
             utf8,
+            entries,
             methods_start,
             methods_end,
             methods,
@@ -153,6 +158,28 @@ impl<'a> ClassFile<'a> {
     /// The text of a CONSTANT_Utf8 entry.
     pub fn utf8(&self, index: u16) -> Option<&'a str> {
         self.utf8.get(usize::from(index)).copied().flatten()
+    }
+
+    /// The two indexes a pool entry of `tag` starts with (a member reference's class and
+    /// name-and-type, a name-and-type's name and descriptor).
+    fn index_pair(&self, index: u16, tags: &[u8]) -> Option<(u16, u16)> {
+        let &(tag, at) = self.entries.get(usize::from(index))?;
+        if !tags.contains(&tag) {
+            return None;
+        }
+        let bytes = self.bytes.get(at..at + 4)?;
+        Some((
+            u16::from_be_bytes([bytes[0], bytes[1]]),
+            u16::from_be_bytes([bytes[2], bytes[3]]),
+        ))
+    }
+
+    /// The name and descriptor of a field or method reference (tags 9, 10, 11) or of an
+    /// invokedynamic's call site (tag 18).
+    pub fn member(&self, index: u16) -> Option<(&'a str, &'a str)> {
+        let (_, name_and_type) = self.index_pair(index, &[9, 10, 11, 18])?;
+        let (name, descriptor) = self.index_pair(name_and_type, &[12])?;
+        Some((self.utf8(name)?, self.utf8(descriptor)?))
     }
 
     /// The class file again, with the pool's additions and the given methods' Code attributes

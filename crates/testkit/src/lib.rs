@@ -157,9 +157,20 @@ pub fn java_command(
     main_class: &str,
     args: &[&str],
 ) -> (Command, PathBuf) {
+    java_command_with(&[], agent_options, main_class, args)
+}
+
+/// [`java_command`] with options for the JVM itself first (`-Xverify:all`).
+pub fn java_command_with(
+    jvm_options: &[&str],
+    agent_options: Option<&str>,
+    main_class: &str,
+    args: &[&str],
+) -> (Command, PathBuf) {
     let dir = kept_temp_dir("openprof-run-");
     let mut command = Command::new(runtime().java().expect("java"));
     command.current_dir(&dir);
+    command.args(jvm_options);
     if let Some(options) = agent_options {
         let library = agent_library();
         let argument = if options.is_empty() {
@@ -187,7 +198,18 @@ pub fn run_java(
     args: &[&str],
     limit: Duration,
 ) -> Run {
-    let (mut command, dir) = java_command(agent_options, main_class, args);
+    run_java_with(&[], agent_options, main_class, args, limit)
+}
+
+/// [`run_java`] with options for the JVM itself first.
+pub fn run_java_with(
+    jvm_options: &[&str],
+    agent_options: Option<&str>,
+    main_class: &str,
+    args: &[&str],
+    limit: Duration,
+) -> Run {
+    let (mut command, dir) = java_command_with(jvm_options, agent_options, main_class, args);
     let child = command.spawn().expect("start java");
     Run {
         output: wait_with_limit(child, limit),

@@ -9,7 +9,7 @@ use openprof_format::trace::attrs::{FilterMode, ObjRef};
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{kept_temp_dir, read_trace, run_java, Run};
+use openprof_testkit::{kept_temp_dir, read_trace, run_java, run_java_with, Run};
 
 use crate::helpers::xmllint;
 
@@ -261,4 +261,76 @@ fn many_threads_traced_at_once_give_a_valid_trace() {
     {
         assert!(traced.contains(worker.as_str()), "no entries on {worker}");
     }
+}
+
+#[test]
+fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_once() {
+    // CallTree under format=x,cpu=times, its classes rewritten and verified (-Xverify:all).
+    let run = run_java_with(
+        &["-Xverify:all"],
+        Some("format=x,cpu=times,filter=+CallTree*;-*,file=trace.xml"),
+        "CallTree",
+        &["300"],
+        Duration::from_secs(180),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    xmllint(&run);
+    let elements = read_trace(&run.dir.join("trace.xml"));
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let names = method_names(&elements);
+    let name = |id: Option<u32>| {
+        let (class, method) = &names[&id.unwrap()];
+        format!("{class}.{method}")
+    };
+    let mut entries: HashMap<String, u64> = HashMap::new();
+    let mut exits: HashMap<String, u64> = HashMap::new();
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut throws: HashMap<String, u64> = HashMap::new();
+    let mut catches: HashMap<String, u64> = HashMap::new();
+    for element in &elements {
+        match element {
+            TraceElement::MethodEntry(e) => *entries.entry(name(e.method_id_ref)).or_default() += 1,
+            TraceElement::MethodExit(e) => *exits.entry(name(e.method_id_ref)).or_default() += 1,
+            TraceElement::MethodCount(c) => {
+                counts.insert(name(c.method_id_ref), c.count.unwrap_or(0));
+            }
+            TraceElement::Throw(t) => *throws.entry(name(t.method_id_ref)).or_default() += 1,
+            TraceElement::Catch(c) => *catches.entry(name(c.method_id_ref)).or_default() += 1,
+            _ => {}
+        }
+    }
+    let expected: HashMap<String, u64> = [
+        ("CallTree.main", 1),
+        ("CallTree.<init>", 300),
+        ("CallTree.outer", 300),
+        ("CallTree.middle", 300),
+        ("CallTree.leaf", 900),
+        ("CallTree.fails", 300),
+        ("CallTree$Sub.<init>", 10),
+        ("CallTree$Base.<init>", 10),
+    ]
+    .into_iter()
+    .map(|(method, calls)| (method.to_string(), calls))
+    .collect();
+    assert_eq!(entries, expected);
+    assert_eq!(exits, expected, "every entry has its exit");
+    assert_eq!(counts, expected, "methodCount counts every call");
+    // fails() throws 30 times and main catches; Base throws 5 times, through Sub's super(...)
+    // call into main: each frame passed once, not once more for the rewriter's handlers.
+    let throws_expected: HashMap<String, u64> = [
+        ("CallTree.fails", 30),
+        ("CallTree$Base.<init>", 5),
+        ("CallTree$Sub.<init>", 5),
+        ("CallTree.main", 35),
+    ]
+    .into_iter()
+    .map(|(method, calls)| (method.to_string(), calls))
+    .collect();
+    assert_eq!(throws, throws_expected);
+    assert_eq!(
+        catches,
+        HashMap::from([("CallTree.main".to_string(), 35)]),
+        "only the program's catches"
+    );
 }

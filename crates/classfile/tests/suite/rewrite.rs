@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use openprof_classfile::{instrument, ClassFileError, MethodPlan, Plan};
+use openprof_classfile::{
+    declared_methods, instrument, ClassFileError, HookKind, MethodPlan, Plan,
+};
 use openprof_testkit::{jdk, kept_temp_dir, workspace_root};
 
 fn compiled() -> PathBuf {
@@ -18,6 +20,9 @@ fn compiled() -> PathBuf {
         .arg(&output)
         .arg(sources.join("Rewritten.java"))
         .arg(sources.join("openprof/MptHook.java"))
+        .arg(sources.join("Constructed.java"))
+        .arg(sources.join("RunInstrumented.java"))
+        .arg(sources.join("openprof/CallHook.java"))
         .status()
         .expect("javac");
     assert!(status.success());
@@ -27,6 +32,7 @@ fn compiled() -> PathBuf {
 fn plan(methods: &[(&str, &str, i32, &[u16])]) -> Plan {
     Plan {
         hook_class: "openprof/MptHook".into(),
+        hooks: HookKind::Parameters,
         methods: methods
             .iter()
             .map(|(name, descriptor, site, parameters)| MethodPlan {
@@ -185,5 +191,135 @@ fn methods_not_planned_are_left_alone_and_faults_are_named() {
     assert!(
         stdout.contains("depth 0\n\n") || stdout.trim_end().ends_with("depth 0"),
         "{stdout}"
+    );
+}
+
+/// Every method with code of these classes planned for the call hooks, the sites of class
+/// `k` numbered from 1000 × (k + 1) in the order it declares its methods; the plan's site
+/// for each (class, name, descriptor).
+fn instrument_calls(classes: &Path, names: &[&str]) -> BTreeMap<String, i32> {
+    let mut sites = BTreeMap::new();
+    for (k, name) in names.iter().enumerate() {
+        let path = classes.join(format!("{name}.class"));
+        let original = std::fs::read(&path).unwrap();
+        let methods: Vec<MethodPlan> = declared_methods(&original)
+            .unwrap()
+            .into_iter()
+            .enumerate()
+            .filter(|(_, method)| method.has_code)
+            .map(|(index, method)| {
+                let site = 1000 * (k as i32 + 1) + index as i32;
+                sites.insert(format!("{name}.{}{}", method.name, method.descriptor), site);
+                MethodPlan {
+                    name: method.name,
+                    descriptor: method.descriptor,
+                    site,
+                    parameters: Vec::new(),
+                }
+            })
+            .collect();
+        let plan = Plan {
+            hook_class: "openprof/CallHook".into(),
+            hooks: HookKind::Calls { receiver: true },
+            methods,
+        };
+        let rewritten =
+            instrument(&original, &plan).unwrap_or_else(|error| panic!("{name}: {error}"));
+        std::fs::write(&path, rewritten).unwrap();
+    }
+    sites
+}
+
+#[test]
+fn call_hooks_pair_every_entry_with_an_exit_constructors_included_under_the_strictest_verifier() {
+    let classes = compiled();
+    let sites = instrument_calls(
+        &classes,
+        &[
+            "Rewritten",
+            "Constructed",
+            "Constructed$Child",
+            "Constructed$Base",
+            "Constructed$Sub",
+        ],
+    );
+    let output = Command::new(jdk().java().expect("java"))
+        .args(["-Xverify:all", "-Xshare:off", "-cp"])
+        .arg(&classes)
+        .arg("RunInstrumented")
+        .output()
+        .expect("java");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("results ok"), "{stdout}");
+    assert!(stdout.contains("made 11"), "{stdout}");
+    // The call hook's report comes last: every call open was closed but the one Sub's
+    // constructor left through its super(...) call (no handler may cover that call).
+    let report = &stdout[stdout.rfind("depth ").unwrap()..];
+    assert!(report.starts_with("depth 1\n"), "{report}");
+    let counts: BTreeMap<String, u32> = report
+        .lines()
+        .filter_map(|line| line.rsplit_once(" = "))
+        .map(|(what, count)| (what.to_string(), count.parse().unwrap()))
+        .collect();
+    let count = |what: &str, method: &str| -> u32 {
+        let site = sites[method];
+        counts.get(&format!("{what} {site}")).copied().unwrap_or(0)
+    };
+    for method in sites
+        .keys()
+        .filter(|method| !method.starts_with("Constructed$Sub."))
+    {
+        assert_eq!(
+            count("enter", method),
+            count("exit", method) + count("thrown", method),
+            "{method}\n{report}"
+        );
+    }
+    // The constructors' known calls (Constructed.main), and Rewritten's.
+    let expected = [
+        ("enter", "Constructed.<init>(I)V", 11),
+        ("enter", "Constructed.<init>()V", 1),
+        ("enter", "Constructed.<init>(Ljava/lang/String;)V", 2),
+        ("enter", "Constructed.<init>([I)V", 1),
+        ("enter", "Constructed.<init>(Z)V", 2),
+        ("thrown", "Constructed.<init>(Z)V", 1),
+        ("enter", "Constructed.<init>(J)V", 1),
+        ("thrown", "Constructed.<init>(J)V", 1),
+        ("enter", "Constructed.<init>(LConstructed;)V", 1),
+        ("enter", "Constructed.check(Z)I", 2),
+        ("thrown", "Constructed.check(Z)I", 1),
+        ("enter", "Constructed$Child.<init>(Ljava/lang/String;)V", 2),
+        ("enter", "Constructed$Child.<init>()V", 1),
+        ("enter", "Constructed$Base.<init>(I)V", 2),
+        ("thrown", "Constructed$Base.<init>(I)V", 1),
+        ("enter", "Constructed$Sub.<init>(I)V", 2),
+        ("exit", "Constructed$Sub.<init>(I)V", 1),
+        ("thrown", "Constructed$Sub.<init>(I)V", 0),
+        ("enter", "Rewritten.fib(I)I", 177),
+        ("enter", "Rewritten.fails(I)I", 6),
+        ("thrown", "Rewritten.fails(I)I", 5),
+        ("enter", "Rewritten.kind(I)Ljava/lang/String;", 5),
+    ];
+    for (what, method, calls) in expected {
+        assert_eq!(count(what, method), calls, "{what} {method}\n{report}");
+    }
+    // Every constructor's super(...) or this(...) call that returned says so.
+    for (method, calls) in [
+        ("Constructed.<init>(I)V", 11),
+        ("Constructed.<init>(Z)V", 1),
+        ("Constructed.<init>(J)V", 1),
+        ("Constructed$Sub.<init>(I)V", 1),
+        ("Constructed$Base.<init>(I)V", 2),
+    ] {
+        assert_eq!(count("initialized", method), calls, "{method}\n{report}");
+    }
+    // Instance methods other than constructors pass their receiver.
+    let kind = sites["Rewritten.kind(I)Ljava/lang/String;"];
+    assert_eq!(
+        counts.get(&format!("this {kind} Rewritten")),
+        Some(&5),
+        "{report}"
     );
 }

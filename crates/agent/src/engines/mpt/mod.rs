@@ -745,6 +745,7 @@ impl Mpt {
                 internal.to_string(),
                 Plan {
                     hook_class: HOOK_CLASS.to_string(),
+                    hooks: openprof_classfile::HookKind::Parameters,
                     methods: methods.to_vec(),
                 },
             )

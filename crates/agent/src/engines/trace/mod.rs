@@ -4,34 +4,31 @@
 
 mod tracer;
 
-pub use tracer::{MonitorEvent, Tracer};
+pub use tracer::{CallSource, MonitorEvent, Tracer};
 
 use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_EXCEPTION, JVMTI_EVENT_EXCEPTION_CATCH, JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
     JVMTI_EVENT_GARBAGE_COLLECTION_START, JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT,
 };
-use openprof_format::options::{CpuMode, Options};
+use openprof_format::options::Options;
 use openprof_format::trace::attrs::Seconds;
 
+use crate::call_hooks::CallListener;
 use crate::context::Context;
 use crate::engine::{need, running, Dump, Engine, Need};
-use crate::engines::cpu_times::CpuTimes;
 use crate::engines::mpt::MptSink;
 use crate::guard::{callback, guarded, Admit};
 use crate::jni::heap_figures;
+use crate::jni::Jni;
 use crate::jvmti::{
-    jmethodID, jobject, jthread, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv,
+    jclass, jmethodID, jobject, jthread, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv,
 };
 use crate::signals;
 use crate::sync::lock;
 
-fn timing(options: &Options) -> bool {
-    options.cpu == Some(CpuMode::Times)
-}
-
 impl Engine for Tracer {
-    fn needs(options: &Options) -> Vec<Need> {
-        let mut needs = vec![
+    fn needs(_options: &Options) -> Vec<Need> {
+        let needs = vec![
             need!(can_tag_objects, set_can_tag_objects, "format=x"),
             need!(
                 can_generate_exception_events,
@@ -44,21 +41,16 @@ impl Engine for Tracer {
                 "format=x (GC elements)"
             ),
         ];
-        if timing(options) {
-            // Method entries and exits, as cpu=times with HPROF output needs them.
-            needs.extend(CpuTimes::needs(options));
-            needs.push(need!(
-                can_access_local_variables,
-                set_can_access_local_variables,
-                "format=x with cpu=times (object ids of `this`)"
-            ));
-        }
+        // With cpu=times, calls come from the call hooks (an environment of their own), or
+        // where those can't be had from JVMTI's method events, asked for then.
         needs
     }
 
     fn callbacks(&self, callbacks: &mut jvmtiEventCallbacks) {
-        callbacks.MethodEntry = Some(on_method_entry);
-        callbacks.MethodExit = Some(on_method_exit);
+        if let Some(CallSource::Events) = self.calls {
+            callbacks.MethodEntry = Some(on_method_entry);
+            callbacks.MethodExit = Some(on_method_exit);
+        }
         callbacks.Exception = Some(on_exception);
         callbacks.ExceptionCatch = Some(on_exception_catch);
         callbacks.GarbageCollectionStart = Some(on_gc_start);
@@ -72,20 +64,36 @@ impl Engine for Tracer {
             JVMTI_EVENT_GARBAGE_COLLECTION_START,
             JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
         ];
-        if self.traces_calls() {
+        if let Some(CallSource::Events) = self.calls {
             events.extend([JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT]);
         }
         events
     }
 
     /// The runtime is up: on the thread VMInit came on, or the attaching thread.
-    fn start(&self, context: &Context, _jni: *mut JNIEnv) -> Option<String> {
+    fn start(&self, context: &Context, jni: *mut JNIEnv) -> Option<String> {
         let serial = context
             .jvmti
             .current_thread()
             .map_or(0, |thread| context.thread_serial(thread));
         self.runtime_init(serial);
-        None
+        let Some(CallSource::Hooks(hooks)) = self.calls else {
+            return None;
+        };
+        let listener: &'static dyn CallListener = running::<Tracer>()?;
+        match hooks.start(jni, listener) {
+            Ok(done) => Some(done),
+            Err(error) => {
+                eprintln!("openprof: format=x with cpu=times: {error}");
+                None
+            }
+        }
+    }
+
+    fn class_prepared(&self, jni: *mut JNIEnv, class: jclass) {
+        if let Some(CallSource::Hooks(hooks)) = self.calls {
+            hooks.class_prepared(jni, class);
+        }
     }
 
     fn thread_started(&self, _context: &Context, serial: u32, name: &str, group: &str) {
@@ -111,6 +119,36 @@ impl Engine for Tracer {
         // HotSpot ends the DestroyJavaVM thread before VMDeath on the same OS thread.
         let thread = lock(&context.threads).live_serial_of_kernel_id(current);
         self.finish(jni, thread);
+    }
+}
+
+/// Calls from the call hooks become methodEntry and methodExit elements.
+impl CallListener for Tracer {
+    fn entered(&self, jni: Jni, site: u32, receiver: jobject, constructor: bool) {
+        let Some(CallSource::Hooks(hooks)) = self.calls else {
+            return;
+        };
+        if let Some(method) = hooks.method_on_stack(site) {
+            self.hooked_entry(jni.0, method, receiver, constructor);
+        }
+    }
+
+    fn initialized(&self, _jni: Jni, site: u32) {
+        let Some(CallSource::Hooks(hooks)) = self.calls else {
+            return;
+        };
+        if let Some(method) = hooks.site(site).and_then(|site| site.method()) {
+            self.hooked_initialized(method);
+        }
+    }
+
+    fn exited(&self, _jni: Jni, site: u32, thrown: bool) {
+        let Some(CallSource::Hooks(hooks)) = self.calls else {
+            return;
+        };
+        if let Some(method) = hooks.site(site).and_then(|site| site.method()) {
+            self.hooked_exit(method, thrown);
+        }
     }
 }
 
@@ -170,15 +208,15 @@ unsafe extern "system" fn on_exception(
     _jvmti: *mut jvmtiEnv,
     jni: *mut JNIEnv,
     thread: jthread,
-    _method: jmethodID,
-    _location: i64,
+    method: jmethodID,
+    location: i64,
     exception: jobject,
     catch_method: jmethodID,
     _catch_location: i64,
 ) {
     callback("Exception", Admit::Profiling, || {
         if let Some(tracer) = running::<Tracer>() {
-            tracer.exception(jni, thread, exception, catch_method);
+            tracer.exception(jni, thread, exception, method, location, catch_method);
         }
     });
 }
@@ -188,12 +226,12 @@ unsafe extern "system" fn on_exception_catch(
     jni: *mut JNIEnv,
     thread: jthread,
     method: jmethodID,
-    _location: i64,
+    location: i64,
     exception: jobject,
 ) {
     callback("ExceptionCatch", Admit::Profiling, || {
         if let Some(tracer) = running::<Tracer>() {
-            tracer.exception_catch(jni, thread, method, exception);
+            tracer.exception_catch(jni, thread, method, location, exception);
         }
     });
 }

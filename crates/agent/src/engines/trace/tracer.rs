@@ -85,7 +85,10 @@ struct ThreadTrace {
     /// (shutdown hooks) on the DestroyJavaVM thread after its ThreadEnd.
     ended: bool,
     last_ticket: u128,
-    open: Vec<(usize, u128)>,
+    /// Open entries, keyed by method: (method, ticket).
+    open: crate::call_hooks::OpenCalls<(usize, u128)>,
+    /// The thread's CPU time as the call hooks read it.
+    clock: crate::call_hooks::CpuClock,
 }
 
 thread_local! {
@@ -119,8 +122,18 @@ enum TraceSink {
 /// Fragments sent to the collector stay about this size.
 const FRAGMENT_BYTES: usize = 512 << 10;
 
+/// Where method entries and exits come from (cpu=times).
+pub enum CallSource {
+    /// The rewritten classes' hooks.
+    Hooks(&'static crate::call_hooks::CallHooks),
+    /// JVMTI's MethodEntry and MethodExit.
+    Events,
+}
+
 pub struct Tracer {
     jvmti: Jvmti,
+    /// With cpu=times, where calls come from.
+    pub calls: Option<CallSource>,
     agent_id: Uuid,
     /// The options as (key, value), echoed as option elements after every traceStart.
     option_pairs: Vec<(String, String)>,
@@ -279,19 +292,35 @@ fn is_array_of(signature: &str) -> IsArray {
 }
 
 impl Tracer {
-    /// Whether method entries and exits are traced (cpu=times).
-    pub fn traces_calls(&self) -> bool {
-        self.methods
-    }
-
     /// Opens the trace file (or takes the collector's connection) and writes the hierarchy,
     /// traceStart, the options and the filters.
     pub fn start(
+        vm: *mut crate::jvmti::JavaVM,
         jvmti: Jvmti,
         options: &Options,
         net: Option<Arc<NetSink>>,
     ) -> AgentResult<Tracer> {
         let filters = options.filter_block().map_err(|error| error.to_string())?;
+        let calls = if options.cpu == Some(openprof_format::options::CpuMode::Times) {
+            Some(
+                match crate::call_hooks::CallHooks::install(vm, filters.clone(), true) {
+                    Ok(hooks) => CallSource::Hooks(hooks),
+                    Err(reason) => {
+                        // JVMTI's method events, and `this` read from the entered frame.
+                        let mut capabilities = crate::jvmti::jvmtiCapabilities::default();
+                        capabilities.set_can_generate_method_entry_events(true);
+                        capabilities.set_can_generate_method_exit_events(true);
+                        capabilities.set_can_access_local_variables(true);
+                        jvmti.add_capabilities(&capabilities).map_err(|error| {
+                            format!("format=x with cpu=times: {reason}, and JVMTI's method events are not to be had: {error}")
+                        })?;
+                        CallSource::Events
+                    }
+                },
+            )
+        } else {
+            None
+        };
         let (sink, agent_id, head) = match net {
             Some(net) => {
                 let agent_id = net.agent_id;
@@ -318,6 +347,7 @@ impl Tracer {
             .collect();
         let tracer = Tracer {
             jvmti,
+            calls,
             agent_id,
             option_pairs,
             generation: AtomicU64::new(0),
@@ -468,7 +498,27 @@ impl Tracer {
     /// methodCounts and traceEnd for the running trace.
     fn close_trace(&self, state: &mut TraceState, jni: *mut JNIEnv) {
         let Some(trace_id) = state.trace else { return };
-        if self.methods {
+        if let Some(CallSource::Hooks(hooks)) = &self.calls {
+            // The instrumented methods: those whose calls are counted.
+            for site in 0..hooks.site_count() {
+                let Some(method) = hooks.site(site).and_then(|site| site.method()) else {
+                    continue;
+                };
+                let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
+                let record = self.method(state, method);
+                self.emit(
+                    state,
+                    MethodCount {
+                        count: Some(count),
+                        method_id_ref: Some(record.id),
+                        transient_method_id_ref: None,
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+            }
+        } else if self.methods {
             for class in self.jvmti.loaded_classes().unwrap_or_default() {
                 for method in self.jvmti.class_methods(class).unwrap_or_default() {
                     let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
@@ -864,7 +914,12 @@ impl Tracer {
         let (ticket, generation) = self.with_thread_trace(|trace| {
             trace.last_ticket += 1;
             let ticket = trace.last_ticket;
-            trace.open.push((method as usize, ticket));
+            trace.open.enter(
+                method as usize,
+                false,
+                |_| (method as usize, ticket),
+                &mut |_, _, _| {},
+            );
             (ticket, trace.generation)
         });
         // A traced entry is counted under the same lock as it is written, so that a trace's
@@ -900,19 +955,158 @@ impl Tracer {
         crate::jni::delete_local_ref(jni, receiver);
     }
 
+    /// The calling thread's id in the trace (looked up once per thread).
+    fn current_thread_id(&self) -> u32 {
+        let cached = THREAD_TRACE.with(|trace| trace.borrow().thread_id);
+        if cached != 0 {
+            return cached;
+        }
+        let Ok(thread) = self.jvmti.current_thread() else {
+            return 0;
+        };
+        let id = self.thread_id(thread);
+        if let Some(jni) = crate::jni::thread_jni() {
+            crate::jni::delete_local_ref(jni, thread);
+        }
+        id
+    }
+
+    /// A call's entry from the call hooks: a methodEntry with the depth of the JVM's stack
+    /// (the hook's own native frame left out), `this` when the hook passed it, and the thread's
+    /// CPU time as the hooks' clock reads it; counted for methodCount either way.
+    pub fn hooked_entry(
+        &self,
+        jni: *mut JNIEnv,
+        method: jmethodID,
+        receiver: jobject,
+        constructor: bool,
+    ) {
+        let count = |state: &mut TraceState| {
+            *state.entries.entry(method as usize).or_default() += 1;
+        };
+        {
+            let mut state = lock(&self.state);
+            if state.trace.is_none() {
+                count(&mut state);
+                return;
+            }
+        }
+        let thread_id = self.current_thread_id();
+        if thread_id == 0 || THREAD_TRACE.with(|trace| trace.borrow().ended) {
+            count(&mut lock(&self.state));
+            return;
+        }
+        let time = now();
+        // A null thread is the current one.
+        let depth = self
+            .jvmti
+            .frame_count(std::ptr::null_mut())
+            .ok()
+            .map(|frames| frames.saturating_sub(1));
+        let (cpu, ticket, generation, closed) = self.with_thread_trace(|trace| {
+            let cpu = trace.clock.now();
+            trace.last_ticket += 1;
+            let ticket = trace.last_ticket;
+            let mut closed = Vec::new();
+            trace.open.enter(
+                method as usize,
+                constructor,
+                |_| (method as usize, ticket),
+                &mut |call, end, _| closed.push((call, end)),
+            );
+            (cpu, ticket, trace.generation, closed)
+        });
+        let mut state = lock(&self.state);
+        count(&mut state);
+        // Calls known to have ended (a constructor left through its super(...) call) first.
+        for ((open, open_ticket), end) in closed {
+            let record = self.method(&mut state, open as jmethodID);
+            let end = Seconds::from_nanos(u128::from(end));
+            self.emit(
+                &mut state,
+                method_exit_element(thread_id, time, open_ticket, end, record),
+            );
+        }
+        if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
+            THREAD_TRACE.with(|trace| trace.borrow_mut().open.retain(|open| open.1 != ticket));
+            return;
+        }
+        let record = self.method(&mut state, method);
+        let (object, sequence) = if receiver.is_null() {
+            (0, 0)
+        } else {
+            let object = self.object_id(&mut state, jni, receiver);
+            let sequence = state.object_sequence.entry(object).or_default();
+            *sequence += 1;
+            (object, *sequence)
+        };
+        let cpu = Seconds::from_nanos(u128::from(cpu));
+        self.emit(
+            &mut state,
+            MethodEntry {
+                obj_id_ref: Some(object),
+                sequence_counter: Some(sequence),
+                stack_depth: depth,
+                ..method_entry_element(thread_id, time, ticket, cpu, record)
+            },
+        );
+    }
+
+    /// A call's exit from the call hooks: a methodExit closing the innermost open entry of the
+    /// method, and one for any entry above it whose exit never came (`OpenCalls`), so that
+    /// entries and exits stay paired.
+    pub fn hooked_exit(&self, method: jmethodID, thrown: bool) {
+        let closed = self.with_thread_trace(|trace| {
+            if trace.ended {
+                return Vec::new();
+            }
+            let cpu = if trace.open.contains(method as usize) {
+                trace.clock.now()
+            } else {
+                0
+            };
+            let mut closed = Vec::new();
+            trace
+                .open
+                .exit(method as usize, thrown, cpu, &mut |call, end, _| {
+                    closed.push((call, end))
+                });
+            closed
+        });
+        if closed.is_empty() {
+            return;
+        }
+        let time = now();
+        let thread_id = self.current_thread_id();
+        let mut state = lock(&self.state);
+        for ((open, ticket), end) in closed {
+            let record = self.method(&mut state, open as jmethodID);
+            let end = Seconds::from_nanos(u128::from(end));
+            self.emit(
+                &mut state,
+                method_exit_element(thread_id, time, ticket, end, record),
+            );
+        }
+    }
+
+    /// A traced constructor's `super(...)` or `this(...)` call returned.
+    pub fn hooked_initialized(&self, method: jmethodID) {
+        self.with_thread_trace(|trace| trace.open.initialized(method as usize));
+    }
+
     /// MethodExit: a methodExit element closing the innermost open entry of this method.
     pub fn method_exit(&self, thread: jthread, method: jmethodID) {
         let ticket = self.with_thread_trace(|trace| {
             if trace.ended {
                 return None;
             }
-            match trace.open.last() {
-                Some(&(open, ticket)) if open == method as usize => {
-                    trace.open.pop();
-                    Some(ticket)
-                }
-                _ => None,
-            }
+            let mut ticket = None;
+            trace
+                .open
+                .exit(method as usize, false, 0, &mut |(_, closed), _, _| {
+                    ticket = Some(closed)
+                });
+            ticket
         });
         let Some(ticket) = ticket else { return };
         let time = now();
@@ -946,9 +1140,7 @@ impl Tracer {
         self.with_thread_trace(|trace| {
             trace
                 .open
-                .iter()
-                .rev()
-                .filter(|(open, _)| *open == method as usize)
+                .innermost_of(method as usize)
                 .nth(skip)
                 .map(|(_, ticket)| *ticket)
         })
@@ -956,16 +1148,30 @@ impl Tracer {
 
     /// Exception: a throw element for each traced frame the exception passes through, up to and
     /// including the frame that catches it (every frame when nothing does).
+    ///
+    /// With the call hooks, every traced method has a handler of the rewriter's that catches
+    /// any throwable to report the call's end and throws it on: the exception then passes
+    /// through each frame in steps, one event per frame. A step thrown on from such a handler
+    /// starts above the frame it left (which had its throw), and a step caught by one ends at
+    /// the frame it enters.
+    #[allow(clippy::too_many_arguments)]
     pub fn exception(
         &self,
         jni: *mut JNIEnv,
         thread: jthread,
         exception: jobject,
+        method: jmethodID,
+        location: i64,
         catch_method: jmethodID,
     ) {
-        let Ok(frames) = self.jvmti.stack_trace(thread, 4096) else {
+        let Ok(mut frames) = self.jvmti.stack_trace(thread, 4096) else {
             return;
         };
+        if let Some(CallSource::Hooks(hooks)) = &self.calls {
+            if hooks.in_handler(method, location) && !frames.is_empty() {
+                frames.remove(0);
+            }
+        }
         let through = if catch_method.is_null() {
             frames.len()
         } else {
@@ -1018,8 +1224,15 @@ impl Tracer {
         jni: *mut JNIEnv,
         thread: jthread,
         method: jmethodID,
+        location: i64,
         exception: jobject,
     ) {
+        // Caught by the rewriter's handler only to be thrown on: no catch of the program's.
+        if let Some(CallSource::Hooks(hooks)) = &self.calls {
+            if hooks.in_handler(method, location) {
+                return;
+            }
+        }
         let thread_id = self.thread_id(thread);
         let mut state = lock(&self.state);
         if state.trace.is_none() || !self.included(&mut state, method) {
@@ -1186,6 +1399,13 @@ impl Tracer {
     /// is written into the trace.
     pub fn set_filters(&self, block: &str) -> Result<String, String> {
         let filters = FilterBlock::parse_inline(block)?;
+        // The classes whose inclusion changed get their instrumented or their original code.
+        let retransformed = match (&self.calls, crate::jni::thread_jni()) {
+            (Some(CallSource::Hooks(hooks)), Some(jni)) => {
+                Some(hooks.set_filters(jni, filters.clone()))
+            }
+            _ => None,
+        };
         let mut state = lock(&self.state);
         for class in state.classes.values_mut() {
             class.included = filters.includes(&class.name);
@@ -1197,7 +1417,10 @@ impl Tracer {
         for element in elements {
             self.emit(&mut state, element);
         }
-        Ok(format!("{count} filters in force"))
+        Ok(match retransformed {
+            Some(classes) => format!("{count} filters in force; {classes} classes retransformed"),
+            None => format!("{count} filters in force"),
+        })
     }
 
     /// A traced call of method parameter tracing: a methodEntry holding its parameter values

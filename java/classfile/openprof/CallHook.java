@@ -1,0 +1,48 @@
+// A Java stand-in for the agent's call hook, for the class rewriter's tests: counts the entries
+// and exits instrumented code reports, by site, and how deep the calls are open.
+package openprof;
+
+import java.util.Map;
+import java.util.TreeMap;
+
+public final class CallHook {
+    private static final Map<String, Integer> COUNTS = new TreeMap<>();
+    private static int depth;
+
+    private static void count(String what) {
+        COUNTS.merge(what, 1, Integer::sum);
+    }
+
+    public static void enter(int site) {
+        count("enter " + site);
+        depth++;
+    }
+
+    public static void enterThis(int site, Object self) {
+        count("enter " + site);
+        count("this " + site + " " + self.getClass().getName());
+        depth++;
+    }
+
+    public static void initialized(int site) {
+        count("initialized " + site);
+    }
+
+    public static void exit(int site) {
+        count("exit " + site);
+        depth--;
+    }
+
+    public static void exitThrown(int site) {
+        count("thrown " + site);
+        depth--;
+    }
+
+    public static String report() {
+        StringBuilder out = new StringBuilder("depth " + depth + "\n");
+        for (Map.Entry<String, Integer> entry : COUNTS.entrySet()) {
+            out.append(entry.getKey()).append(" = ").append(entry.getValue()).append('\n');
+        }
+        return out.toString();
+    }
+}
