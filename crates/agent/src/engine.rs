@@ -59,8 +59,8 @@ pub fn refuse_missing(needs: &[Need], potential: &jvmtiCapabilities) -> Result<(
         .collect();
     Err(AgentError::Refused(format!(
         "{}, which this JVM grants only to agents loaded at its start; start the JVM with \
-         -agentpath:libopenprof_agent.so=... for these options (attached, cpu=samples and heap= \
-         work)",
+         -agentpath:libopenprof_agent.so=... for these options (attached, cpu=samples, cpu=times, \
+         wall=, lock= and heap= work)",
         missing.join("; ")
     )))
 }

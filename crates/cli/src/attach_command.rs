@@ -24,8 +24,9 @@ const MAX_REPORT_BYTES: u64 = 64 << 10;
     -XX:+DisableAttachMechanism. Its attach listener is woken with SIGQUIT the first time.\n\
     The profile is written by the JVM, relative to ITS working directory, at exit (doe=y) and\n\
     on each `kill -QUIT PID`; the line `profile:` printed on success gives its full path.\n\
-    Attached, cpu=samples and heap= work; cpu=times and format=x need events HotSpot grants\n\
-    only at start-up, and are refused (start the JVM with -agentpath, or `openprof run`).\n\
+    Attached, cpu=samples, cpu=times (the loaded classes are rewritten), wall=, lock= and\n\
+    heap= work; format=x needs events HotSpot grants only at start-up, and is refused (start\n\
+    the JVM with -agentpath, or `openprof run`).\n\
     Threads running at attach are sampled too. The agent loads once per JVM. See docs/attach.md.\n\
     The agent is looked for as `openprof run` does: --agent, $OPENPROF_AGENT, next to this\n\
     binary, then target/release and target/debug.")]

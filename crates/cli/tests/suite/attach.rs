@@ -230,12 +230,12 @@ fn refusals_leave_the_jvm_running_and_the_agent_loads_once() {
         "the agent's own reason: {said}"
     );
 
-    // Method entry and exit events are granted only at start-up.
-    let times = openprof(&["attach", "--agent", agent, &pid, "cpu=times"]);
-    assert_eq!(times.status.code(), Some(2));
-    let said = text(&times.stderr);
+    // Exception events (the trace's throw elements) are granted only at start-up.
+    let trace = openprof(&["attach", "--agent", agent, &pid, "format=x"]);
+    assert_eq!(trace.status.code(), Some(2));
+    let said = text(&trace.stderr);
     assert!(
-        said.contains("cpu=times needs JVMTI's can_generate_method_entry_events"),
+        said.contains("format=x (exception elements) needs JVMTI's can_generate_exception_events"),
         "{said}"
     );
 
@@ -281,6 +281,52 @@ fn refusals_leave_the_jvm_running_and_the_agent_loads_once() {
         !dir.join("b.txt").exists(),
         "the refused second agent wrote nothing"
     );
+}
+
+#[test]
+fn attached_cpu_times_counts_the_calls_of_classes_loaded_before_and_after_exactly() {
+    // CallTree's class is loaded (and its main running) when the agent comes; Sub and Base
+    // are loaded after. Calls made once "go" is given are all counted, each exactly.
+    let target = Target::start_workload("CallTree", &["2000", "wait"]);
+    let pid = target.pid();
+    let dir = target.dir.clone();
+    let agent = agent_library();
+    let attached = openprof(&[
+        "attach",
+        "--agent",
+        agent.to_str().unwrap(),
+        &pid,
+        "cpu=times,cutoff=0,filter=+CallTree*;-*,file=times.txt",
+    ]);
+    assert!(attached.status.success(), "{}", text(&attached.stderr));
+    let (exited, stdout) = target.go();
+    assert!(exited.status.success(), "{}", text(&exited.stderr));
+    assert!(stdout.contains("calls=2000 thrown=200 failed_subs=5"), "{stdout}");
+    let profile = read_profile(&dir.join("times.txt"));
+    let table = profile
+        .cpu_tables
+        .iter()
+        .find(|table| table.kind == openprof_format::hprof_text::CpuTableKind::Time)
+        .expect("a CPU TIME (ms) table");
+    let mut calls: std::collections::BTreeMap<String, u64> = Default::default();
+    for row in &table.rows {
+        *calls.entry(row.method.clone().unwrap_or_default()).or_default() += row.count;
+    }
+    // main was running the code from before the agent: its call is not one of the rewritten
+    // code's (it neither entered nor leaves through the hooks).
+    let expected: std::collections::BTreeMap<String, u64> = [
+        ("CallTree.<init>", 2000),
+        ("CallTree.outer", 2000),
+        ("CallTree.middle", 2000),
+        ("CallTree.leaf", 6000),
+        ("CallTree.fails", 2000),
+        ("CallTree$Sub.<init>", 10),
+        ("CallTree$Base.<init>", 10),
+    ]
+    .into_iter()
+    .map(|(method, count)| (method.to_string(), count))
+    .collect();
+    assert_eq!(calls, expected);
 }
 
 #[test]

@@ -89,6 +89,9 @@ struct ThreadTrace {
     open: crate::call_hooks::OpenCalls<(usize, u128)>,
     /// The thread's CPU time as the call hooks read it.
     clock: crate::call_hooks::CpuClock,
+    /// When the exception passing through this thread's frames now was thrown: its throw
+    /// elements all carry that time, also those of the steps the rewriter's handlers make.
+    thrown_at: Option<Seconds>,
 }
 
 thread_local! {
@@ -1167,11 +1170,17 @@ impl Tracer {
         let Ok(mut frames) = self.jvmti.stack_trace(thread, 4096) else {
             return;
         };
-        if let Some(CallSource::Hooks(hooks)) = &self.calls {
-            if hooks.in_handler(method, location) && !frames.is_empty() {
-                frames.remove(0);
-            }
+        let thrown_on = matches!(&self.calls, Some(CallSource::Hooks(hooks)) if hooks.in_handler(method, location));
+        if thrown_on && !frames.is_empty() {
+            frames.remove(0);
         }
+        let time = THREAD_TRACE.with(|trace| {
+            let mut trace = trace.borrow_mut();
+            match trace.thrown_at {
+                Some(time) if thrown_on => time,
+                _ => *trace.thrown_at.insert(now()),
+            }
+        });
         let through = if catch_method.is_null() {
             frames.len()
         } else {
@@ -1181,7 +1190,6 @@ impl Tracer {
                 .map_or(frames.len(), |index| index + 1)
         };
         let thread_id = self.thread_id(thread);
-        let time = now();
         let mut state = lock(&self.state);
         if state.trace.is_none() {
             return;
