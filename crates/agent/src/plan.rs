@@ -75,9 +75,10 @@ impl Plan {
                 options.cpu == Some(CpuMode::Samples),
             ),
             (EngineKind::WallSamples, options.wall_ms.is_some()),
+            // In a trace, sampled allocations are objAlloc elements the trace engine writes.
             (
                 EngineKind::HeapSites,
-                matches!(heap, Some(HeapMode::Sites | HeapMode::All)),
+                !tracing && matches!(heap, Some(HeapMode::Sites | HeapMode::All)),
             ),
             (
                 EngineKind::HeapDump,

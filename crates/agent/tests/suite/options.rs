@@ -134,8 +134,9 @@ fn unbuilt_features_are_refused_not_ignored() {
         "option filter: filter= limits format=x and cpu=times",
     );
     assert_refused(
-        "format=x,heap=sites",
-        "option heap: heap= with format=x (objAlloc/objFree elements) is not implemented yet",
+        "format=x,heap=dump",
+        "option heap: heap=dump with format=x is not implemented: a trace has no element for a \
+         heap dump",
     );
     assert_refused(
         "heap=sites,alloc_interval=lots",

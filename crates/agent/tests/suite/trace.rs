@@ -334,3 +334,80 @@ fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_onc
         "only the program's catches"
     );
 }
+
+#[test]
+fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
+    // heap=sites in a trace: sampled allocations (every one, alloc_interval=0) of the classes
+    // the filters let through are objAlloc elements, their deaths objFree; Unloadable's class
+    // loader is let go and the class unloaded: a classUnload.
+    let run = run_java(
+        Some(
+            "format=x,cpu=times,heap=sites,alloc_interval=0,filter=+Unloads*;+Unloadable;-*,\
+             file=trace.xml",
+        ),
+        "Unloads",
+        &["50000"],
+        Duration::from_secs(180),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    assert!(
+        run.stdout().contains("payloads=50000 unloaded=true"),
+        "{}",
+        run.stdout()
+    );
+    xmllint(&run);
+    let elements = read_trace(&run.dir.join("trace.xml"));
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let class_named = |name: &str| {
+        elements.iter().find_map(|e| match e {
+            TraceElement::ClassDef(c) if c.name.as_deref() == Some(name) => c.class_id,
+            _ => None,
+        })
+    };
+    let payload = class_named("Unloads$Payload").expect("Payload is defined");
+    let allocated: std::collections::HashSet<u32> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::ObjAlloc(a) if a.class_id_ref == Some(payload) => a.obj_id,
+            _ => None,
+        })
+        .collect();
+    // Every allocation is sampled once the thread's sampling is armed (at its first TLAB
+    // refill): all but a handful of the first.
+    assert!(
+        allocated.len() <= 50000 && allocated.len() >= 49900,
+        "{} payloads allocated",
+        allocated.len()
+    );
+    // Only classes the filters let through.
+    for element in &elements {
+        if let TraceElement::ObjAlloc(alloc) = element {
+            let class = alloc.class_id_ref.unwrap();
+            let name = elements.iter().find_map(|e| match e {
+                TraceElement::ClassDef(c) if c.class_id == Some(class) => c.name.clone(),
+                _ => None,
+            });
+            assert!(
+                name.as_deref().is_some_and(|n| n.starts_with("Unloads") || n == "Unloadable"),
+                "{name:?} was filtered out"
+            );
+        }
+    }
+    // The payloads were let go and collected: each allocated one is freed.
+    let freed: std::collections::HashSet<u32> = elements
+        .iter()
+        .filter_map(|e| match e {
+            TraceElement::ObjFree(f) => f.obj_id_ref,
+            _ => None,
+        })
+        .collect();
+    assert!(allocated.is_subset(&freed), "{} not freed", allocated.difference(&freed).count());
+    let unloadable = class_named("Unloadable").expect("Unloadable is defined");
+    assert!(
+        elements.iter().any(
+            |e| matches!(e, TraceElement::ClassUnload(u) if u.class_id_ref == Some(unloadable))
+        ),
+        "no classUnload of Unloadable"
+    );
+}

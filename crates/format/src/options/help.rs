@@ -294,7 +294,8 @@ impl Options {
             "    that read the heap, end the JVM or trace parameter values are refused unless\n",
             "    commands= names them (heap, exit, mpt, joined by +; or all).\n",
             "  - Not implemented yet, and refused: cpu=old; monitor=y in text output\n",
-            "    (use format=x); heap= with format=x. msa=y is refused on Linux.\n",
+            "    (use format=x); heap=dump with format=x (heap=sites gives objAlloc and\n",
+            "    objFree elements). msa=y is refused on Linux.\n",
         ));
         text
     }

@@ -803,7 +803,8 @@ mod tests {
     #[test]
     fn unbuilt_features_are_refused() {
         for (text, option) in [
-            ("cpu=times,format=x,heap=sites", "heap"),
+            ("cpu=times,format=x,heap=dump", "heap"),
+            ("format=x,heap=all", "heap"),
             ("cpu=samples,filter=+java*", "filter"),
             ("cpu=old", "cpu"),
             ("cpu=samples,lock=1ms,format=b", "lock"),

@@ -489,10 +489,13 @@ impl Options {
                 format!("{what} is not implemented yet; use cpu=samples"),
             ))
         };
-        if self.heap.is_some() && self.format == OutputFormat::Xml {
+        if matches!(self.heap, Some(HeapMode::Dump | HeapMode::All))
+            && self.format == OutputFormat::Xml
+        {
             return Err(bad(
                 "heap",
-                "heap= with format=x (objAlloc/objFree elements) is not implemented yet; use format=a or format=b",
+                "heap=dump with format=x is not implemented: a trace has no element for a heap \
+                 dump; use heap=sites (objAlloc/objFree elements), or format=a or format=b",
             ));
         }
         let text = self.format != OutputFormat::Xml;

@@ -9,8 +9,9 @@ pub use tracer::{CallSource, MonitorEvent, Tracer};
 use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_EXCEPTION, JVMTI_EVENT_EXCEPTION_CATCH, JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
     JVMTI_EVENT_GARBAGE_COLLECTION_START, JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT,
+    JVMTI_EVENT_OBJECT_FREE, JVMTI_EVENT_SAMPLED_OBJECT_ALLOC,
 };
-use openprof_format::options::Options;
+use openprof_format::options::{HeapMode, Options};
 use openprof_format::trace::attrs::Seconds;
 
 use crate::call_hooks::CallListener;
@@ -27,9 +28,14 @@ use crate::signals;
 use crate::sync::lock;
 
 impl Engine for Tracer {
-    fn needs(_options: &Options) -> Vec<Need> {
-        let needs = vec![
+    fn needs(options: &Options) -> Vec<Need> {
+        let mut needs = vec![
             need!(can_tag_objects, set_can_tag_objects, "format=x"),
+            need!(
+                can_generate_object_free_events,
+                set_can_generate_object_free_events,
+                "format=x (classUnload and objFree elements)"
+            ),
             need!(
                 can_generate_exception_events,
                 set_can_generate_exception_events,
@@ -41,6 +47,13 @@ impl Engine for Tracer {
                 "format=x (GC elements)"
             ),
         ];
+        if matches!(options.heap, Some(HeapMode::Sites)) {
+            needs.push(need!(
+                can_generate_sampled_object_alloc_events,
+                set_can_generate_sampled_object_alloc_events,
+                "format=x with heap=sites (objAlloc elements)"
+            ));
+        }
         // With cpu=times, calls come from the call hooks (an environment of their own), or
         // where those can't be had from JVMTI's method events, asked for then.
         needs
@@ -55,6 +68,10 @@ impl Engine for Tracer {
         callbacks.ExceptionCatch = Some(on_exception_catch);
         callbacks.GarbageCollectionStart = Some(on_gc_start);
         callbacks.GarbageCollectionFinish = Some(on_gc_finish);
+        callbacks.ObjectFree = Some(on_object_free);
+        if self.allocations {
+            callbacks.SampledObjectAlloc = Some(on_sampled_object_alloc);
+        }
     }
 
     fn events(&self) -> Vec<jvmtiEvent> {
@@ -63,7 +80,11 @@ impl Engine for Tracer {
             JVMTI_EVENT_EXCEPTION_CATCH,
             JVMTI_EVENT_GARBAGE_COLLECTION_START,
             JVMTI_EVENT_GARBAGE_COLLECTION_FINISH,
+            JVMTI_EVENT_OBJECT_FREE,
         ];
+        if self.allocations {
+            events.push(JVMTI_EVENT_SAMPLED_OBJECT_ALLOC);
+        }
         if let Some(CallSource::Events) = self.calls {
             events.extend([JVMTI_EVENT_METHOD_ENTRY, JVMTI_EVENT_METHOD_EXIT]);
         }
@@ -106,6 +127,7 @@ impl Engine for Tracer {
 
     fn tick(&self, _context: &Context, jni: *mut JNIEnv) {
         self.emit_gcs(|| heap_figures(jni));
+        self.emit_frees();
         self.flush();
     }
 
@@ -232,6 +254,30 @@ unsafe extern "system" fn on_exception_catch(
     callback("ExceptionCatch", Admit::Profiling, || {
         if let Some(tracer) = running::<Tracer>() {
             tracer.exception_catch(jni, thread, method, location, exception);
+        }
+    });
+}
+
+unsafe extern "system" fn on_sampled_object_alloc(
+    _jvmti: *mut jvmtiEnv,
+    _jni: *mut JNIEnv,
+    thread: jthread,
+    object: jobject,
+    class: jclass,
+    size: i64,
+) {
+    callback("SampledObjectAlloc", Admit::Profiling, || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.sampled_allocation(thread, object, class, size);
+        }
+    });
+}
+
+/// ObjectFree may be posted inside other JVMTI calls: the tag is only queued.
+unsafe extern "system" fn on_object_free(_jvmti: *mut jvmtiEnv, tag: i64) {
+    guarded("ObjectFree", || {
+        if let Some(tracer) = running::<Tracer>() {
+            tracer.object_freed(tag);
         }
     });
 }

@@ -135,6 +135,11 @@ pub enum CallSource {
 
 pub struct Tracer {
     jvmti: Jvmti,
+    /// heap=sites: sampled allocations become objAlloc elements.
+    pub allocations: bool,
+    /// Tags of tagged objects (classes, objects) the JVM freed, queued by ObjectFree (which may
+    /// take no other lock) for the agent's thread.
+    freed: Mutex<Vec<i64>>,
     /// With cpu=times, where calls come from.
     pub calls: Option<CallSource>,
     agent_id: Uuid,
@@ -348,8 +353,19 @@ impl Tracer {
                 (key.to_string(), value.to_string())
             })
             .collect();
+        let allocations = matches!(
+            options.heap,
+            Some(openprof_format::options::HeapMode::Sites)
+        );
+        if allocations {
+            jvmti
+                .set_heap_sampling_interval(options.alloc_interval as i32)
+                .map_err(|error| format!("can't sample allocations: {error}"))?;
+        }
         let tracer = Tracer {
             jvmti,
+            allocations,
+            freed: Mutex::new(Vec::new()),
             calls,
             agent_id,
             option_pairs,
@@ -974,6 +990,122 @@ impl Tracer {
         id
     }
 
+    /// A sampled allocation (heap=sites), on the allocating thread: for an object of a class the
+    /// filters let through, an objAlloc defining the object's id; the object is tagged, so that
+    /// its objFree comes when it is freed.
+    pub fn sampled_allocation(
+        &self,
+        thread: jthread,
+        object: jobject,
+        class: jclass,
+        size: i64,
+    ) {
+        let thread_id = self.thread_id(thread);
+        let mut state = lock(&self.state);
+        if state.trace.is_none() || thread_id == 0 {
+            return;
+        }
+        let signature = self.jvmti.class_signature(class).unwrap_or_default();
+        if !state.filters.includes(&class_name_from_signature(&signature)) {
+            return;
+        }
+        state.last_object_id += 1;
+        let id = state.last_object_id;
+        if self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id)).is_err() {
+            return;
+        }
+        let class_id = self.class_id(&mut state, class);
+        let is_array = state.classes.get(&class_id).map(|c| c.is_array);
+        let defined = self.emit(
+            &mut state,
+            ObjAlloc {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(now()),
+                is_array,
+                transient_obj_id: None,
+                obj_id: Some(id),
+                size: Some(size.max(0) as u64),
+                transient_class_id_ref: None,
+                class_id_ref: Some(class_id),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+        if defined {
+            state.objects_defined.insert(id);
+        }
+    }
+
+    /// ObjectFree of an object the tracer tagged: queued (the callback may take no other lock).
+    pub fn object_freed(&self, tag: i64) {
+        if tag & TAG_KIND == CLASS_TAG || tag & TAG_KIND == OBJECT_TAG {
+            lock(&self.freed).push(tag);
+        }
+    }
+
+    /// The frees queued since: a classUnload for a class the trace defined (the JVM freed its
+    /// Class object: the class was unloaded), an objFree for an object it defined; each
+    /// undefines its id (and a class's methods).
+    pub fn emit_frees(&self) {
+        let freed = std::mem::take(&mut *lock(&self.freed));
+        if freed.is_empty() {
+            return;
+        }
+        let mut state = lock(&self.state);
+        for tag in freed {
+            let id = (tag & 0xffff_ffff) as u32;
+            if tag & TAG_KIND == CLASS_TAG {
+                if !state.classes_defined.remove(&id) {
+                    continue;
+                }
+                let methods: Vec<(usize, u32)> = state
+                    .methods
+                    .iter()
+                    .filter(|(_, record)| record.class_id == id)
+                    .map(|(&method, record)| (method, record.id))
+                    .collect();
+                for (method, method_id) in methods {
+                    state.methods.remove(&method);
+                    state.inclusion.remove(&method);
+                    state.methods_defined.remove(&method_id);
+                }
+                state.classes.remove(&id);
+                self.emit(
+                    &mut state,
+                    ClassUnload {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        time: Some(now()),
+                        transient_class_id_ref: None,
+                        class_id_ref: Some(id),
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+            } else if state.objects_defined.remove(&id) {
+                let sequence = state.object_sequence.remove(&id);
+                self.emit(
+                    &mut state,
+                    ObjFree {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        time: Some(now()),
+                        transient_obj_id_ref: None,
+                        obj_id_ref: Some(id),
+                        sequence_counter: sequence,
+                        context_data: None,
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+            }
+        }
+    }
+
     /// A call's entry from the call hooks: a methodEntry with the depth of the JVM's stack
     /// (the hook's own native frame left out), `this` when the hook passed it, and the thread's
     /// CPU time as the hooks' clock reads it; counted for methodCount either way.
@@ -1525,6 +1657,7 @@ impl Tracer {
     /// At VMDeath: runtimeShutdown, a methodCount for every method of every loaded class (when
     /// methods are traced), traceEnd, agentDestroy; then the document is closed and written.
     pub fn finish(&self, jni: *mut JNIEnv, thread_id: Option<u32>) {
+        self.emit_frees();
         let mut state = lock(&self.state);
         self.emit(
             &mut state,
