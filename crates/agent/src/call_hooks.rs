@@ -678,6 +678,7 @@ impl CallHooks {
                 receiver: self.receiver,
             },
             methods,
+            coverage: None,
         };
         let planned = plan.methods.len() as u64;
         match instrument_each(bytes, &plan) {

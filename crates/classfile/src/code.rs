@@ -2,6 +2,8 @@
 //! code (branches, switches, exception table, StackMapTable, LineNumberTable,
 //! LocalVariable(Type)Table).
 
+use std::collections::HashMap;
+
 use crate::pool::PoolAdditions;
 use crate::reader::{read_attributes, Bytes, ClassFile, Method};
 use crate::{ClassFileError, HookKind, MethodPlan};
@@ -64,6 +66,8 @@ pub(crate) struct HookRefs {
     exit_thrown: u16,
     throwable: u16,
     stack_map_table: u16,
+    /// Coverage: the class's slot, the counters' field and `AtomicLongArray.getAndIncrement`.
+    coverage: Option<(i32, u16, u16)>,
 }
 
 impl HookRefs {
@@ -71,9 +75,21 @@ impl HookRefs {
         pool: &mut PoolAdditions,
         hook_class: &str,
         kind: HookKind,
+        coverage: Option<i32>,
     ) -> Result<HookRefs, ClassFileError> {
         let class = pool.class(hook_class)?;
+        let coverage = match coverage {
+            Some(slot) => {
+                let (name, descriptor) = crate::hook_class::COVERAGE_FIELD;
+                let field = pool.field_ref(class, name, descriptor)?;
+                let counters = pool.class("java/util/concurrent/atomic/AtomicLongArray")?;
+                let increment = pool.method_ref(counters, "getAndIncrement", "(I)J")?;
+                Some((slot, field, increment))
+            }
+            None => None,
+        };
         let mut refs = HookRefs {
+            coverage,
             kind,
             begin: 0,
             args: Vec::new(),
@@ -87,6 +103,7 @@ impl HookRefs {
         };
         let methods = match kind {
             HookKind::Parameters => HOOK_METHODS,
+            HookKind::Counters => &[],
             HookKind::Calls { receiver: true } => CALL_HOOK_METHODS,
             // Only what the code calls is added to the pool.
             HookKind::Calls { receiver: false } => &[
@@ -127,15 +144,28 @@ const WIDE: u8 = 0xc4;
 const TABLESWITCH: u8 = 0xaa;
 const LOOKUPSWITCH: u8 = 0xab;
 
-/// The new contents of the method's Code attribute, and where the handlers it adds begin (every
-/// offset from there on is the rewriter's: the handlers that report a throwable and throw it on).
+/// What instrumenting a method made.
+pub(crate) struct Rewritten {
+    /// The new contents of its Code attribute.
+    pub code: Vec<u8>,
+    /// Where the handlers it adds begin (every offset from there on is the rewriter's: the
+    /// handlers that report a throwable and throw it on); 0 when it adds none.
+    pub handlers_from: u16,
+    /// With coverage, each block's source lines (those of its instructions, ascending; none
+    /// where the method has no line numbers), in code order: block `first_block + i` is the
+    /// i-th.
+    pub block_lines: Vec<Vec<u32>>,
+}
+
+/// The method's code rewritten; with coverage its blocks are numbered from `first_block`.
 pub(crate) fn instrument_method(
     class: &ClassFile,
     method: &Method,
     plan: &MethodPlan,
     hooks: &HookRefs,
     pool: &mut PoolAdditions,
-) -> Result<(Vec<u8>, u16), ClassFileError> {
+    first_block: u32,
+) -> Result<Rewritten, ClassFileError> {
     let label = format!("{}{}", plan.name, plan.descriptor);
     let fault = |reason: String| ClassFileError::Code {
         method: label.clone(),
@@ -164,7 +194,10 @@ pub(crate) fn instrument_method(
 
     let is_static = method.access & crate::access::STATIC != 0;
     let is_constructor = plan.name == "<init>";
+    // Entry and exit hooks (not with counters only).
+    let calls = hooks.kind != HookKind::Counters;
     let prefix = match hooks.kind {
+        HookKind::Counters => Vec::new(),
         HookKind::Parameters => entry_code(plan, is_static, hooks, pool).map_err(&fault)?,
         HookKind::Calls { receiver } => {
             let mut code = push_int(plan.site, pool)?;
@@ -180,13 +213,61 @@ pub(crate) fn instrument_method(
             code
         }
     };
-    let mut exit_code = push_int(plan.site, pool)?;
-    exit_code.extend([INVOKESTATIC]);
-    exit_code.extend(hooks.exit.to_be_bytes());
+    let exit_code = if calls {
+        let mut exit_code = push_int(plan.site, pool)?;
+        exit_code.extend([INVOKESTATIC]);
+        exit_code.extend(hooks.exit.to_be_bytes());
+        exit_code
+    } else {
+        Vec::new()
+    };
 
     let instructions = decode(code).map_err(&fault)?;
+    // Coverage: a counter at the start of each basic block, numbered in code order.
+    let mut counters: HashMap<usize, Vec<u8>> = HashMap::new();
+    let mut block_lines = Vec::new();
+    if let Some((slot, field, increment)) = hooks.coverage {
+        let lines = attributes
+            .iter()
+            .find(|attribute| class.utf8(attribute.name) == Some("LineNumberTable"))
+            .map(|attribute| line_starts(&bytes[attribute.start..attribute.end]))
+            .transpose()?
+            .unwrap_or_default();
+        let leaders = block_leaders(code, &instructions, &handlers).map_err(&fault)?;
+        // The line of the instruction at an offset: the table's last entry starting at or
+        // before it.
+        let line_at = |offset: usize| {
+            lines
+                .iter()
+                .take_while(|(start, _)| usize::from(*start) <= offset)
+                .last()
+                .map(|(_, line)| u32::from(*line))
+        };
+        for (index, &leader) in leaders.iter().enumerate() {
+            let block = first_block + block_lines.len() as u32;
+            let end = leaders.get(index + 1).copied().unwrap_or(code_length);
+            let mut block_source: Vec<u32> = instructions
+                .iter()
+                .filter(|(at, _)| (leader..end).contains(at))
+                .filter_map(|(at, _)| line_at(*at))
+                .collect();
+            block_source.sort_unstable();
+            block_source.dedup();
+            block_lines.push(block_source);
+            // CallHook.blocks[slot].getAndIncrement(block), its result dropped.
+            let mut counter = vec![0xb2];
+            counter.extend(field.to_be_bytes());
+            counter.extend(push_int(slot, pool)?);
+            counter.push(0x32); // aaload
+            counter.extend(push_int(block as i32, pool)?);
+            counter.push(0xb6); // invokevirtual
+            counter.extend(increment.to_be_bytes());
+            counter.push(0x58); // pop2
+            counters.insert(leader, counter);
+        }
+    }
     // In a constructor, where `this` becomes initialized (see `constructor`).
-    let this_ready = if is_constructor {
+    let this_ready = if is_constructor && calls {
         let stack_map = attributes
             .iter()
             .find(|attribute| class.utf8(attribute.name) == Some("StackMapTable"))
@@ -221,7 +302,9 @@ pub(crate) fn instrument_method(
             initialized_at = at;
             at += initialized_code.len();
         }
+        // A block's counter runs however control reaches the block.
         moved[old] = at as u32;
+        at += counters.get(&old).map_or(0, Vec::len);
         let opcode = code[old];
         if is_return(opcode) {
             at += exit_code.len();
@@ -246,6 +329,9 @@ pub(crate) fn instrument_method(
         let opcode = code[old];
         if Some(old) == this_ready {
             out.extend_from_slice(&initialized_code);
+        }
+        if let Some(counter) = counters.get(&old) {
+            out.extend_from_slice(counter);
         }
         if is_return(opcode) {
             out.extend_from_slice(&exit_code);
@@ -316,7 +402,9 @@ pub(crate) fn instrument_method(
     handler_code.push(INVOKESTATIC);
     handler_code.extend(hooks.exit_thrown.to_be_bytes());
     handler_code.push(ATHROW);
-    out.extend_from_slice(&handler_code);
+    if calls {
+        out.extend_from_slice(&handler_code);
+    }
     let early_handler_start = this_ready.map(|_| {
         let start = out.len();
         out.extend_from_slice(&handler_code);
@@ -335,8 +423,10 @@ pub(crate) fn instrument_method(
     };
     let mut result = Vec::with_capacity(out.len() + 64);
     // Before a return, the stack holds what it held plus the site; at entry, an int and a
-    // long or double at most.
-    result.extend(max_stack.saturating_add(1).max(3).to_be_bytes());
+    // long or double at most; a block's counter needs three words over what the block starts
+    // with.
+    let extra = if counters.is_empty() { 1 } else { 3 };
+    result.extend(max_stack.saturating_add(extra).max(3).to_be_bytes());
     result.extend(max_locals.to_be_bytes());
     result.extend((out.len() as u32).to_be_bytes());
     result.extend_from_slice(&out);
@@ -363,7 +453,8 @@ pub(crate) fn instrument_method(
                 ours.push((original_start, call, early, true));
             }
         }
-        _ => ours.push((original_start, handler_start, handler_start, false)),
+        _ if calls => ours.push((original_start, handler_start, handler_start, false)),
+        _ => {}
     }
     result.extend((handlers.len() as u16 + ours.len() as u16).to_be_bytes());
     for [start, end, handler, catch_type] in handlers {
@@ -405,7 +496,7 @@ pub(crate) fn instrument_method(
         kept.push((attribute.name, rewritten));
     }
     // Since Java 6 the verifier needs a frame at every branch target: our handlers are.
-    if !has_stack_map && class.major >= 50 {
+    if !has_stack_map && class.major >= 50 && !handler_frames.is_empty() {
         let mut table = (handler_frames.len() as u16).to_be_bytes().to_vec();
         append_handler_frames(&mut table, None, &handler_frames, hooks.throwable)?;
         kept.push((hooks.stack_map_table, table));
@@ -416,7 +507,89 @@ pub(crate) fn instrument_method(
         result.extend((contents.len() as u32).to_be_bytes());
         result.extend(contents);
     }
-    Ok((result, handler_start))
+    Ok(Rewritten {
+        code: result,
+        handlers_from: if calls { handler_start } else { 0 },
+        block_lines,
+    })
+}
+
+/// The LineNumberTable's (start offset, line) pairs, by start offset.
+fn line_starts(contents: &[u8]) -> Result<Vec<(u16, u16)>, ClassFileError> {
+    let mut reader = Bytes::new(contents, 0);
+    let count = reader.u2()?;
+    let mut lines = Vec::with_capacity(usize::from(count));
+    for _ in 0..count {
+        lines.push((reader.u2()?, reader.u2()?));
+    }
+    lines.sort_unstable();
+    Ok(lines)
+}
+
+/// Where the method's basic blocks start, in code order: its first instruction, every branch
+/// or switch target and exception handler, and every instruction after a branch, switch,
+/// return or throw.
+fn block_leaders(
+    code: &[u8],
+    instructions: &[(usize, usize)],
+    handlers: &[[u16; 4]],
+) -> Result<Vec<usize>, String> {
+    let mut leaders = std::collections::BTreeSet::from([0]);
+    let target = |at: usize, offset: i64| -> Result<usize, String> {
+        usize::try_from(at as i64 + offset)
+            .ok()
+            .filter(|&target| target < code.len())
+            .ok_or_else(|| format!("a branch at {at} leaves the code"))
+    };
+    for &(at, length) in instructions {
+        let opcode = code[at];
+        let ends_block = match opcode {
+            0x99..=0xa8 | 0xc6 | 0xc7 => {
+                let offset = i16::from_be_bytes([code[at + 1], code[at + 2]]);
+                leaders.insert(target(at, i64::from(offset))?);
+                true
+            }
+            0xc8 | 0xc9 => {
+                let offset =
+                    i32::from_be_bytes([code[at + 1], code[at + 2], code[at + 3], code[at + 4]]);
+                leaders.insert(target(at, i64::from(offset))?);
+                true
+            }
+            TABLESWITCH | LOOKUPSWITCH => {
+                let mut operands = Bytes::new(&code[..at + length], at + 1 + padding(at));
+                let word = |operands: &mut Bytes| -> Result<i64, String> {
+                    operands
+                        .u4()
+                        .map(|word| i64::from(word as i32))
+                        .map_err(|error| error.to_string())
+                };
+                leaders.insert(target(at, word(&mut operands)?)?);
+                let count = if opcode == TABLESWITCH {
+                    let low = word(&mut operands)?;
+                    let high = word(&mut operands)?;
+                    high - low + 1
+                } else {
+                    word(&mut operands)?
+                };
+                for _ in 0..count {
+                    if opcode == LOOKUPSWITCH {
+                        word(&mut operands)?;
+                    }
+                    leaders.insert(target(at, word(&mut operands)?)?);
+                }
+                true
+            }
+            0xa9 | ATHROW => true,
+            _ => is_return(opcode),
+        };
+        if ends_block && at + length < code.len() {
+            leaders.insert(at + length);
+        }
+    }
+    for [_, _, handler, _] in handlers {
+        leaders.insert(usize::from(*handler));
+    }
+    Ok(leaders.into_iter().collect())
 }
 
 /// `begin(site, this|null)`, `arg(i, parameter i)` for each planned parameter, `enter()`.

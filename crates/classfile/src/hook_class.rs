@@ -38,14 +38,19 @@ pub fn hook_class_file() -> Vec<u8> {
     static_class_file(HOOK_CLASS, &methods)
 }
 
+/// The call hook class's field holding the coverage counters: one array of counters per
+/// class, by the class's coverage slot.
+pub const COVERAGE_FIELD: (&str, &str) =
+    ("blocks", "[Ljava/util/concurrent/atomic/AtomicLongArray;");
+
 /// The class file of CallHook: `public final class openprof.CallHook` with a `public static
-/// native` method for each of CALL_HOOK_METHODS.
+/// native` method for each of CALL_HOOK_METHODS, and `public static` COVERAGE_FIELD.
 pub fn call_hook_class_file() -> Vec<u8> {
     let methods: Vec<StaticMethod> = CALL_HOOK_METHODS
         .iter()
         .map(|(name, descriptor)| StaticMethod::Native { name, descriptor })
         .collect();
-    static_class_file(CALL_HOOK_CLASS, &methods)
+    static_class_file_with(CALL_HOOK_CLASS, &[COVERAGE_FIELD], &methods)
 }
 
 /// The class file of ParkHook: `static native void bind0()` and `static void bind() {
@@ -113,6 +118,15 @@ impl Pool {
 /// `public final class NAME extends Object` with these static methods, version 52 (Java 8) so
 /// that any JVM we run in takes it. The methods' code is straight-line (no stack map needed).
 fn static_class_file(name: &str, methods: &[StaticMethod]) -> Vec<u8> {
+    static_class_file_with(name, &[], methods)
+}
+
+/// The same, with `public static` fields (name, descriptor).
+fn static_class_file_with(
+    name: &str,
+    fields: &[(&str, &str)],
+    methods: &[StaticMethod],
+) -> Vec<u8> {
     let mut pool = Pool::default();
     let this_class = pool.class(name);
     let super_class = pool.class("java/lang/Object");
@@ -150,6 +164,10 @@ fn static_class_file(name: &str, methods: &[StaticMethod]) -> Vec<u8> {
         });
     }
 
+    let field_names: Vec<(u16, u16)> = fields
+        .iter()
+        .map(|(name, descriptor)| (pool.utf8(name), pool.utf8(descriptor)))
+        .collect();
     let mut out = Vec::new();
     out.extend(0xCAFE_BABE_u32.to_be_bytes());
     out.extend(0_u16.to_be_bytes());
@@ -162,7 +180,13 @@ fn static_class_file(name: &str, methods: &[StaticMethod]) -> Vec<u8> {
     out.extend(this_class.to_be_bytes());
     out.extend(super_class.to_be_bytes());
     out.extend(0_u16.to_be_bytes()); // interfaces
-    out.extend(0_u16.to_be_bytes()); // fields
+    out.extend((fields.len() as u16).to_be_bytes());
+    for (index, _) in fields.iter().enumerate() {
+        out.extend((PUBLIC | STATIC).to_be_bytes());
+        out.extend(field_names[index].0.to_be_bytes());
+        out.extend(field_names[index].1.to_be_bytes());
+        out.extend(0_u16.to_be_bytes()); // attributes
+    }
     out.extend((tables.len() as u16).to_be_bytes());
     for (access, name, descriptor, code) in tables {
         out.extend(access.to_be_bytes());

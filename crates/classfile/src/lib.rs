@@ -39,8 +39,10 @@ pub enum HookKind {
     /// Method parameter tracing: `begin`, `arg`..., `enter`; `exit`, `exitThrown`.
     Parameters,
     /// Call tracing: `enter` or, with `receiver`, `enterThis` for instance methods other than
-    /// constructors; `exit`, `exitThrown`.
+    /// constructors; `exit`, `exitThrown`; `initialized` in constructors.
     Calls { receiver: bool },
+    /// No hook calls: only the coverage counters.
+    Counters,
 }
 
 /// What to instrument in one class.
@@ -50,6 +52,10 @@ pub struct Plan {
     pub hook_class: String,
     pub hooks: HookKind,
     pub methods: Vec<MethodPlan>,
+    /// Line coverage: the class's slot in the call hook's counters (`CallHook.blocks[slot]`, an
+    /// `AtomicLongArray` with a counter for each basic block of the planned methods, numbered
+    /// method after method in the plan's order).
+    pub coverage: Option<i32>,
 }
 
 /// One method to instrument.
@@ -87,8 +93,9 @@ pub enum ClassFileError {
 pub fn instrument(class_file: &[u8], plan: &Plan) -> Result<Vec<u8>, ClassFileError> {
     let class = reader::ClassFile::parse(class_file)?;
     let mut pool = pool::PoolAdditions::new(&class);
-    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks)?;
+    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks, plan.coverage)?;
     let mut rewritten = Vec::with_capacity(plan.methods.len());
+    let mut first_block = 0;
     for method_plan in &plan.methods {
         let method = class
             .methods
@@ -101,8 +108,10 @@ pub fn instrument(class_file: &[u8], plan: &Plan) -> Result<Vec<u8>, ClassFileEr
                 name: method_plan.name.clone(),
                 descriptor: method_plan.descriptor.clone(),
             })?;
-        let (code, _) = code::instrument_method(&class, method, method_plan, &hooks, &mut pool)?;
-        rewritten.push((method.index, code));
+        let method_code =
+            code::instrument_method(&class, method, method_plan, &hooks, &mut pool, first_block)?;
+        first_block += method_code.block_lines.len() as u32;
+        rewritten.push((method.index, method_code.code));
     }
     Ok(class.write(&pool, &rewritten))
 }
@@ -113,8 +122,13 @@ pub struct Instrumented {
     /// The rewritten class file; None when no method could be instrumented.
     pub class_file: Option<Vec<u8>>,
     /// For each method instrumented, (its site, the offset where the rewriter's handlers begin
-    /// in its new code: a throwable caught from there on is only being reported and thrown on).
+    /// in its new code: a throwable caught from there on is only being reported and thrown on;
+    /// 0 with counters only).
     pub handlers: Vec<(i32, u16)>,
+    /// With coverage, for each method instrumented: (its site, its first block's number, each
+    /// of its blocks' source lines, in order); the blocks of the class are numbered without
+    /// gaps.
+    pub blocks: Vec<(i32, u32, Vec<Vec<u32>>)>,
     /// The methods left as they were, with the reason.
     pub refused: Vec<(MethodPlan, ClassFileError)>,
 }
@@ -125,9 +139,11 @@ pub struct Instrumented {
 pub fn instrument_each(class_file: &[u8], plan: &Plan) -> Result<Instrumented, ClassFileError> {
     let class = reader::ClassFile::parse(class_file)?;
     let mut pool = pool::PoolAdditions::new(&class);
-    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks)?;
+    let hooks = code::HookRefs::add(&mut pool, &plan.hook_class, plan.hooks, plan.coverage)?;
     let mut rewritten = Vec::with_capacity(plan.methods.len());
     let mut handlers = Vec::with_capacity(plan.methods.len());
+    let mut blocks = Vec::new();
+    let mut first_block = 0;
     let mut refused = Vec::new();
     for method_plan in &plan.methods {
         let found = class.methods.iter().find(|method| {
@@ -144,10 +160,15 @@ pub fn instrument_each(class_file: &[u8], plan: &Plan) -> Result<Instrumented, C
             ));
             continue;
         };
-        match code::instrument_method(&class, method, method_plan, &hooks, &mut pool) {
-            Ok((code, handler_start)) => {
-                rewritten.push((method.index, code));
-                handlers.push((method_plan.site, handler_start));
+        match code::instrument_method(&class, method, method_plan, &hooks, &mut pool, first_block) {
+            Ok(method_code) => {
+                rewritten.push((method.index, method_code.code));
+                handlers.push((method_plan.site, method_code.handlers_from));
+                if plan.coverage.is_some() {
+                    let count = method_code.block_lines.len() as u32;
+                    blocks.push((method_plan.site, first_block, method_code.block_lines));
+                    first_block += count;
+                }
             }
             Err(ClassFileError::PoolFull) => return Err(ClassFileError::PoolFull),
             Err(error) => refused.push((method_plan.clone(), error)),
@@ -157,6 +178,7 @@ pub fn instrument_each(class_file: &[u8], plan: &Plan) -> Result<Instrumented, C
     Ok(Instrumented {
         class_file,
         handlers,
+        blocks,
         refused,
     })
 }

@@ -78,6 +78,24 @@ impl PoolAdditions {
         self.add(entry)
     }
 
+    pub fn field_ref(
+        &mut self,
+        class: u16,
+        name: &str,
+        descriptor: &str,
+    ) -> Result<u16, ClassFileError> {
+        let name = self.utf8(name)?;
+        let descriptor = self.utf8(descriptor)?;
+        let mut name_and_type = vec![12];
+        name_and_type.extend_from_slice(&name.to_be_bytes());
+        name_and_type.extend_from_slice(&descriptor.to_be_bytes());
+        let name_and_type = self.add(name_and_type)?;
+        let mut entry = vec![9];
+        entry.extend_from_slice(&class.to_be_bytes());
+        entry.extend_from_slice(&name_and_type.to_be_bytes());
+        self.add(entry)
+    }
+
     pub fn integer(&mut self, value: i32) -> Result<u16, ClassFileError> {
         let mut entry = vec![3];
         entry.extend_from_slice(&value.to_be_bytes());

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use openprof_classfile::{
-    declared_methods, instrument, ClassFileError, HookKind, MethodPlan, Plan,
+    declared_methods, instrument, instrument_each, ClassFileError, HookKind, MethodPlan, Plan,
 };
 use openprof_testkit::{jdk, kept_temp_dir, workspace_root};
 
@@ -23,6 +23,8 @@ fn compiled() -> PathBuf {
         .arg(sources.join("Constructed.java"))
         .arg(sources.join("RunInstrumented.java"))
         .arg(sources.join("openprof/CallHook.java"))
+        .arg(sources.join("Covered.java"))
+        .arg(sources.join("RunCovered.java"))
         .status()
         .expect("javac");
     assert!(status.success());
@@ -33,6 +35,7 @@ fn plan(methods: &[(&str, &str, i32, &[u16])]) -> Plan {
     Plan {
         hook_class: "openprof/MptHook".into(),
         hooks: HookKind::Parameters,
+        coverage: None,
         methods: methods
             .iter()
             .map(|(name, descriptor, site, parameters)| MethodPlan {
@@ -222,6 +225,7 @@ fn instrument_calls(classes: &Path, names: &[&str]) -> BTreeMap<String, i32> {
             hook_class: "openprof/CallHook".into(),
             hooks: HookKind::Calls { receiver: true },
             methods,
+            coverage: None,
         };
         let rewritten =
             instrument(&original, &plan).unwrap_or_else(|error| panic!("{name}: {error}"));
@@ -321,5 +325,101 @@ fn call_hooks_pair_every_entry_with_an_exit_constructors_included_under_the_stri
         counts.get(&format!("this {kind} Rewritten")),
         Some(&5),
         "{report}"
+    );
+}
+
+/// Covered's marked lines: line number → how many times it runs (its `// runs N` comment).
+fn marked_lines() -> BTreeMap<u32, u64> {
+    let source =
+        std::fs::read_to_string(workspace_root().join("java/classfile/Covered.java")).unwrap();
+    source
+        .lines()
+        .enumerate()
+        .filter_map(|(index, line)| {
+            let runs = line.split("// runs ").nth(1)?.trim().parse().ok()?;
+            Some((index as u32 + 1, runs))
+        })
+        .collect()
+}
+
+/// Covered's methods counting their blocks (with the call hooks too, or alone), run under
+/// -Xverify:all: each marked line's count, the most any block holding code of it counted.
+fn covered_line_counts(hooks: HookKind) -> BTreeMap<u32, u64> {
+    let classes = compiled();
+    let path = classes.join("Covered.class");
+    let original = std::fs::read(&path).unwrap();
+    let methods: Vec<MethodPlan> = declared_methods(&original)
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .filter(|(_, method)| method.has_code)
+        .map(|(index, method)| MethodPlan {
+            name: method.name,
+            descriptor: method.descriptor,
+            site: 500 + index as i32,
+            parameters: Vec::new(),
+        })
+        .collect();
+    let plan = Plan {
+        hook_class: "openprof/CallHook".into(),
+        hooks,
+        methods,
+        coverage: Some(0),
+    };
+    let instrumented = instrument_each(&original, &plan).unwrap();
+    assert!(
+        instrumented.refused.is_empty(),
+        "{:?}",
+        instrumented.refused
+    );
+    std::fs::write(&path, instrumented.class_file.unwrap()).unwrap();
+    let output = Command::new(jdk().java().expect("java"))
+        .args(["-Xverify:all", "-Xshare:off", "-cp"])
+        .arg(&classes)
+        .arg("RunCovered")
+        .output()
+        .expect("java");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let counters: Vec<u64> = stdout
+        .split("counters ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .split(',')
+        .map(|count| count.parse().unwrap())
+        .collect();
+    // The class's blocks are numbered without gaps, method after method.
+    let mut by_line: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut next = 0;
+    for (_, first, lines) in &instrumented.blocks {
+        assert_eq!(*first, next);
+        for (offset, block_lines) in lines.iter().enumerate() {
+            let count = counters[(first + offset as u32) as usize];
+            for line in block_lines {
+                let most = by_line.entry(*line).or_default();
+                *most = (*most).max(count);
+            }
+        }
+        next += lines.len() as u32;
+    }
+    let marked = marked_lines();
+    by_line.retain(|line, _| marked.contains_key(line));
+    by_line
+}
+
+#[test]
+fn coverage_counts_each_lines_runs_with_a_counter_per_basic_block() {
+    let expected = marked_lines();
+    assert_eq!(expected.len(), 14);
+    assert_eq!(covered_line_counts(HookKind::Counters), expected);
+    assert_eq!(
+        covered_line_counts(HookKind::Calls { receiver: false }),
+        expected,
+        "with the call hooks too"
     );
 }

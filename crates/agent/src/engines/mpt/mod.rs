@@ -746,6 +746,7 @@ impl Mpt {
                 Plan {
                     hook_class: HOOK_CLASS.to_string(),
                     hooks: openprof_classfile::HookKind::Parameters,
+                    coverage: None,
                     methods: methods.to_vec(),
                 },
             )
