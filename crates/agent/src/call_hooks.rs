@@ -26,6 +26,7 @@ use openprof_classfile::{
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::trace::filter::FilterBlock;
 
+use crate::coverage::Coverage;
 use crate::guard::{callback, guarded, Admit};
 use crate::jni::Jni;
 use crate::jvmti::{
@@ -273,8 +274,9 @@ pub struct CallHooks {
     /// Our own environment: retransformation and the ClassFileLoadHook.
     jvmti: Jvmti,
     filters: RwLock<FilterBlock>,
-    /// Whether instance methods pass `this` (enterThis).
-    receiver: bool,
+    ways: Ways,
+    /// Line coverage's counters, once the hook class is defined.
+    coverage: OnceLock<Coverage>,
     sites: Sites,
     keys: Mutex<Keys>,
     /// jmethodID → where the rewriter's handlers begin in its code.
@@ -302,6 +304,17 @@ unsafe impl Sync for CallHooks {}
 
 static HOOKS: OnceLock<CallHooks> = OnceLock::new();
 
+/// What the rewritten classes do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ways {
+    /// Report their calls (cpu=times).
+    pub calls: bool,
+    /// Instance methods pass `this` (format=x's object ids).
+    pub receiver: bool,
+    /// Count their basic blocks (coverage=y).
+    pub coverage: bool,
+}
+
 thread_local! {
     /// Set while this thread is inside a hook: a call the listener's work would make (none
     /// should) is not reported again.
@@ -314,7 +327,7 @@ impl CallHooks {
     pub fn install(
         vm: *mut JavaVM,
         filters: FilterBlock,
-        receiver: bool,
+        ways: Ways,
     ) -> Result<&'static CallHooks, String> {
         if let Some(hooks) = HOOKS.get() {
             return Ok(hooks);
@@ -342,7 +355,8 @@ impl CallHooks {
         let hooks = CallHooks {
             jvmti,
             filters: RwLock::new(filters),
-            receiver,
+            ways,
+            coverage: OnceLock::new(),
             sites: Sites::new(),
             keys: Mutex::new(Keys::default()),
             handlers: RwLock::new(HashMap::new()),
@@ -409,6 +423,10 @@ impl CallHooks {
             jni.delete_local_ref(module_class);
         }
         jni.delete_local_ref(module);
+        if self.ways.coverage {
+            let coverage = Coverage::new(jni, hook)?;
+            let _ = self.coverage.set(coverage);
+        }
         self.started.store(true, Ordering::Release);
         self.jvmti
             .set_event(JVMTI_EVENT_CLASS_FILE_LOAD_HOOK, true)
@@ -420,8 +438,13 @@ impl CallHooks {
     /// What is instrumented, in words.
     pub fn describe(&self) -> String {
         let refused = self.refused.load(Ordering::Relaxed);
+        let what = match (self.ways.calls, self.ways.coverage) {
+            (true, true) => "cpu=times and coverage=y instrument",
+            (true, false) => "cpu=times instruments",
+            _ => "coverage=y instruments",
+        };
         let mut text = format!(
-            "cpu=times instruments {} methods of {} classes",
+            "{what} {} methods of {} classes",
             self.methods.load(Ordering::Relaxed),
             self.classes.load(Ordering::Relaxed)
         );
@@ -436,6 +459,11 @@ impl CallHooks {
 
     pub fn site(&self, id: u32) -> Option<&Site> {
         self.sites.get(id)
+    }
+
+    /// Line coverage's counters, when asked for.
+    pub fn coverage(&self) -> Option<&Coverage> {
+        self.coverage.get()
     }
 
     /// Whether `location` (a bytecode index) in `method` is in one of the rewriter's handlers,
@@ -619,7 +647,7 @@ impl CallHooks {
 
     /// The ClassFileLoadHook's work: the class with every method that has code instrumented,
     /// if the filters let it through.
-    fn transform(&self, internal: &str, bytes: &[u8]) -> Option<Vec<u8>> {
+    fn transform(&self, jni: Jni, internal: &str, bytes: &[u8]) -> Option<Vec<u8>> {
         let binary = internal.replace('/', ".");
         if !self.wants(&binary) {
             return None;
@@ -672,16 +700,27 @@ impl CallHooks {
         if methods.is_empty() {
             return None;
         }
-        let plan = Plan {
+        let mut plan = Plan {
             hook_class: CALL_HOOK_CLASS.to_string(),
-            hooks: HookKind::Calls {
-                receiver: self.receiver,
+            hooks: if self.ways.calls {
+                HookKind::Calls {
+                    receiver: self.ways.receiver,
+                }
+            } else {
+                HookKind::Counters
             },
             methods,
             coverage: None,
         };
         let planned = plan.methods.len() as u64;
-        match instrument_each(bytes, &plan) {
+        let instrumented = match self.coverage.get() {
+            Some(coverage) => coverage.instrumented(jni, |slot| {
+                plan.coverage = Some(slot);
+                instrument_each(bytes, &plan)
+            }),
+            None => instrument_each(bytes, &plan),
+        };
+        match instrumented {
             Ok(instrumented) => {
                 let (rewritten, refused) = (instrumented.class_file, instrumented.refused);
                 for (site, handlers_from) in instrumented.handlers {
@@ -829,7 +868,7 @@ fn natives() -> Vec<(CString, CString, *mut c_void)> {
 #[allow(clippy::too_many_arguments)]
 unsafe extern "system" fn on_class_file_load_hook(
     _jvmti: *mut jvmtiEnv,
-    _jni: *mut JNIEnv,
+    jni: *mut JNIEnv,
     _class_being_redefined: jclass,
     _loader: jobject,
     name: *const c_char,
@@ -849,7 +888,7 @@ unsafe extern "system" fn on_class_file_load_hook(
         // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
         let bytes =
             unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
-        let Some(rewritten) = hooks.transform(&name, bytes) else {
+        let Some(rewritten) = hooks.transform(Jni(jni), &name, bytes) else {
             return;
         };
         let Ok(memory) = hooks.jvmti.allocate(rewritten.len()) else {

@@ -401,6 +401,62 @@ impl Jni {
         Typed { kind, value }
     }
 
+    /// A new object of `class` made by the constructor `constructor`.
+    pub fn new_object(
+        self,
+        class: jclass,
+        constructor: jmethodID,
+        args: &[jvalue],
+    ) -> JniResult<jobject> {
+        self.non_null(jni!(self, NewObjectA(class, constructor, args.as_ptr())))
+    }
+
+    /// A new array of `length` nulls of `class`.
+    pub fn new_object_array(self, length: i32, class: jclass) -> JniResult<jobject> {
+        self.non_null(jni!(self, NewObjectArray(length, class, ptr::null_mut())) as jobject)
+    }
+
+    pub fn set_object_array_element(
+        self,
+        array: jobject,
+        index: i32,
+        value: jobject,
+    ) -> JniResult<()> {
+        jni!(
+            self,
+            SetObjectArrayElement(
+                array as jvmti_bindings::sys::jni::jobjectArray,
+                index,
+                value
+            )
+        );
+        self.checked(())
+    }
+
+    pub fn static_field_id(
+        self,
+        class: jclass,
+        name: &str,
+        descriptor: &str,
+    ) -> JniResult<jfieldID> {
+        let name = CString::new(name).map_err(|_| Thrown)?;
+        let descriptor = CString::new(descriptor).map_err(|_| Thrown)?;
+        self.non_null(jni!(
+            self,
+            GetStaticFieldID(class, name.as_ptr(), descriptor.as_ptr())
+        ))
+    }
+
+    pub fn set_static_object_field(
+        self,
+        class: jclass,
+        field: jfieldID,
+        value: jobject,
+    ) -> JniResult<()> {
+        jni!(self, SetStaticObjectField(class, field, value));
+        self.checked(())
+    }
+
     pub fn array_length(self, array: jobject) -> i32 {
         jni!(self, GetArrayLength(array as jarray))
     }

@@ -19,6 +19,7 @@ mod binary_output;
 mod call_hooks;
 mod code_map;
 mod context;
+mod coverage;
 mod dwarf_unwind;
 mod engine;
 mod engines;

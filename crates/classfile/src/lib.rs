@@ -29,8 +29,8 @@ use thiserror::Error;
 
 pub use code::{CALL_HOOK_METHODS, HOOK_METHODS};
 pub use hook_class::{
-    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS, HOOK_CLASS,
-    PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE,
+    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS, COVERAGE_FIELD,
+    HOOK_CLASS, PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE,
 };
 
 /// Which hooks instrumented methods call.

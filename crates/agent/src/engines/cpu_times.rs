@@ -206,7 +206,12 @@ impl CpuTimes {
         depth: u32,
         with_thread: bool,
     ) -> AgentResult<Self> {
-        let source = match CallHooks::install(vm, filters.clone(), false) {
+        let ways = crate::call_hooks::Ways {
+            calls: true,
+            receiver: false,
+            coverage: false,
+        };
+        let source = match CallHooks::install(vm, filters.clone(), ways) {
             Ok(hooks) => Source::Hooks(hooks),
             Err(reason) => {
                 let mut capabilities = jvmtiCapabilities::default();

@@ -389,7 +389,8 @@ fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
                 _ => None,
             });
             assert!(
-                name.as_deref().is_some_and(|n| n.starts_with("Unloads") || n == "Unloadable"),
+                name.as_deref()
+                    .is_some_and(|n| n.starts_with("Unloads") || n == "Unloadable"),
                 "{name:?} was filtered out"
             );
         }
@@ -402,7 +403,11 @@ fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
             _ => None,
         })
         .collect();
-    assert!(allocated.is_subset(&freed), "{} not freed", allocated.difference(&freed).count());
+    assert!(
+        allocated.is_subset(&freed),
+        "{} not freed",
+        allocated.difference(&freed).count()
+    );
     let unloadable = class_named("Unloadable").expect("Unloadable is defined");
     assert!(
         elements.iter().any(
@@ -410,4 +415,74 @@ fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
         ),
         "no classUnload of Unloadable"
     );
+}
+
+/// Each source line's count in a coverage trace: the most any block holding code of it ran.
+fn line_counts(elements: &[TraceElement]) -> std::collections::BTreeMap<u32, u64> {
+    let mut tables: HashMap<u32, Vec<Vec<u32>>> = HashMap::new();
+    let mut counts = std::collections::BTreeMap::new();
+    for element in elements {
+        match element {
+            TraceElement::LineTable(table) => {
+                let blocks = table
+                    .source_coordinate_table
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(' ')
+                    .map(|block| block.split('+').filter_map(|l| l.parse().ok()).collect())
+                    .collect();
+                tables.insert(table.line_table_id, blocks);
+            }
+            TraceElement::Line(line) => {
+                let blocks = &tables[&line.line_table_id_ref.unwrap()];
+                for source_line in &blocks[line.block_index.unwrap() as usize] {
+                    let most: &mut u64 = counts.entry(*source_line).or_default();
+                    *most = (*most).max(line.count.unwrap());
+                }
+            }
+            _ => {}
+        }
+    }
+    counts
+}
+
+#[test]
+fn line_coverage_counts_each_lines_runs_exactly() {
+    // The lines marked `// runs N` in LineCoverage.java run N times.
+    let source = std::fs::read_to_string(
+        openprof_testkit::workspace_root().join("java/workloads/LineCoverage.java"),
+    )
+    .unwrap();
+    let expected: std::collections::BTreeMap<u32, u64> = source
+        .lines()
+        .enumerate()
+        .filter_map(|(index, line)| {
+            Some((
+                index as u32 + 1,
+                line.split("// runs ").nth(1)?.trim().parse().ok()?,
+            ))
+        })
+        .collect();
+    assert_eq!(expected.len(), 14);
+    // Coverage alone, and with cpu=times.
+    for options in [
+        "format=x,coverage=y,filter=+LineCoverage$Counted;-*,file=trace.xml",
+        "format=x,cpu=times,coverage=y,filter=+LineCoverage$Counted;-*,file=trace.xml",
+    ] {
+        let run = run_java_with(
+            &["-Xverify:all"],
+            Some(options),
+            "LineCoverage",
+            &[],
+            Duration::from_secs(120),
+        );
+        assert!(run.success(), "{}", run.stderr());
+        xmllint(&run);
+        let elements = read_trace(&run.dir.join("trace.xml"));
+        let problems = validate(elements.iter().cloned().map(Ok));
+        assert!(problems.is_empty(), "{problems:#?}");
+        let mut counts = line_counts(&elements);
+        counts.retain(|line, _| expected.contains_key(line));
+        assert_eq!(counts, expected, "{options}");
+    }
 }

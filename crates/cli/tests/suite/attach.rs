@@ -301,7 +301,10 @@ fn attached_cpu_times_counts_the_calls_of_classes_loaded_before_and_after_exactl
     assert!(attached.status.success(), "{}", text(&attached.stderr));
     let (exited, stdout) = target.go();
     assert!(exited.status.success(), "{}", text(&exited.stderr));
-    assert!(stdout.contains("calls=2000 thrown=200 failed_subs=5"), "{stdout}");
+    assert!(
+        stdout.contains("calls=2000 thrown=200 failed_subs=5"),
+        "{stdout}"
+    );
     let profile = read_profile(&dir.join("times.txt"));
     let table = profile
         .cpu_tables
@@ -310,7 +313,9 @@ fn attached_cpu_times_counts_the_calls_of_classes_loaded_before_and_after_exactl
         .expect("a CPU TIME (ms) table");
     let mut calls: std::collections::BTreeMap<String, u64> = Default::default();
     for row in &table.rows {
-        *calls.entry(row.method.clone().unwrap_or_default()).or_default() += row.count;
+        *calls
+            .entry(row.method.clone().unwrap_or_default())
+            .or_default() += row.count;
     }
     // main was running the code from before the agent: its call is not one of the rewritten
     // code's (it neither entered nor leaves through the hooks).

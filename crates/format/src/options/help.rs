@@ -171,6 +171,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "n",
     },
     OptionRow {
+        name: "coverage",
+        values: "y|n",
+        meaning: "format=x: line coverage of filtered classes",
+        default: "n",
+    },
+    OptionRow {
         name: "threads",
         values: "<glob>[|<glob>]",
         meaning: "only threads of these names sampled",

@@ -188,6 +188,9 @@ pub struct Options {
     /// `lockowner=y`: the lock profile also takes the stack of the thread holding the lock
     /// when a wait begins, for LOCK OWNERS tables (an openprof extension).
     pub lock_owners: bool,
+    /// `coverage=y`: the filtered classes count their basic blocks; the trace gets lineTable
+    /// and line elements.
+    pub coverage: bool,
     /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
     /// extension).
     pub threads: Option<ThreadNames>,
@@ -242,6 +245,7 @@ impl Default for Options {
             wall_ms: None,
             lock_ns: None,
             lock_owners: false,
+            coverage: false,
             threads: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -525,6 +529,9 @@ impl fmt::Display for Options {
         }
         if self.lock_owners {
             parts.push("lockowner=y".to_string());
+        }
+        if self.coverage {
+            parts.push("coverage=y".to_string());
         }
         if let Some(threads) = &self.threads {
             parts.push(format!("threads={}", threads.0.join("|")));

@@ -314,6 +314,7 @@ impl Options {
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
                 "lock" => options.lock_ns = Some(parse_duration_ns(name, value)?),
                 "lockowner" => options.lock_owners = parse_yes_no(name, value)?,
+                "coverage" => options.coverage = parse_yes_no(name, value)?,
                 "threads" => {
                     let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
                     if value.is_empty() || patterns.iter().any(String::is_empty) {
@@ -516,6 +517,12 @@ impl Options {
             return Err(bad(
                 "lock",
                 "lock= writes HPROF's MONITOR TIME tables, in format=a only; with format=x use monitor=y",
+            ));
+        }
+        if self.coverage && self.format != OutputFormat::Xml {
+            return Err(bad(
+                "coverage",
+                "coverage=y writes lineTable and line elements, in format=x only",
             ));
         }
         if self.lock_owners && self.lock_threshold_ns().is_none() {

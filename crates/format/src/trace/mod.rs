@@ -649,12 +649,15 @@ elements! {
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }
+    /// A coverage block that ran; `count` is openprof's addition: how many times it ran, for a
+    /// line written once at the trace's end rather than once per run.
     Line = "line" [NoContent] {
         transient_thread_id_ref: opt u32 = "transientThreadIdRef",
         thread_id_ref: opt u32 = "threadIdRef",
         line_table_id_ref: opt u32 = "lineTableIdRef",
         time: opt Seconds = "time",
         block_index: opt u32 = "blockIndex",
+        count: opt u64 = "count",
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }

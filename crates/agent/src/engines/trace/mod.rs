@@ -98,9 +98,7 @@ impl Engine for Tracer {
             .current_thread()
             .map_or(0, |thread| context.thread_serial(thread));
         self.runtime_init(serial);
-        let Some(CallSource::Hooks(hooks)) = self.calls else {
-            return None;
-        };
+        let hooks = self.hooks?;
         let listener: &'static dyn CallListener = running::<Tracer>()?;
         match hooks.start(jni, listener) {
             Ok(done) => Some(done),
@@ -112,7 +110,7 @@ impl Engine for Tracer {
     }
 
     fn class_prepared(&self, jni: *mut JNIEnv, class: jclass) {
-        if let Some(CallSource::Hooks(hooks)) = self.calls {
+        if let Some(hooks) = self.hooks {
             hooks.class_prepared(jni, class);
         }
     }

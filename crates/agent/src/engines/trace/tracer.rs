@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::options::Options;
-use openprof_format::trace::attrs::{IsArray, MultiPart, ObjRef, Seconds};
+use openprof_format::trace::attrs::{IsArray, MultiPart, ObjRef, Seconds, SourceCoordinateType};
 use openprof_format::trace::filter::FilterBlock;
 use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
 use openprof_format::trace::*;
@@ -135,6 +135,8 @@ pub enum CallSource {
 
 pub struct Tracer {
     jvmti: Jvmti,
+    /// The rewritten classes' hooks (cpu=times, coverage=y).
+    pub hooks: Option<&'static crate::call_hooks::CallHooks>,
     /// heap=sites: sampled allocations become objAlloc elements.
     pub allocations: bool,
     /// Tags of tagged objects (classes, objects) the JVM freed, queued by ObjectFree (which may
@@ -309,23 +311,35 @@ impl Tracer {
         net: Option<Arc<NetSink>>,
     ) -> AgentResult<Tracer> {
         let filters = options.filter_block().map_err(|error| error.to_string())?;
-        let calls = if options.cpu == Some(openprof_format::options::CpuMode::Times) {
-            Some(
-                match crate::call_hooks::CallHooks::install(vm, filters.clone(), true) {
-                    Ok(hooks) => CallSource::Hooks(hooks),
-                    Err(reason) => {
-                        // JVMTI's method events, and `this` read from the entered frame.
-                        let mut capabilities = crate::jvmti::jvmtiCapabilities::default();
-                        capabilities.set_can_generate_method_entry_events(true);
-                        capabilities.set_can_generate_method_exit_events(true);
-                        capabilities.set_can_access_local_variables(true);
-                        jvmti.add_capabilities(&capabilities).map_err(|error| {
+        let timing = options.cpu == Some(openprof_format::options::CpuMode::Times);
+        let ways = crate::call_hooks::Ways {
+            calls: timing,
+            receiver: true,
+            coverage: options.coverage,
+        };
+        let hooks = if timing || options.coverage {
+            crate::call_hooks::CallHooks::install(vm, filters.clone(), ways)
+        } else {
+            Err(String::new())
+        };
+        if let (true, Err(reason)) = (options.coverage, &hooks) {
+            return Err(format!("coverage=y needs classes rewritten: {reason}").into());
+        }
+        let calls = if timing {
+            Some(match &hooks {
+                Ok(hooks) => CallSource::Hooks(hooks),
+                Err(reason) => {
+                    // JVMTI's method events, and `this` read from the entered frame.
+                    let mut capabilities = crate::jvmti::jvmtiCapabilities::default();
+                    capabilities.set_can_generate_method_entry_events(true);
+                    capabilities.set_can_generate_method_exit_events(true);
+                    capabilities.set_can_access_local_variables(true);
+                    jvmti.add_capabilities(&capabilities).map_err(|error| {
                             format!("format=x with cpu=times: {reason}, and JVMTI's method events are not to be had: {error}")
                         })?;
-                        CallSource::Events
-                    }
-                },
-            )
+                    CallSource::Events
+                }
+            })
         } else {
             None
         };
@@ -364,6 +378,7 @@ impl Tracer {
         }
         let tracer = Tracer {
             jvmti,
+            hooks: hooks.ok(),
             allocations,
             freed: Mutex::new(Vec::new()),
             calls,
@@ -517,6 +532,7 @@ impl Tracer {
     /// methodCounts and traceEnd for the running trace.
     fn close_trace(&self, state: &mut TraceState, jni: *mut JNIEnv) {
         let Some(trace_id) = state.trace else { return };
+        self.emit_coverage(state, jni);
         if let Some(CallSource::Hooks(hooks)) = &self.calls {
             // The instrumented methods: those whose calls are counted.
             for site in 0..hooks.site_count() {
@@ -974,6 +990,80 @@ impl Tracer {
         crate::jni::delete_local_ref(jni, receiver);
     }
 
+    /// Line coverage (coverage=y): for each counted method, a lineTable (each block's source
+    /// lines, `+` between the lines of one block, a space between blocks) and a line for each
+    /// block that ran, with how many times it ran since its class was rewritten.
+    fn emit_coverage(&self, state: &mut TraceState, jni: *mut JNIEnv) {
+        let (Some(hooks), false) = (self.hooks, jni.is_null()) else {
+            return;
+        };
+        let Some(coverage) = hooks.coverage() else {
+            return;
+        };
+        let jni = crate::jni::Jni(jni);
+        for site in coverage.sites() {
+            let Some(method) = hooks.site(site).and_then(|site| site.method()) else {
+                continue;
+            };
+            let Some((lines, counts)) = coverage.counts(jni, site) else {
+                continue;
+            };
+            let record = self.method(state, method);
+            let table = lines
+                .iter()
+                .map(|block| {
+                    block
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join("+")
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let all_lines = lines.iter().flatten().copied();
+            let source_name = self
+                .jvmti
+                .method_declaring_class(method)
+                .ok()
+                .and_then(|class| self.jvmti.source_file_name(class));
+            let line_table_id = site + 1;
+            self.emit(
+                state,
+                LineTable {
+                    line_table_id,
+                    method_id_ref: record.id,
+                    source_name,
+                    start_line: all_lines.clone().min(),
+                    end_line: all_lines.max(),
+                    source_coordinate_type: Some(SourceCoordinateType::LineNumber),
+                    source_coordinate_table: Some(table),
+                    collation_value: None,
+                    trace_id_ref: None,
+                    content: NoContent,
+                },
+            );
+            for (block, count) in counts.iter().enumerate() {
+                if *count == 0 {
+                    continue;
+                }
+                self.emit(
+                    state,
+                    Line {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        line_table_id_ref: Some(line_table_id),
+                        time: Some(now()),
+                        block_index: Some(block as u32),
+                        count: Some(*count),
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+            }
+        }
+    }
+
     /// The calling thread's id in the trace (looked up once per thread).
     fn current_thread_id(&self) -> u32 {
         let cached = THREAD_TRACE.with(|trace| trace.borrow().thread_id);
@@ -993,25 +1083,26 @@ impl Tracer {
     /// A sampled allocation (heap=sites), on the allocating thread: for an object of a class the
     /// filters let through, an objAlloc defining the object's id; the object is tagged, so that
     /// its objFree comes when it is freed.
-    pub fn sampled_allocation(
-        &self,
-        thread: jthread,
-        object: jobject,
-        class: jclass,
-        size: i64,
-    ) {
+    pub fn sampled_allocation(&self, thread: jthread, object: jobject, class: jclass, size: i64) {
         let thread_id = self.thread_id(thread);
         let mut state = lock(&self.state);
         if state.trace.is_none() || thread_id == 0 {
             return;
         }
         let signature = self.jvmti.class_signature(class).unwrap_or_default();
-        if !state.filters.includes(&class_name_from_signature(&signature)) {
+        if !state
+            .filters
+            .includes(&class_name_from_signature(&signature))
+        {
             return;
         }
         state.last_object_id += 1;
         let id = state.last_object_id;
-        if self.jvmti.set_tag(object, OBJECT_TAG | i64::from(id)).is_err() {
+        if self
+            .jvmti
+            .set_tag(object, OBJECT_TAG | i64::from(id))
+            .is_err()
+        {
             return;
         }
         let class_id = self.class_id(&mut state, class);
