@@ -690,6 +690,7 @@ impl CallHooks {
                     descriptor: method.descriptor,
                     site: site as i32,
                     parameters: Vec::new(),
+                    call_sites: Vec::new(),
                 });
             }
             if let Some(pending) = keys.unresolved.get_mut(internal) {

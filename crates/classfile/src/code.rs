@@ -28,14 +28,19 @@ pub const HOOK_METHODS: &[(&str, &str)] = &[
 
 /// The call hook class's methods, (name, descriptor), as instrumented code calls them (call
 /// tracing: `enter(site)` or `enterThis(site, this)` at entry, `exit(site)` before each
-/// return, `exitThrown(site)` when a throwable leaves the method, and in a constructor
-/// `initialized(site)` just after its `super(...)` or `this(...)` call returned).
+/// return, `exitThrown(site)` when a throwable leaves the method, in a constructor
+/// `initialized(site)` just after its `super(...)` or `this(...)` call returned; around a call
+/// the plan names, `called(n)` and `returned(n)`, and `caught(site)` at the start of the
+/// method's own handlers).
 pub const CALL_HOOK_METHODS: &[(&str, &str)] = &[
     ("enter", "(I)V"),
     ("enterThis", "(ILjava/lang/Object;)V"),
     ("exit", "(I)V"),
     ("exitThrown", "(I)V"),
     ("initialized", "(I)V"),
+    ("called", "(I)V"),
+    ("returned", "(I)V"),
+    ("caught", "(I)V"),
 ];
 
 /// The descriptor of the hook's `arg` for a parameter of the given field descriptor.
@@ -62,6 +67,9 @@ pub(crate) struct HookRefs {
     enter: u16,
     enter_this: u16,
     initialized: u16,
+    called: u16,
+    returned: u16,
+    caught: u16,
     exit: u16,
     exit_thrown: u16,
     throwable: u16,
@@ -96,6 +104,9 @@ impl HookRefs {
             enter: 0,
             enter_this: 0,
             initialized: 0,
+            called: 0,
+            returned: 0,
+            caught: 0,
             exit: 0,
             exit_thrown: 0,
             throwable: pool.class("java/lang/Throwable")?,
@@ -104,14 +115,7 @@ impl HookRefs {
         let methods = match kind {
             HookKind::Parameters => HOOK_METHODS,
             HookKind::Counters => &[],
-            HookKind::Calls { receiver: true } => CALL_HOOK_METHODS,
-            // Only what the code calls is added to the pool.
-            HookKind::Calls { receiver: false } => &[
-                CALL_HOOK_METHODS[0],
-                CALL_HOOK_METHODS[2],
-                CALL_HOOK_METHODS[3],
-                CALL_HOOK_METHODS[4],
-            ],
+            HookKind::Calls { .. } => CALL_HOOK_METHODS,
         };
         for &(name, descriptor) in methods {
             let index = pool.method_ref(class, name, descriptor)?;
@@ -121,6 +125,9 @@ impl HookRefs {
                 "enter" => refs.enter = index,
                 "enterThis" => refs.enter_this = index,
                 "initialized" => refs.initialized = index,
+                "called" => refs.called = index,
+                "returned" => refs.returned = index,
+                "caught" => refs.caught = index,
                 "exit" => refs.exit = index,
                 _ => refs.exit_thrown = index,
             }
@@ -279,36 +286,75 @@ pub(crate) fn instrument_method(
     } else {
         None
     };
-    // In a constructor traced by call hooks, `initialized(site)` runs just after the call that
-    // initialized `this`: on the way from that call only (a branch to the next instruction
-    // goes past it).
-    let initialized_code = match (this_ready, hooks.kind) {
-        (Some(_), HookKind::Calls { .. }) => {
-            let mut code = push_int(plan.site, pool)?;
-            code.push(INVOKESTATIC);
-            code.extend(hooks.initialized.to_be_bytes());
-            code
-        }
-        _ => Vec::new(),
+    // Code inserted before an instruction, by its old offset: `arriving` runs only when control
+    // falls through to it from the instruction before (a branch to it goes past), `reaching`
+    // however control gets there.
+    let mut arriving: HashMap<usize, Vec<u8>> = HashMap::new();
+    let mut reaching: HashMap<usize, Vec<u8>> = counters;
+    let hook_call = |pool: &mut PoolAdditions, number: i32, hook: u16| {
+        let mut code = push_int(number, pool)?;
+        code.push(INVOKESTATIC);
+        code.extend(hook.to_be_bytes());
+        Ok::<_, ClassFileError>(code)
     };
-    // Old offset → new offset of what runs when control reaches it: for a return, the exit
-    // call inserted before it, so that branches to a return pass through the exit too.
+    // A call this method makes that the plan names: `called(n)` before it, `returned(n)` on
+    // the way on from it; a handler of the method's own catches what a callee threw:
+    // `caught(site)` at its start says so.
+    if !plan.call_sites.is_empty() {
+        for &(offset, number) in &plan.call_sites {
+            let offset = usize::from(offset);
+            let Some(&(_, length)) = instructions.iter().find(|(at, _)| *at == offset) else {
+                return Err(fault(format!("no instruction at offset {offset}")));
+            };
+            if !matches!(code[offset], 0xb6..=0xb9) {
+                return Err(fault(format!(
+                    "the instruction at offset {offset} calls no method"
+                )));
+            }
+            let before = hook_call(pool, number, hooks.called)?;
+            reaching.entry(offset).or_default().extend(before);
+            if offset + length < code_length {
+                let after = hook_call(pool, number, hooks.returned)?;
+                arriving.entry(offset + length).or_default().extend(after);
+            }
+        }
+        for [_, _, handler, _] in &handlers {
+            let caught = hook_call(pool, plan.site, hooks.caught)?;
+            reaching
+                .entry(usize::from(*handler))
+                .or_default()
+                .extend(caught);
+        }
+    }
+    // In a constructor traced by call hooks, `initialized(site)` runs just after the call that
+    // initialized `this`: on the way from that call only.
+    if let (Some(ready), HookKind::Calls { .. }) = (this_ready, hooks.kind) {
+        let initialized = hook_call(pool, plan.site, hooks.initialized)?;
+        arriving.entry(ready).or_default().extend(initialized);
+    }
+    // A return's exit call, which branches to the return pass through too.
+    for &(old, _) in &instructions {
+        if is_return(code[old]) && !exit_code.is_empty() {
+            reaching
+                .entry(old)
+                .or_default()
+                .extend_from_slice(&exit_code);
+        }
+    }
+    // Old offset → new offset of what runs when control reaches it (after the code arriving
+    // there by falling through, at the code run however it gets there).
     let mut moved = vec![u32::MAX; code_length + 1];
     let mut at = prefix.len();
-    // Where `initialized` is inserted (the end of the constructor's first part).
+    // Where the code after the constructor's `super(...)` or `this(...)` call begins.
     let mut initialized_at = 0;
     for &(old, length) in &instructions {
         if Some(old) == this_ready {
             initialized_at = at;
-            at += initialized_code.len();
         }
-        // A block's counter runs however control reaches the block.
+        at += arriving.get(&old).map_or(0, Vec::len);
         moved[old] = at as u32;
-        at += counters.get(&old).map_or(0, Vec::len);
+        at += reaching.get(&old).map_or(0, Vec::len);
         let opcode = code[old];
-        if is_return(opcode) {
-            at += exit_code.len();
-        }
         at += match opcode {
             TABLESWITCH | LOOKUPSWITCH => length - padding(old) + padding(at),
             _ => length,
@@ -327,14 +373,11 @@ pub(crate) fn instrument_method(
     let mut out = prefix;
     for &(old, length) in &instructions {
         let opcode = code[old];
-        if Some(old) == this_ready {
-            out.extend_from_slice(&initialized_code);
+        if let Some(inserted) = arriving.get(&old) {
+            out.extend_from_slice(inserted);
         }
-        if let Some(counter) = counters.get(&old) {
-            out.extend_from_slice(counter);
-        }
-        if is_return(opcode) {
-            out.extend_from_slice(&exit_code);
+        if let Some(inserted) = reaching.get(&old) {
+            out.extend_from_slice(inserted);
         }
         let here = out.len() as i64;
         let old_i = old as i64;
@@ -425,7 +468,7 @@ pub(crate) fn instrument_method(
     // Before a return, the stack holds what it held plus the site; at entry, an int and a
     // long or double at most; a block's counter needs three words over what the block starts
     // with.
-    let extra = if counters.is_empty() { 1 } else { 3 };
+    let extra = if hooks.coverage.is_none() { 1 } else { 3 };
     result.extend(max_stack.saturating_add(extra).max(3).to_be_bytes());
     result.extend(max_locals.to_be_bytes());
     result.extend((out.len() as u32).to_be_bytes());
@@ -440,12 +483,8 @@ pub(crate) fn instrument_method(
             // The `super(...)` or `this(...)` call itself (3 bytes) is covered by neither: the
             // verifier lets no handler catch what it throws (see `constructor`).
             let call = moved_u16(ready as u16 - 3)?;
-            let ready = if initialized_code.is_empty() {
-                moved_u16(ready as u16)?
-            } else {
-                u16::try_from(initialized_at)
-                    .map_err(|_| fault(format!("offset {initialized_at} beyond 65535")))?
-            };
+            let ready = u16::try_from(initialized_at)
+                .map_err(|_| fault(format!("offset {initialized_at} beyond 65535")))?;
             let early =
                 u16::try_from(early).map_err(|_| fault(format!("offset {early} beyond 65535")))?;
             ours.push((ready, handler_start, handler_start, false));
@@ -512,6 +551,37 @@ pub(crate) fn instrument_method(
         handlers_from: if calls { handler_start } else { 0 },
         block_lines,
     })
+}
+
+/// The method calls in a Code attribute's contents: (offset, (class, name, descriptor)).
+pub(crate) fn calls_in(
+    class: &ClassFile,
+    contents: &[u8],
+) -> Result<Vec<(u16, (String, String, String))>, ClassFileError> {
+    let mut reader = Bytes::new(contents, 0);
+    reader.take(4)?; // max_stack, max_locals
+    let length = reader.u4()? as usize;
+    let code = reader.take(length)?;
+    let instructions = decode(code).map_err(ClassFileError::Malformed)?;
+    let mut calls = Vec::new();
+    for (at, _) in instructions {
+        if !matches!(code[at], 0xb6..=0xb9) {
+            continue;
+        }
+        let index = u16::from_be_bytes([code[at + 1], code[at + 2]]);
+        let (Some(owner), Some((name, descriptor))) =
+            (class.member_class(index), class.member(index))
+        else {
+            continue;
+        };
+        let offset = u16::try_from(at)
+            .map_err(|_| ClassFileError::Malformed("code beyond 65535 bytes".into()))?;
+        calls.push((
+            offset,
+            (owner.to_string(), name.to_string(), descriptor.to_string()),
+        ));
+    }
+    Ok(calls)
 }
 
 /// The LineNumberTable's (start offset, line) pairs, by start offset.

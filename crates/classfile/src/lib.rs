@@ -67,6 +67,51 @@ pub struct MethodPlan {
     pub site: i32,
     /// The parameters passed to the hook's `arg`: 0 is `this`, 1..n the declared ones.
     pub parameters: Vec<u16>,
+    /// Calls to report (call hooks): (the call instruction's offset, the number the hooks
+    /// `called` and `returned` get).
+    pub call_sites: Vec<(u16, i32)>,
+}
+
+/// A call instruction of a method (invokevirtual, invokespecial, invokestatic,
+/// invokeinterface) and what it calls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSite {
+    /// The calling method's name and descriptor.
+    pub caller: (String, String),
+    /// The instruction's offset in the caller's code.
+    pub offset: u16,
+    /// The called method's class (internal name), name and descriptor.
+    pub class: String,
+    pub name: String,
+    pub descriptor: String,
+}
+
+/// The calls the class's methods make, in method and code order.
+pub fn call_sites(class_file: &[u8]) -> Result<Vec<CallSite>, ClassFileError> {
+    let class = reader::ClassFile::parse(class_file)?;
+    let mut sites = Vec::new();
+    for method in &class.methods {
+        let Some(code) = method
+            .attributes
+            .iter()
+            .find(|attribute| class.utf8(attribute.name) == Some("Code"))
+        else {
+            continue;
+        };
+        let text = |index: u16| class.utf8(index).unwrap_or_default().to_string();
+        let caller = (text(method.name), text(method.descriptor));
+        for (offset, target) in code::calls_in(&class, &class.bytes[code.start..code.end])? {
+            let (class_name, name, descriptor) = target;
+            sites.push(CallSite {
+                caller: caller.clone(),
+                offset,
+                class: class_name,
+                name,
+                descriptor,
+            });
+        }
+    }
+    Ok(sites)
 }
 
 #[derive(Error, Debug, PartialEq, Eq)]

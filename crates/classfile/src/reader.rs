@@ -174,6 +174,17 @@ impl<'a> ClassFile<'a> {
         ))
     }
 
+    /// The class (internal name) of a field or method reference (tags 9, 10, 11).
+    pub fn member_class(&self, index: u16) -> Option<&'a str> {
+        let (class, _) = self.index_pair(index, &[9, 10, 11])?;
+        let &(tag, at) = self.entries.get(usize::from(class))?;
+        if tag != 7 {
+            return None;
+        }
+        let name = self.bytes.get(at..at + 2)?;
+        self.utf8(u16::from_be_bytes([name[0], name[1]]))
+    }
+
     /// The name and descriptor of a field or method reference (tags 9, 10, 11) or of an
     /// invokedynamic's call site (tag 18).
     pub fn member(&self, index: u16) -> Option<(&'a str, &'a str)> {

@@ -28,6 +28,18 @@ public final class CallHook {
         depth++;
     }
 
+    public static void called(int callSite) {
+        count("called " + callSite);
+    }
+
+    public static void returned(int callSite) {
+        count("returned " + callSite);
+    }
+
+    public static void caught(int site) {
+        count("caught " + site);
+    }
+
     public static void initialized(int site) {
         count("initialized " + site);
     }

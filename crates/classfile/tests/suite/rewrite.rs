@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use openprof_classfile::{
-    declared_methods, instrument, instrument_each, ClassFileError, HookKind, MethodPlan, Plan,
+    call_sites, declared_methods, instrument, instrument_each, ClassFileError, HookKind,
+    MethodPlan, Plan,
 };
 use openprof_testkit::{jdk, kept_temp_dir, workspace_root};
 
@@ -43,6 +44,7 @@ fn plan(methods: &[(&str, &str, i32, &[u16])]) -> Plan {
                 descriptor: descriptor.to_string(),
                 site: *site,
                 parameters: parameters.to_vec(),
+                call_sites: Vec::new(),
             })
             .collect(),
     }
@@ -198,13 +200,16 @@ fn methods_not_planned_are_left_alone_and_faults_are_named() {
 }
 
 /// Every method with code of these classes planned for the call hooks, the sites of class
-/// `k` numbered from 1000 × (k + 1) in the order it declares its methods; the plan's site
-/// for each (class, name, descriptor).
-fn instrument_calls(classes: &Path, names: &[&str]) -> BTreeMap<String, i32> {
+/// `k` numbered from 1000 × (k + 1) in the order it declares its methods, and each call they
+/// make into `java/` a call site, numbered from 100,000: the plan's site for each (class,
+/// name, descriptor), and the number of call sites.
+fn instrument_calls(classes: &Path, names: &[&str]) -> (BTreeMap<String, i32>, i32) {
     let mut sites = BTreeMap::new();
+    let mut next_call_site = 100_000;
     for (k, name) in names.iter().enumerate() {
         let path = classes.join(format!("{name}.class"));
         let original = std::fs::read(&path).unwrap();
+        let calls = call_sites(&original).unwrap();
         let methods: Vec<MethodPlan> = declared_methods(&original)
             .unwrap()
             .into_iter()
@@ -213,11 +218,23 @@ fn instrument_calls(classes: &Path, names: &[&str]) -> BTreeMap<String, i32> {
             .map(|(index, method)| {
                 let site = 1000 * (k as i32 + 1) + index as i32;
                 sites.insert(format!("{name}.{}{}", method.name, method.descriptor), site);
+                let call_sites = calls
+                    .iter()
+                    .filter(|call| {
+                        call.caller == (method.name.clone(), method.descriptor.clone())
+                            && call.class.starts_with("java/")
+                    })
+                    .map(|call| {
+                        next_call_site += 1;
+                        (call.offset, next_call_site)
+                    })
+                    .collect();
                 MethodPlan {
                     name: method.name,
                     descriptor: method.descriptor,
                     site,
                     parameters: Vec::new(),
+                    call_sites,
                 }
             })
             .collect();
@@ -231,13 +248,13 @@ fn instrument_calls(classes: &Path, names: &[&str]) -> BTreeMap<String, i32> {
             instrument(&original, &plan).unwrap_or_else(|error| panic!("{name}: {error}"));
         std::fs::write(&path, rewritten).unwrap();
     }
-    sites
+    (sites, next_call_site - 100_000)
 }
 
 #[test]
 fn call_hooks_pair_every_entry_with_an_exit_constructors_included_under_the_strictest_verifier() {
     let classes = compiled();
-    let sites = instrument_calls(
+    let (sites, call_sites) = instrument_calls(
         &classes,
         &[
             "Rewritten",
@@ -319,6 +336,26 @@ fn call_hooks_pair_every_entry_with_an_exit_constructors_included_under_the_stri
     ] {
         assert_eq!(count("initialized", method), calls, "{method}\n{report}");
     }
+    // Every call into java/ said it was made and came back (none of them throws).
+    assert!(call_sites > 20, "{call_sites} call sites");
+    for number in 100_001..=100_000 + call_sites {
+        let called = counts.get(&format!("called {number}")).copied();
+        assert_eq!(
+            called,
+            counts.get(&format!("returned {number}")).copied(),
+            "{number}"
+        );
+    }
+    assert!(
+        counts
+            .keys()
+            .filter(|key| key.starts_with("called "))
+            .count()
+            > 10
+    );
+    // Constructed.main (which calls into java/) caught three throwables: each handler says so.
+    let main = sites["Constructed.main([Ljava/lang/String;)V"];
+    assert_eq!(counts.get(&format!("caught {main}")), Some(&3), "{report}");
     // Instance methods other than constructors pass their receiver.
     let kind = sites["Rewritten.kind(I)Ljava/lang/String;"];
     assert_eq!(
@@ -358,6 +395,7 @@ fn covered_line_counts(hooks: HookKind) -> BTreeMap<u32, u64> {
             descriptor: method.descriptor,
             site: 500 + index as i32,
             parameters: Vec::new(),
+            call_sites: Vec::new(),
         })
         .collect();
     let plan = Plan {

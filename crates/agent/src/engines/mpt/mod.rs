@@ -626,6 +626,7 @@ impl Mpt {
                 descriptor,
                 site: site as i32,
                 parameters,
+                call_sites: Vec::new(),
             });
         }
         let unchanged = match existing {
