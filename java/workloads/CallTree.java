@@ -4,9 +4,10 @@
  * and outer calls leaf() once more (3N leaf calls: 2N under middle, N under outer directly);
  * fails(i) is called N times and throws an IllegalStateException when i is a multiple of 10
  * (caught by main); a java.util.zip.Adler32 (a JDK class, traced when the filters name it)
- * gets update(int) N times. Then new Sub(x) for the 10 values x = -5..4: Sub's constructor
- * calls Base's through super(x), which throws for the 5 negative x (those leave Sub's
- * constructor through its super(...) call).
+ * gets update(int) N times. Then Integer.parseInt of a word, which throws (caught by main).
+ * Then new Sub(x) for the 10 values x = -5..4: Sub's constructor calls Base's through
+ * super(x), which throws for the 5 negative x (those leave Sub's constructor through its
+ * super(...) call).
  *
  * With "wait" as a second argument it first prints "ready" and waits for a line on its standard
  * input (an agent is attached meanwhile); Sub, Base and Adler32 are first used after that line.
@@ -81,6 +82,13 @@ public class CallTree {
             checksum.update(i);
         }
         sink += checksum.getValue();
+        // A JDK call that throws, caught here.
+        int notNumbers = 0;
+        try {
+            sink += Integer.parseInt("not a number");
+        } catch (NumberFormatException expected) {
+            notNumbers++;
+        }
         int failed = 0;
         for (int x = -5; x < 5; x++) {
             try {
@@ -89,6 +97,7 @@ public class CallTree {
                 failed++;
             }
         }
-        System.out.println("calls=" + n + " thrown=" + thrown + " failed_subs=" + failed);
+        System.out.println("calls=" + n + " thrown=" + thrown + " failed_subs=" + failed
+                + " not_numbers=" + notNumbers);
     }
 }

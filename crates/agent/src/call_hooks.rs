@@ -20,8 +20,8 @@ use jvmti_bindings::sys::jvmti::{
     event_callbacks_size_for_feature, JVMTI_EVENT_CLASS_FILE_LOAD_HOOK,
 };
 use openprof_classfile::{
-    call_hook_class_file, declared_methods, instrument_each, HookKind, MethodPlan, Plan,
-    CALL_HOOK_CLASS, CALL_HOOK_METHODS,
+    call_hook_class_file, call_sites, declared_methods, instrument_each, HookKind, MethodPlan,
+    Plan, CALL_HOOK_CLASS, CALL_HOOK_METHODS,
 };
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::trace::filter::FilterBlock;
@@ -47,6 +47,13 @@ pub trait CallListener: Sync {
     /// The innermost open call of `site` on this thread ended: by a return, or by a throwable
     /// (`thrown`).
     fn exited(&self, jni: Jni, site: u32, thrown: bool);
+    /// A rewritten method is about to make the call `call_site` (callsites=y).
+    fn called(&self, _jni: Jni, _call_site: u32) {}
+    /// The call `call_site` returned.
+    fn returned(&self, _jni: Jni, _call_site: u32) {}
+    /// A handler of the innermost open call of `site` caught a throwable: what it called and
+    /// did not see return (a call the throwable left) ended.
+    fn caught(&self, _jni: Jni, _site: u32) {}
 }
 
 /// One open call of [`OpenCalls`].
@@ -141,6 +148,28 @@ impl<T> OpenCalls<T> {
         });
     }
 
+    /// A handler of the innermost open call of `key` caught a throwable: the calls open above it
+    /// ended (at `now`, or when known to have ended).
+    pub fn unwind_to(
+        &mut self,
+        key: usize,
+        now: u64,
+        close: &mut impl FnMut(T, u64, Option<&mut T>),
+    ) {
+        let Some(at) = self.calls.iter().rposition(|call| call.key == key) else {
+            return;
+        };
+        while self.calls.len() > at + 1 {
+            let Some(call) = self.calls.pop() else { break };
+            let end = call.ended_at.unwrap_or(now);
+            close(
+                call.data,
+                end,
+                self.calls.last_mut().map(|caller| &mut caller.data),
+            );
+        }
+    }
+
     /// The innermost open constructor of `key` has initialized `this`.
     pub fn initialized(&mut self, key: usize) {
         if let Some(call) = self.calls.iter_mut().rev().find(|call| call.key == key) {
@@ -206,26 +235,29 @@ impl Site {
 const SEGMENT_SIZE: usize = 4096;
 const SEGMENTS: usize = 1024;
 
-/// A segment of sites, each set once.
-type Segment = Box<[OnceLock<Site>]>;
+/// A segment of a table, each entry set once.
+type Segment<T> = Box<[OnceLock<T>]>;
 
-/// The sites, append-only and read without a lock: segments of 4,096 made as needed, at most
-/// 4,194,304 sites in a run (past that, classes are no longer instrumented).
-struct Sites {
-    segments: Box<[OnceLock<Segment>]>,
+/// Numbered entries (sites, call sites), append-only and read without a lock: segments of
+/// 4,096 made as needed, at most 4,194,304 entries in a run (past that, classes are no longer
+/// instrumented).
+struct Table<T> {
+    segments: Box<[OnceLock<Segment<T>>]>,
     /// How many are numbered (only under `Keys`' lock).
     count: AtomicU32,
 }
 
-impl Sites {
-    fn new() -> Sites {
-        Sites {
+type Sites = Table<Site>;
+
+impl<T> Table<T> {
+    fn new() -> Table<T> {
+        Table {
             segments: (0..SEGMENTS).map(|_| OnceLock::new()).collect(),
             count: AtomicU32::new(0),
         }
     }
 
-    fn get(&self, id: u32) -> Option<&Site> {
+    fn get(&self, id: u32) -> Option<&T> {
         let id = id as usize;
         self.segments
             .get(id / SEGMENT_SIZE)?
@@ -234,8 +266,8 @@ impl Sites {
             .get()
     }
 
-    /// Numbers a new site; called with `Keys` locked, so one caller at a time.
-    fn push(&self, site: Site) -> Option<u32> {
+    /// Numbers a new entry; called with `Keys` locked, so one caller at a time.
+    fn push(&self, site: T) -> Option<u32> {
         let id = self.count.load(Ordering::Acquire) as usize;
         let segment = self.segments.get(id / SEGMENT_SIZE)?.get_or_init(|| {
             (0..SEGMENT_SIZE)
@@ -249,10 +281,21 @@ impl Sites {
     }
 }
 
+/// A call a rewritten method makes into a class the filters leave out (callsites=y): what it
+/// calls, as its instruction names it.
+pub struct CallSiteTarget {
+    /// The called method's class (binary name), name and descriptor.
+    pub class: String,
+    pub name: String,
+    pub descriptor: String,
+}
+
 #[derive(Default)]
 struct Keys {
     /// (internal class name, method name, descriptor) → site.
     sites: HashMap<(String, String, String), u32>,
+    /// (caller's site, the call's offset) → call site.
+    call_sites: HashMap<(u32, u16), u32>,
     /// Internal class names → their sites whose jmethodID is not known yet.
     unresolved: HashMap<String, Vec<u32>>,
 }
@@ -278,6 +321,7 @@ pub struct CallHooks {
     /// Line coverage's counters, once the hook class is defined.
     coverage: OnceLock<Coverage>,
     sites: Sites,
+    call_sites: Table<CallSiteTarget>,
     keys: Mutex<Keys>,
     /// jmethodID → where the rewriter's handlers begin in its code.
     handlers: RwLock<HashMap<usize, u32>>,
@@ -313,6 +357,8 @@ pub struct Ways {
     pub receiver: bool,
     /// Count their basic blocks (coverage=y).
     pub coverage: bool,
+    /// Report their calls into classes the filters leave out (callsites=y).
+    pub call_sites: bool,
 }
 
 thread_local! {
@@ -358,6 +404,7 @@ impl CallHooks {
             ways,
             coverage: OnceLock::new(),
             sites: Sites::new(),
+            call_sites: Table::new(),
             keys: Mutex::new(Keys::default()),
             handlers: RwLock::new(HashMap::new()),
             listener: OnceLock::new(),
@@ -459,6 +506,11 @@ impl CallHooks {
 
     pub fn site(&self, id: u32) -> Option<&Site> {
         self.sites.get(id)
+    }
+
+    /// What a call site calls.
+    pub fn call_site(&self, id: u32) -> Option<&CallSiteTarget> {
+        self.call_sites.get(id)
     }
 
     /// Line coverage's counters, when asked for.
@@ -653,6 +705,11 @@ impl CallHooks {
             return None;
         }
         let declared = declared_methods(bytes).ok()?;
+        let calls = if self.ways.call_sites {
+            call_sites(bytes).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let mut methods = Vec::new();
         {
             let mut keys = lock(&self.keys);
@@ -685,12 +742,36 @@ impl CallHooks {
                         .or_default()
                         .push(site);
                 }
+                // Its calls into classes left out (of its own class, and of classes traced,
+                // the callee's entry says it all).
+                let mut call_sites = Vec::new();
+                for call in calls.iter().filter(|call| {
+                    call.caller.0 == method.name && call.caller.1 == method.descriptor
+                }) {
+                    let callee = call.class.replace('/', ".");
+                    if call.class == internal || self.wants(&callee) {
+                        continue;
+                    }
+                    let number = match keys.call_sites.get(&(site, call.offset)) {
+                        Some(&number) => number,
+                        None => {
+                            let number = self.call_sites.push(CallSiteTarget {
+                                class: callee,
+                                name: call.name.clone(),
+                                descriptor: call.descriptor.clone(),
+                            })?;
+                            keys.call_sites.insert((site, call.offset), number);
+                            number
+                        }
+                    };
+                    call_sites.push((call.offset, number as i32));
+                }
                 methods.push(MethodPlan {
                     name: method.name,
                     descriptor: method.descriptor,
                     site: site as i32,
                     parameters: Vec::new(),
-                    call_sites: Vec::new(),
+                    call_sites,
                 });
             }
             if let Some(pending) = keys.unresolved.get_mut(internal) {
@@ -815,6 +896,24 @@ unsafe extern "system" fn hook_enter(jni: *mut JNIEnv, _class: jclass, site: jin
     });
 }
 
+unsafe extern "system" fn hook_called(jni: *mut JNIEnv, _class: jclass, call_site: jint) {
+    hook("CallHook.called", |listener| {
+        listener.called(Jni(jni), call_site as u32)
+    });
+}
+
+unsafe extern "system" fn hook_returned(jni: *mut JNIEnv, _class: jclass, call_site: jint) {
+    hook("CallHook.returned", |listener| {
+        listener.returned(Jni(jni), call_site as u32)
+    });
+}
+
+unsafe extern "system" fn hook_caught(jni: *mut JNIEnv, _class: jclass, site: jint) {
+    hook("CallHook.caught", |listener| {
+        listener.caught(Jni(jni), site as u32)
+    });
+}
+
 unsafe extern "system" fn hook_initialized(jni: *mut JNIEnv, _class: jclass, site: jint) {
     hook("CallHook.initialized", |listener| {
         listener.initialized(Jni(jni), site as u32)
@@ -846,12 +945,15 @@ unsafe extern "system" fn hook_exit_thrown(jni: *mut JNIEnv, _class: jclass, sit
 
 /// The natives of CALL_HOOK_METHODS, in its order, as (name, descriptor, function).
 fn natives() -> Vec<(CString, CString, *mut c_void)> {
-    let functions: [*mut c_void; 5] = [
+    let functions: [*mut c_void; 8] = [
         hook_enter as *mut c_void,
         hook_enter_this as *mut c_void,
         hook_exit as *mut c_void,
         hook_exit_thrown as *mut c_void,
         hook_initialized as *mut c_void,
+        hook_called as *mut c_void,
+        hook_returned as *mut c_void,
+        hook_caught as *mut c_void,
     ];
     CALL_HOOK_METHODS
         .iter()

@@ -553,11 +553,14 @@ pub(crate) fn instrument_method(
     })
 }
 
-/// The method calls in a Code attribute's contents: (offset, (class, name, descriptor)).
+/// What a call instruction calls: the method's class (internal name), name and descriptor.
+pub(crate) type Callee = (String, String, String);
+
+/// The method calls in a Code attribute's contents: (offset, what it calls).
 pub(crate) fn calls_in(
     class: &ClassFile,
     contents: &[u8],
-) -> Result<Vec<(u16, (String, String, String))>, ClassFileError> {
+) -> Result<Vec<(u16, Callee)>, ClassFileError> {
     let mut reader = Bytes::new(contents, 0);
     reader.take(4)?; // max_stack, max_locals
     let length = reader.u4()? as usize;

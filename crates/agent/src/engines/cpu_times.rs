@@ -210,6 +210,7 @@ impl CpuTimes {
             calls: true,
             receiver: false,
             coverage: false,
+            call_sites: false,
         };
         let source = match CallHooks::install(vm, filters.clone(), ways) {
             Ok(hooks) => Source::Hooks(hooks),

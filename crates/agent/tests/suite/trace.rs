@@ -317,12 +317,13 @@ fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_onc
     assert_eq!(exits, expected, "every entry has its exit");
     assert_eq!(counts, expected, "methodCount counts every call");
     // fails() throws 30 times and main catches; Base throws 5 times, through Sub's super(...)
-    // call into main: each frame passed once, not once more for the rewriter's handlers.
+    // call into main; Integer.parseInt once: each traced frame passed once, not once more for
+    // the rewriter's handlers.
     let throws_expected: HashMap<String, u64> = [
         ("CallTree.fails", 30),
         ("CallTree$Base.<init>", 5),
         ("CallTree$Sub.<init>", 5),
-        ("CallTree.main", 35),
+        ("CallTree.main", 36),
     ]
     .into_iter()
     .map(|(method, calls)| (method.to_string(), calls))
@@ -330,7 +331,7 @@ fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_onc
     assert_eq!(throws, throws_expected);
     assert_eq!(
         catches,
-        HashMap::from([("CallTree.main".to_string(), 35)]),
+        HashMap::from([("CallTree.main".to_string(), 36)]),
         "only the program's catches"
     );
 }
@@ -485,4 +486,67 @@ fn line_coverage_counts_each_lines_runs_exactly() {
         counts.retain(|line, _| expected.contains_key(line));
         assert_eq!(counts, expected, "{options}");
     }
+}
+
+#[test]
+fn calls_into_untraced_classes_are_method_calls_each_paired_with_its_return() {
+    // callsites=y: CallTree's calls into the JDK (left out by the filters) are methodCall and
+    // methodReturn elements, by the callee the call names; the call Integer.parseInt throws
+    // out of ends where main catches it.
+    let run = run_java_with(
+        &["-Xverify:all"],
+        Some("format=x,cpu=times,callsites=y,filter=+CallTree*;-*,file=trace.xml"),
+        "CallTree",
+        &["300"],
+        Duration::from_secs(180),
+    );
+    assert!(run.success(), "{}", run.stderr());
+    xmllint(&run);
+    let elements = read_trace(&run.dir.join("trace.xml"));
+    let problems = validate(elements.iter().cloned().map(Ok));
+    assert!(problems.is_empty(), "{problems:#?}");
+    let names = method_names(&elements);
+    let name = |id: Option<u32>| {
+        let (class, method) = &names[&id.unwrap()];
+        format!("{class}.{method}")
+    };
+    let mut calls: HashMap<String, u64> = HashMap::new();
+    let mut open: HashMap<(u32, u128), String> = HashMap::new();
+    let mut returned: HashMap<String, u64> = HashMap::new();
+    for element in &elements {
+        match element {
+            TraceElement::MethodCall(call) => {
+                let callee = name(call.method_id_ref);
+                *calls.entry(callee.clone()).or_default() += 1;
+                let key = (call.thread_id_ref.unwrap(), call.ticket.unwrap().0);
+                assert!(open.insert(key, callee).is_none(), "a ticket used twice");
+            }
+            TraceElement::MethodReturn(back) => {
+                let key = (back.thread_id_ref.unwrap(), back.ticket.unwrap().0);
+                let callee = open.remove(&key).expect("a return of a call made");
+                assert_eq!(Some(&callee), Some(&name(back.method_id_ref)));
+                *returned.entry(callee).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "calls that never returned: {open:?}");
+    assert_eq!(calls, returned);
+    for (callee, count) in [
+        ("java.util.zip.Adler32.update", 300),
+        ("java.util.zip.Adler32.<init>", 1),
+        ("java.util.zip.Adler32.getValue", 1),
+        ("java.lang.IllegalStateException.<init>", 30),
+        ("java.lang.IllegalArgumentException.<init>", 5),
+        ("java.lang.Integer.parseInt", 2),
+        ("java.lang.Object.<init>", 300 + 10),
+    ] {
+        assert_eq!(calls.get(callee), Some(&count), "{callee}: {calls:?}");
+    }
+    // The traced methods' own entries are still there, exact.
+    let entries = elements
+        .iter()
+        .filter(|e| matches!(e, TraceElement::MethodEntry(m) if name(m.method_id_ref) == "CallTree.leaf"))
+        .count();
+    assert_eq!(entries, 900);
 }

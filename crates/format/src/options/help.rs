@@ -177,6 +177,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "n",
     },
     OptionRow {
+        name: "callsites",
+        values: "y|n",
+        meaning: "format=x,cpu=times: calls into untraced classes",
+        default: "n",
+    },
+    OptionRow {
         name: "threads",
         values: "<glob>[|<glob>]",
         meaning: "only threads of these names sampled",

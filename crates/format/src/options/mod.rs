@@ -191,6 +191,9 @@ pub struct Options {
     /// `coverage=y`: the filtered classes count their basic blocks; the trace gets lineTable
     /// and line elements.
     pub coverage: bool,
+    /// `callsites=y`: the calls traced methods make into classes the filters leave out are
+    /// methodCall and methodReturn elements.
+    pub call_sites: bool,
     /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
     /// extension).
     pub threads: Option<ThreadNames>,
@@ -246,6 +249,7 @@ impl Default for Options {
             lock_ns: None,
             lock_owners: false,
             coverage: false,
+            call_sites: false,
             threads: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
@@ -532,6 +536,9 @@ impl fmt::Display for Options {
         }
         if self.coverage {
             parts.push("coverage=y".to_string());
+        }
+        if self.call_sites {
+            parts.push("callsites=y".to_string());
         }
         if let Some(threads) = &self.threads {
             parts.push(format!("threads={}", threads.0.join("|")));

@@ -315,6 +315,7 @@ impl Options {
                 "lock" => options.lock_ns = Some(parse_duration_ns(name, value)?),
                 "lockowner" => options.lock_owners = parse_yes_no(name, value)?,
                 "coverage" => options.coverage = parse_yes_no(name, value)?,
+                "callsites" => options.call_sites = parse_yes_no(name, value)?,
                 "threads" => {
                     let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
                     if value.is_empty() || patterns.iter().any(String::is_empty) {
@@ -523,6 +524,14 @@ impl Options {
             return Err(bad(
                 "coverage",
                 "coverage=y writes lineTable and line elements, in format=x only",
+            ));
+        }
+        if self.call_sites && (self.format != OutputFormat::Xml || self.cpu != Some(CpuMode::Times))
+        {
+            return Err(bad(
+                "callsites",
+                "callsites=y writes methodCall and methodReturn elements beside the traced methods' \
+                 entries: give format=x,cpu=times",
             ));
         }
         if self.lock_owners && self.lock_threshold_ns().is_none() {

@@ -170,6 +170,26 @@ impl CallListener for Tracer {
             self.hooked_exit(method, thrown);
         }
     }
+
+    fn called(&self, _jni: Jni, call_site: u32) {
+        if let Some(target) = self.hooks.and_then(|hooks| hooks.call_site(call_site)) {
+            self.hooked_call(call_site, target);
+        }
+    }
+
+    fn returned(&self, _jni: Jni, call_site: u32) {
+        self.hooked_return(call_site);
+    }
+
+    fn caught(&self, _jni: Jni, site: u32) {
+        if let Some(method) = self
+            .hooks
+            .and_then(|hooks| hooks.site(site))
+            .and_then(|site| site.method())
+        {
+            self.hooked_caught(method);
+        }
+    }
 }
 
 /// Traced calls of method parameter tracing become trace elements.

@@ -18,6 +18,8 @@ use openprof_format::java_names::class_name_from_signature;
 use openprof_format::options::Options;
 use openprof_format::trace::attrs::{IsArray, MultiPart, ObjRef, Seconds, SourceCoordinateType};
 use openprof_format::trace::filter::FilterBlock;
+
+use crate::call_hooks::CallSiteTarget;
 use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
 use openprof_format::trace::*;
 use uuid::Uuid;
@@ -25,6 +27,9 @@ use uuid::Uuid;
 use crate::jvmti::{jclass, jmethodID, jobject, jthread, JNIEnv, Jvmti};
 use crate::net::NetSink;
 use openprof_format::wire::FrameKind;
+
+/// The open-call key of a call site (callsites=y), apart from the methods' (jmethodIDs).
+const CALL_SITE_KEY: usize = 1 << 62;
 
 /// Serialised elements waiting for the agent's thread beyond this are dropped (and counted):
 /// a tracer must not eat the heap of the process it traces.
@@ -69,6 +74,10 @@ struct TraceState {
     classes_defined: HashSet<u32>,
     methods_defined: HashSet<u32>,
     objects_defined: HashSet<u32>,
+    /// Classes by name (the defined ones, and those only named by a call site).
+    class_names: HashMap<String, u32>,
+    /// Methods only named by a call site: (class, name, descriptor) → record.
+    named_methods: HashMap<(String, String, String), MethodRecord>,
     /// Every live numbered thread (name, group): a new trace starts by defining them.
     live_threads: BTreeMap<u32, (String, String)>,
     finished: bool,
@@ -316,6 +325,7 @@ impl Tracer {
             calls: timing,
             receiver: true,
             coverage: options.coverage,
+            call_sites: options.call_sites,
         };
         let hooks = if timing || options.coverage {
             crate::call_hooks::CallHooks::install(vm, filters.clone(), ways)
@@ -404,6 +414,8 @@ impl Tracer {
                 classes_defined: HashSet::new(),
                 methods_defined: HashSet::new(),
                 objects_defined: HashSet::new(),
+                class_names: HashMap::new(),
+                named_methods: HashMap::new(),
                 live_threads: BTreeMap::new(),
                 finished: false,
             }),
@@ -683,6 +695,7 @@ impl Tracer {
         let signature = self.jvmti.class_signature(class).unwrap_or_default();
         let name = class_name_from_signature(&signature);
         let included = state.filters.includes(&name);
+        state.class_names.insert(name.clone(), id);
         state.classes.insert(
             id,
             ClassRecord {
@@ -759,6 +772,93 @@ impl Tracer {
                 transient_class_id_ref: None,
                 class_id_ref: Some(class_id),
                 method_id: Some(record.id),
+                transient_method_id: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Signature::default(),
+            },
+        );
+        if defined {
+            state.methods_defined.insert(id);
+        }
+        record
+    }
+
+    /// A method a call site names (callsites=y), defined by its names alone: its class need not
+    /// be loaded yet, and is defined by its name if the trace has no class of that name.
+    fn named_method(&self, state: &mut TraceState, target: &CallSiteTarget) -> MethodRecord {
+        let key = (
+            target.class.clone(),
+            target.name.clone(),
+            target.descriptor.clone(),
+        );
+        if let Some(&record) = state.named_methods.get(&key) {
+            if state.trace.is_none() || state.methods_defined.contains(&record.id) {
+                return record;
+            }
+        }
+        let class_id = match state.class_names.get(&target.class).copied() {
+            Some(id) if state.classes_defined.contains(&id) => id,
+            known => {
+                let id = known.unwrap_or_else(|| {
+                    state.last_class_id += 1;
+                    state.last_class_id
+                });
+                state.class_names.insert(target.class.clone(), id);
+                state.classes.entry(id).or_insert_with(|| ClassRecord {
+                    name: target.class.clone(),
+                    included: false,
+                    is_array: IsArray::NotArray,
+                });
+                let defined = self.emit(
+                    state,
+                    ClassDef {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: None,
+                        time: Some(now()),
+                        num_interfaces: None,
+                        transient_class_id: None,
+                        class_id: Some(id),
+                        source_name: None,
+                        name: Some(target.class.clone()),
+                        access: None,
+                        num_static_fields: None,
+                        num_methods: None,
+                        num_instance_fields: None,
+                        class_loader: None,
+                        class_loader_name: None,
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: NoContent,
+                    },
+                );
+                if defined {
+                    state.classes_defined.insert(id);
+                }
+                id
+            }
+        };
+        let id = state.named_methods.get(&key).map_or_else(
+            || {
+                state.last_method_id += 1;
+                state.last_method_id
+            },
+            |record| record.id,
+        );
+        let record = MethodRecord { id, class_id };
+        state.named_methods.insert(key, record);
+        let defined = self.emit(
+            state,
+            MethodDef {
+                name: Some(target.name.clone()),
+                signature: Some(target.descriptor.clone()),
+                access: None,
+                start_line_number: None,
+                end_line_number: None,
+                sig_notation: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(class_id),
+                method_id: Some(id),
                 transient_method_id: None,
                 collation_value: None,
                 trace_id_ref: None,
@@ -1245,14 +1345,7 @@ impl Tracer {
         let mut state = lock(&self.state);
         count(&mut state);
         // Calls known to have ended (a constructor left through its super(...) call) first.
-        for ((open, open_ticket), end) in closed {
-            let record = self.method(&mut state, open as jmethodID);
-            let end = Seconds::from_nanos(u128::from(end));
-            self.emit(
-                &mut state,
-                method_exit_element(thread_id, time, open_ticket, end, record),
-            );
-        }
+        self.emit_closed(&mut state, thread_id, time, closed);
         if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
             THREAD_TRACE.with(|trace| trace.borrow_mut().open.retain(|open| open.1 != ticket));
             return;
@@ -1282,19 +1375,151 @@ impl Tracer {
     /// method, and one for any entry above it whose exit never came (`OpenCalls`), so that
     /// entries and exits stay paired.
     pub fn hooked_exit(&self, method: jmethodID, thrown: bool) {
+        self.hooked_exit_key(method as usize, thrown);
+    }
+
+    /// The innermost open call of `key` (a method's, or a call site's) ended.
+    fn hooked_exit_key(&self, key: usize, thrown: bool) {
         let closed = self.with_thread_trace(|trace| {
             if trace.ended {
                 return Vec::new();
             }
-            let cpu = if trace.open.contains(method as usize) {
+            let cpu = if trace.open.contains(key) {
                 trace.clock.now()
             } else {
                 0
             };
             let mut closed = Vec::new();
+            trace.open.exit(key, thrown, cpu, &mut |call, end, _| {
+                closed.push((call, end))
+            });
+            closed
+        });
+        if closed.is_empty() {
+            return;
+        }
+        let time = now();
+        let thread_id = self.current_thread_id();
+        let mut state = lock(&self.state);
+        self.emit_closed(&mut state, thread_id, time, closed);
+    }
+
+    /// Elements closing open calls, innermost first: a methodExit for a method's entry, a
+    /// methodReturn for a call site's call; each with the thread's CPU time at its end.
+    fn emit_closed(
+        &self,
+        state: &mut TraceState,
+        thread_id: u32,
+        time: Seconds,
+        closed: Vec<((usize, u128), u64)>,
+    ) {
+        for ((key, ticket), end) in closed {
+            let cpu = Seconds::from_nanos(u128::from(end));
+            if key & CALL_SITE_KEY != 0 {
+                let Some(target) = self
+                    .hooks
+                    .and_then(|hooks| hooks.call_site((key & !CALL_SITE_KEY) as u32))
+                else {
+                    continue;
+                };
+                let record = self.named_method(state, target);
+                self.emit(
+                    state,
+                    MethodReturn {
+                        transient_thread_id_ref: None,
+                        thread_id_ref: Some(thread_id),
+                        time: Some(time),
+                        ticket: Some(MultiPart(ticket)),
+                        thread_cpu_time: Some(cpu),
+                        method_id_ref: Some(record.id),
+                        transient_method_id_ref: None,
+                        transient_obj_id_ref: None,
+                        obj_id_ref: None,
+                        transient_class_id_ref: None,
+                        class_id_ref: Some(record.class_id),
+                        sequence_counter: None,
+                        context_data: None,
+                        collation_value: None,
+                        trace_id_ref: None,
+                        content: Values::default(),
+                    },
+                );
+            } else {
+                let record = self.method(state, key as jmethodID);
+                self.emit(
+                    state,
+                    method_exit_element(thread_id, time, ticket, cpu, record),
+                );
+            }
+        }
+    }
+
+    /// A traced method is about to make a call into a class the filters leave out
+    /// (callsites=y): a methodCall naming the callee as the call names it.
+    pub fn hooked_call(&self, call_site: u32, target: &CallSiteTarget) {
+        let thread_id = self.current_thread_id();
+        if thread_id == 0 || THREAD_TRACE.with(|trace| trace.borrow().ended) {
+            return;
+        }
+        let time = now();
+        let key = CALL_SITE_KEY | call_site as usize;
+        let (cpu, ticket, generation, closed) = self.with_thread_trace(|trace| {
+            let cpu = trace.clock.now();
+            trace.last_ticket += 1;
+            let ticket = trace.last_ticket;
+            let mut closed = Vec::new();
             trace
                 .open
-                .exit(method as usize, thrown, cpu, &mut |call, end, _| {
+                .enter(key, false, |_| (key, ticket), &mut |call, end, _| {
+                    closed.push((call, end))
+                });
+            (cpu, ticket, trace.generation, closed)
+        });
+        let mut state = lock(&self.state);
+        if state.trace.is_none() || self.generation.load(Ordering::Acquire) != generation {
+            THREAD_TRACE.with(|trace| trace.borrow_mut().open.retain(|open| open.1 != ticket));
+            return;
+        }
+        self.emit_closed(&mut state, thread_id, time, closed);
+        let record = self.named_method(&mut state, target);
+        self.emit(
+            &mut state,
+            MethodCall {
+                transient_thread_id_ref: None,
+                thread_id_ref: Some(thread_id),
+                time: Some(time),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                ticket: Some(MultiPart(ticket)),
+                transient_obj_id_ref: None,
+                obj_id_ref: None,
+                transient_class_id_ref: None,
+                class_id_ref: Some(record.class_id),
+                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu))),
+                sequence_counter: None,
+                context_data: None,
+                stack_depth: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: Values::default(),
+            },
+        );
+    }
+
+    /// The call of `call_site` returned: its methodReturn.
+    pub fn hooked_return(&self, call_site: u32) {
+        self.hooked_exit_key(CALL_SITE_KEY | call_site as usize, false);
+    }
+
+    /// A handler of `method`'s innermost open call caught a throwable: the calls it made that
+    /// the throwable left end now.
+    pub fn hooked_caught(&self, method: jmethodID) {
+        let closed = self.with_thread_trace(|trace| {
+            let cpu = trace.clock.now();
+            let mut closed = Vec::new();
+            trace
+                .open
+                .unwind_to(method as usize, cpu, &mut |call, end, _| {
                     closed.push((call, end))
                 });
             closed
@@ -1305,14 +1530,7 @@ impl Tracer {
         let time = now();
         let thread_id = self.current_thread_id();
         let mut state = lock(&self.state);
-        for ((open, ticket), end) in closed {
-            let record = self.method(&mut state, open as jmethodID);
-            let end = Seconds::from_nanos(u128::from(end));
-            self.emit(
-                &mut state,
-                method_exit_element(thread_id, time, ticket, end, record),
-            );
-        }
+        self.emit_closed(&mut state, thread_id, time, closed);
     }
 
     /// A traced constructor's `super(...)` or `this(...)` call returned.
