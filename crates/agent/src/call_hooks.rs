@@ -54,6 +54,12 @@ pub trait CallListener: Sync {
     /// A handler of the innermost open call of `site` caught a throwable: what it called and
     /// did not see return (a call the throwable left) ended.
     fn caught(&self, _jni: Jni, _site: u32) {}
+    /// The call `call_site` is about to send an HTTP request on `connection` (after `called`):
+    /// the request may carry the call's context.
+    fn outgoing(&self, _jni: Jni, _connection: jobject, _call_site: u32) {}
+    /// The call of `site` just entered handles an HTTP request (`exchange`), which may carry
+    /// the context of the call that sent it.
+    fn incoming(&self, _jni: Jni, _exchange: jobject, _site: u32) {}
 }
 
 /// One open call of [`OpenCalls`].
@@ -743,8 +749,10 @@ impl CallHooks {
                         .push(site);
                 }
                 // Its calls into classes left out (of its own class, and of classes traced,
-                // the callee's entry says it all).
+                // the callee's entry says it all); of those, HTTP requests sent carry the
+                // call's context to the other JVM.
                 let mut call_sites = Vec::new();
+                let mut outgoing = Vec::new();
                 for call in calls.iter().filter(|call| {
                     call.caller.0 == method.name && call.caller.1 == method.descriptor
                 }) {
@@ -765,13 +773,22 @@ impl CallHooks {
                         }
                     };
                     call_sites.push((call.offset, number as i32));
+                    if sends_a_request(&call.class, &call.name, &call.descriptor) {
+                        outgoing.push(call.offset);
+                    }
                 }
+                let incoming = self.ways.call_sites
+                    && method.access & openprof_classfile::access::STATIC == 0
+                    && method.name == HTTP_HANDLER.0
+                    && method.descriptor == HTTP_HANDLER.1;
                 methods.push(MethodPlan {
                     name: method.name,
                     descriptor: method.descriptor,
                     site: site as i32,
                     parameters: Vec::new(),
                     call_sites,
+                    outgoing,
+                    incoming,
                 });
             }
             if let Some(pending) = keys.unresolved.get_mut(internal) {
@@ -862,6 +879,29 @@ impl CallHooks {
     }
 }
 
+/// The header an HTTP request carries the calling context in (callsites=y).
+pub const CONTEXT_HEADER: &str = "X-Openprof-Context";
+
+/// The method of the JDK's HTTP server that handles a request
+/// (`com.sun.net.httpserver.HttpHandler.handle`): a traced implementation reads the caller's
+/// context from the request at its entry.
+const HTTP_HANDLER: (&str, &str) = ("handle", "(Lcom/sun/net/httpserver/HttpExchange;)V");
+
+/// Whether a call (class, name, descriptor) sends an HTTP request of the JDK's client, taking
+/// no argument: its receiver, a `URLConnection`, gets the context header first.
+fn sends_a_request(class: &str, name: &str, descriptor: &str) -> bool {
+    matches!(
+        class,
+        "java/net/URLConnection"
+            | "java/net/HttpURLConnection"
+            | "javax/net/ssl/HttpsURLConnection"
+            | "sun/net/www/protocol/http/HttpURLConnection"
+    ) && matches!(
+        name,
+        "connect" | "getInputStream" | "getOutputStream" | "getResponseCode"
+    ) && descriptor.starts_with("()")
+}
+
 /// `java/util/HashMap` from `Ljava/util/HashMap;`.
 fn internal_name(signature: &str) -> String {
     signature
@@ -914,6 +954,28 @@ unsafe extern "system" fn hook_caught(jni: *mut JNIEnv, _class: jclass, site: ji
     });
 }
 
+unsafe extern "system" fn hook_outgoing(
+    jni: *mut JNIEnv,
+    _class: jclass,
+    connection: jobject,
+    call_site: jint,
+) {
+    hook("CallHook.outgoing", |listener| {
+        listener.outgoing(Jni(jni), connection, call_site as u32)
+    });
+}
+
+unsafe extern "system" fn hook_incoming(
+    jni: *mut JNIEnv,
+    _class: jclass,
+    exchange: jobject,
+    site: jint,
+) {
+    hook("CallHook.incoming", |listener| {
+        listener.incoming(Jni(jni), exchange, site as u32)
+    });
+}
+
 unsafe extern "system" fn hook_initialized(jni: *mut JNIEnv, _class: jclass, site: jint) {
     hook("CallHook.initialized", |listener| {
         listener.initialized(Jni(jni), site as u32)
@@ -945,7 +1007,7 @@ unsafe extern "system" fn hook_exit_thrown(jni: *mut JNIEnv, _class: jclass, sit
 
 /// The natives of CALL_HOOK_METHODS, in its order, as (name, descriptor, function).
 fn natives() -> Vec<(CString, CString, *mut c_void)> {
-    let functions: [*mut c_void; 8] = [
+    let functions: [*mut c_void; 10] = [
         hook_enter as *mut c_void,
         hook_enter_this as *mut c_void,
         hook_exit as *mut c_void,
@@ -954,6 +1016,8 @@ fn natives() -> Vec<(CString, CString, *mut c_void)> {
         hook_called as *mut c_void,
         hook_returned as *mut c_void,
         hook_caught as *mut c_void,
+        hook_outgoing as *mut c_void,
+        hook_incoming as *mut c_void,
     ];
     CALL_HOOK_METHODS
         .iter()

@@ -31,7 +31,9 @@ pub const HOOK_METHODS: &[(&str, &str)] = &[
 /// return, `exitThrown(site)` when a throwable leaves the method, in a constructor
 /// `initialized(site)` just after its `super(...)` or `this(...)` call returned; around a call
 /// the plan names, `called(n)` and `returned(n)`, and `caught(site)` at the start of the
-/// method's own handlers).
+/// method's own handlers; `outgoing(receiver, n)` after `called(n)` for a call the plan marks
+/// as leaving the JVM, and `incoming(argument 1, site)` at the entry of a method the plan marks
+/// as receiving a call from another).
 pub const CALL_HOOK_METHODS: &[(&str, &str)] = &[
     ("enter", "(I)V"),
     ("enterThis", "(ILjava/lang/Object;)V"),
@@ -41,6 +43,8 @@ pub const CALL_HOOK_METHODS: &[(&str, &str)] = &[
     ("called", "(I)V"),
     ("returned", "(I)V"),
     ("caught", "(I)V"),
+    ("outgoing", "(Ljava/lang/Object;I)V"),
+    ("incoming", "(Ljava/lang/Object;I)V"),
 ];
 
 /// The descriptor of the hook's `arg` for a parameter of the given field descriptor.
@@ -70,6 +74,8 @@ pub(crate) struct HookRefs {
     called: u16,
     returned: u16,
     caught: u16,
+    outgoing: u16,
+    incoming: u16,
     exit: u16,
     exit_thrown: u16,
     throwable: u16,
@@ -107,6 +113,8 @@ impl HookRefs {
             called: 0,
             returned: 0,
             caught: 0,
+            outgoing: 0,
+            incoming: 0,
             exit: 0,
             exit_thrown: 0,
             throwable: pool.class("java/lang/Throwable")?,
@@ -128,6 +136,8 @@ impl HookRefs {
                 "called" => refs.called = index,
                 "returned" => refs.returned = index,
                 "caught" => refs.caught = index,
+                "outgoing" => refs.outgoing = index,
+                "incoming" => refs.incoming = index,
                 "exit" => refs.exit = index,
                 _ => refs.exit_thrown = index,
             }
@@ -216,6 +226,13 @@ pub(crate) fn instrument_method(
             } else {
                 code.push(INVOKESTATIC);
                 code.extend(hooks.enter.to_be_bytes());
+            }
+            // The method's first argument brings a call's context from another JVM.
+            if plan.incoming {
+                code.push(if is_static { 0x2a } else { 0x2b }); // aload_0 | aload_1
+                code.extend(push_int(plan.site, pool)?);
+                code.push(INVOKESTATIC);
+                code.extend(hooks.incoming.to_be_bytes());
             }
             code
         }
@@ -311,7 +328,13 @@ pub(crate) fn instrument_method(
                     "the instruction at offset {offset} calls no method"
                 )));
             }
-            let before = hook_call(pool, number, hooks.called)?;
+            let mut before = hook_call(pool, number, hooks.called)?;
+            // The call's receiver (a no-argument method's, on top of the stack) carries the
+            // call's context to the other JVM.
+            if plan.outgoing.contains(&(offset as u16)) {
+                before.push(0x59); // dup
+                before.extend(hook_call(pool, number, hooks.outgoing)?);
+            }
             reaching.entry(offset).or_default().extend(before);
             if offset + length < code_length {
                 let after = hook_call(pool, number, hooks.returned)?;

@@ -70,6 +70,12 @@ pub struct MethodPlan {
     /// Calls to report (call hooks): (the call instruction's offset, the number the hooks
     /// `called` and `returned` get).
     pub call_sites: Vec<(u16, i32)>,
+    /// Of those, the calls that leave the JVM (an HTTP request sent): the no-argument method's
+    /// receiver is handed to `outgoing` too, to carry the call's context.
+    pub outgoing: Vec<u16>,
+    /// The method receives calls from another JVM: its first argument is handed to `incoming`
+    /// at entry.
+    pub incoming: bool,
 }
 
 /// A call instruction of a method (invokevirtual, invokespecial, invokestatic,

@@ -609,6 +609,49 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
 }
 
 #[derive(Args, Debug)]
+pub struct InvocationsArgs {
+    /// The store's directory.
+    #[arg(long, default_value = "openprof-store")]
+    store: PathBuf,
+    /// Print JSON (an array of the joined calls) instead of lines.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn invocations(args: InvocationsArgs) -> Result<ExitCode> {
+    let store = open_store(&args.store)?;
+    let joined = openprof_collector::invocations::join_calls(&store)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&joined)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if joined.is_empty() {
+        println!("no call between agents in {}", args.store.display());
+    }
+    let millis = |ns: Option<u128>| {
+        ns.map_or_else(|| "?".to_string(), |ns| format!("{:.3}", ns as f64 / 1e6))
+    };
+    for call in &joined {
+        println!(
+            "agent {} thread {} {} -> {} [{} .. {} ms]
+  agent {} thread {} {} [{} .. {} ms]",
+            call.caller_agent,
+            call.caller_thread,
+            printable(call.caller_method.as_deref().unwrap_or("?")),
+            printable(&call.called),
+            millis(call.call_ns),
+            millis(call.return_ns),
+            call.callee_agent,
+            call.callee_thread,
+            printable(&call.callee_method),
+            millis(call.entry_ns),
+            millis(call.exit_ns),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args, Debug)]
 pub struct ReplayArgs {
     /// A recorded trace (format=x document or fragments).
     file: PathBuf,

@@ -56,6 +56,10 @@ enum Commands {
     /// Write a stored trace as a document (valid by docs/trace.dtd), elements in collation
     /// order, each once; or with --agent an agent's HPROF output.
     Export(collector_commands::ExportArgs),
+    /// Join the calls between agents a store holds: each call one traced JVM made into another
+    /// (format=x,cpu=times,callsites=y on both; the request carried the call's context), with
+    /// the callee's method and both sides' times on the collector's clock.
+    Invocations(collector_commands::InvocationsArgs),
     /// Replay a recorded trace to a collector as a new agent (for tests and benchmarks):
     /// prints elements/s, MB/s and the delay until stored.
     Replay(collector_commands::ReplayArgs),
@@ -194,6 +198,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Ui(args) => collector_commands::ui(args),
         Commands::Ls(args) => collector_commands::ls(args),
         Commands::Export(args) => collector_commands::export(args),
+        Commands::Invocations(args) => collector_commands::invocations(args),
         Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Mpt(args) => mpt_command::mpt(args),
         Commands::Convert(args) => convert_command::convert(args),

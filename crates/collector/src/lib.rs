@@ -9,11 +9,13 @@
 //! - [`server`]: the listener, agent and control connections, the store writer thread.
 //! - [`replay`]: a client that replays a recorded trace as an agent (tests, benchmarks).
 //! - [`clock`]: clock offsets from heartbeat round trips.
+//! - [`invocations`]: calls between agents joined (a caller's methodCall, the callee's entry).
 //! - [`store`]: the [`store::Store`] trait and its embedded backend (SQLite catalog + zstd
 //!   segments).
 
 pub mod client;
 pub mod clock;
+pub mod invocations;
 pub mod replay;
 pub mod scan;
 pub mod server;

@@ -24,6 +24,7 @@ pub mod handshake;
 pub mod heap;
 pub mod hprof_binary;
 pub mod hprof_text;
+pub mod invocation;
 pub mod java_names;
 pub mod mpt;
 pub mod mpt_stats;

@@ -45,6 +45,8 @@ fn plan(methods: &[(&str, &str, i32, &[u16])]) -> Plan {
                 site: *site,
                 parameters: parameters.to_vec(),
                 call_sites: Vec::new(),
+                outgoing: Vec::new(),
+                incoming: false,
             })
             .collect(),
     }
@@ -235,6 +237,8 @@ fn instrument_calls(classes: &Path, names: &[&str]) -> (BTreeMap<String, i32>, i
                     site,
                     parameters: Vec::new(),
                     call_sites,
+                    outgoing: Vec::new(),
+                    incoming: false,
                 }
             })
             .collect();
@@ -396,6 +400,8 @@ fn covered_line_counts(hooks: HookKind) -> BTreeMap<u32, u64> {
             site: 500 + index as i32,
             parameters: Vec::new(),
             call_sites: Vec::new(),
+            outgoing: Vec::new(),
+            incoming: false,
         })
         .collect();
     let plan = Plan {

@@ -1874,3 +1874,75 @@ fn data_arriving_faster_than_it_is_stored_waits_within_the_byte_budget() {
     let listing = ls(store.path());
     assert_eq!(listing.matches(": 8 frames, ").count(), 4, "{listing}");
 }
+
+#[test]
+fn a_call_from_one_jvm_into_another_is_joined_under_the_callers_call() {
+    // HttpCaller's Client.fetch calls HttpCallee's Greeter.handle over HTTP, five times; both
+    // JVMs trace their own classes (callsites=y) to one collector: the request carries the
+    // caller's context, the callee's trace an invocationContext, and the collector joins them.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let traced = |class: &str| {
+        agent_options(
+            &collector.address,
+            &format!("format=x,cpu=times,callsites=y,filter=+{class}*;-*"),
+        )
+    };
+    let (mut command, _) = java_command(Some(&traced("HttpCallee")), "HttpCallee", &[]);
+    let mut callee = command.stdin(Stdio::piped()).spawn().expect("start java");
+    let mut stdout = BufReader::new(callee.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("port=")
+        .unwrap_or_else(|| panic!("no port: {line}"))
+        .to_string();
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        rest
+    });
+    let (command, _) = java_command(Some(&traced("HttpCaller")), "HttpCaller", &[&port, "5"]);
+    let caller = wait_with_limit(
+        {
+            let mut command = command;
+            command.spawn().expect("start java")
+        },
+        Duration::from_secs(120),
+    );
+    assert!(caller.status.success(), "{}", text(&caller.stderr));
+    drop(callee.stdin.take());
+    let callee = wait_with_limit(callee, Duration::from_secs(120));
+    assert!(callee.status.success(), "{}", text(&callee.stderr));
+    assert!(rest.join().unwrap().contains("handled=5"));
+    drop(collector);
+
+    let joined = openprof(&[
+        "invocations",
+        "--store",
+        store.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(joined.status.success(), "{}", text(&joined.stderr));
+    let calls: serde_json::Value = serde_json::from_slice(&joined.stdout).unwrap();
+    let calls = calls.as_array().unwrap();
+    assert_eq!(calls.len(), 5, "{calls:#?}");
+    for call in calls {
+        assert_eq!(call["callerMethod"], "HttpCaller$Client.fetch", "{call}");
+        assert_eq!(call["calleeMethod"], "HttpCallee$Greeter.handle", "{call}");
+        assert_ne!(call["callerAgent"], call["calleeAgent"]);
+        // On the collector's clock, the callee's entry and exit lie within the caller's call
+        // (two agents on one machine: their offsets are estimated to well under a
+        // millisecond).
+        let ns = |name: &str| {
+            call[name]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no {name}: {call}"))
+        };
+        let slack = 2_000_000;
+        assert!(ns("entryNs") + slack >= ns("callNs"), "{call}");
+        assert!(ns("exitNs") <= ns("returnNs") + slack, "{call}");
+        assert!(ns("exitNs") >= ns("entryNs"), "{call}");
+    }
+}

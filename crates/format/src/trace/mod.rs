@@ -752,6 +752,9 @@ elements! {
     }
     /// (openprof) who invoked a method, possibly in another agent: the
     /// methodCall or methodEntry identified by agent, thread and ticket.
+    /// Who invoked a method from another agent: the remote methodCall's node, process, agent,
+    /// thread and ticket. entryThreadIdRef and entryTicket are openprof's addition: the local
+    /// methodEntry it belongs to.
     InvocationContext = "invocationContext" [NoContent] {
         node_id_ref: opt Uuid = "nodeIdRef",
         process_id_ref: opt Uuid = "processIdRef",
@@ -759,6 +762,8 @@ elements! {
         thread_id_ref: opt u32 = "threadIdRef",
         ticket: opt MultiPart = "ticket",
         sequence_counter: opt u64 = "sequenceCounter",
+        entry_thread_id_ref: opt u32 = "entryThreadIdRef",
+        entry_ticket: opt MultiPart = "entryTicket",
         collation_value: opt MultiPart = "collationValue",
         trace_id_ref: opt Uuid = "traceIdRef",
     }

@@ -627,6 +627,8 @@ impl Mpt {
                 site: site as i32,
                 parameters,
                 call_sites: Vec::new(),
+                outgoing: Vec::new(),
+                incoming: false,
             });
         }
         let unchanged = match existing {

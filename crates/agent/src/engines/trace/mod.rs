@@ -181,6 +181,20 @@ impl CallListener for Tracer {
         self.hooked_return(call_site);
     }
 
+    fn outgoing(&self, jni: Jni, connection: jobject, call_site: u32) {
+        self.hooked_outgoing(jni, connection, call_site);
+    }
+
+    fn incoming(&self, jni: Jni, exchange: jobject, site: u32) {
+        if let Some(method) = self
+            .hooks
+            .and_then(|hooks| hooks.site(site))
+            .and_then(|site| site.method())
+        {
+            self.hooked_incoming(jni, exchange, method);
+        }
+    }
+
     fn caught(&self, _jni: Jni, site: u32) {
         if let Some(method) = self
             .hooks

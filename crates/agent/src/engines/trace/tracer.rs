@@ -24,7 +24,7 @@ use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
 use openprof_format::trace::*;
 use uuid::Uuid;
 
-use crate::jvmti::{jclass, jmethodID, jobject, jthread, JNIEnv, Jvmti};
+use crate::jvmti::{jclass, jmethodID, jobject, jthread, jvalue, JNIEnv, Jvmti};
 use crate::net::NetSink;
 use openprof_format::wire::FrameKind;
 
@@ -144,6 +144,9 @@ pub enum CallSource {
 
 pub struct Tracer {
     jvmti: Jvmti,
+    /// This node's and process's ids in the trace (a call's context names them).
+    node_id: Uuid,
+    process_id: Uuid,
     /// The rewritten classes' hooks (cpu=times, coverage=y).
     pub hooks: Option<&'static crate::call_hooks::CallHooks>,
     /// heap=sites: sampled allocations become objAlloc elements.
@@ -388,6 +391,8 @@ impl Tracer {
         }
         let tracer = Tracer {
             jvmti,
+            node_id,
+            process_id,
             hooks: hooks.ok(),
             allocations,
             freed: Mutex::new(Vec::new()),
@@ -1504,6 +1509,135 @@ impl Tracer {
                 content: Values::default(),
             },
         );
+    }
+
+    /// The call of `call_site` is about to send an HTTP request on `connection`: the request
+    /// carries the call's context (its methodCall's ticket) in a header.
+    pub fn hooked_outgoing(&self, jni: crate::jni::Jni, connection: jobject, call_site: u32) {
+        let key = CALL_SITE_KEY | call_site as usize;
+        let Some(ticket) = self.with_thread_trace(|trace| {
+            trace
+                .open
+                .innermost_of(key)
+                .next()
+                .map(|&(_, ticket)| ticket)
+        }) else {
+            return;
+        };
+        let context = openprof_format::invocation::InvocationContext {
+            node: self.node_id,
+            process: self.process_id,
+            agent: self.agent_id,
+            thread: self.current_thread_id(),
+            ticket,
+        };
+        let class = jni.object_class(connection);
+        let method = jni.method_id(
+            class,
+            "setRequestProperty",
+            "(Ljava/lang/String;Ljava/lang/String;)V",
+        );
+        if let (Ok(method), Ok(name), Ok(value)) = (
+            method,
+            jni.new_string(crate::call_hooks::CONTEXT_HEADER),
+            jni.new_string(&context.to_header()),
+        ) {
+            // A connection already connected refuses (it carried the header then): ignored.
+            let _ = jni.call(
+                connection,
+                method,
+                b'V',
+                &[jvalue { l: name }, jvalue { l: value }],
+            );
+            jni.delete_local_ref(name);
+            jni.delete_local_ref(value);
+        }
+        jni.delete_local_ref(class);
+    }
+
+    /// The call of `method` just entered handles an HTTP request: when the request carries a
+    /// caller's context, an invocationContext naming the caller's methodCall, for this entry.
+    pub fn hooked_incoming(&self, jni: crate::jni::Jni, exchange: jobject, method: jmethodID) {
+        let Some(header) = Self::request_header(jni, exchange, crate::call_hooks::CONTEXT_HEADER)
+        else {
+            return;
+        };
+        // From the network: a malformed value is no context.
+        let Ok(context) = openprof_format::invocation::InvocationContext::parse(&header) else {
+            return;
+        };
+        let Some(entry_ticket) = self.with_thread_trace(|trace| {
+            trace
+                .open
+                .innermost_of(method as usize)
+                .next()
+                .map(|&(_, ticket)| ticket)
+        }) else {
+            return;
+        };
+        let thread_id = self.current_thread_id();
+        let mut state = lock(&self.state);
+        self.emit(
+            &mut state,
+            InvocationContext {
+                node_id_ref: Some(context.node),
+                process_id_ref: Some(context.process),
+                agent_id_ref: Some(context.agent),
+                thread_id_ref: Some(context.thread),
+                ticket: Some(MultiPart(context.ticket)),
+                sequence_counter: None,
+                entry_thread_id_ref: Some(thread_id),
+                entry_ticket: Some(MultiPart(entry_ticket)),
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
+    /// The first value of a request header of an `HttpExchange`, through its own methods.
+    fn request_header(jni: crate::jni::Jni, exchange: jobject, name: &str) -> Option<String> {
+        let class = jni.object_class(exchange);
+        let headers_method = jni
+            .method_id(
+                class,
+                "getRequestHeaders",
+                "()Lcom/sun/net/httpserver/Headers;",
+            )
+            .ok();
+        jni.delete_local_ref(class);
+        let headers = jni
+            .call(exchange, headers_method?, b'L', &[])
+            .ok()?
+            .reference();
+        if headers.is_null() {
+            return None;
+        }
+        let headers_class = jni.object_class(headers);
+        let first = jni
+            .method_id(
+                headers_class,
+                "getFirst",
+                "(Ljava/lang/String;)Ljava/lang/String;",
+            )
+            .ok();
+        jni.delete_local_ref(headers_class);
+        let key = jni.new_string(name).ok();
+        let value = match (first, key) {
+            (Some(first), Some(key)) => jni
+                .call(headers, first, b'L', &[jvalue { l: key }])
+                .ok()
+                .map(|value| value.reference()),
+            _ => None,
+        };
+        if let Some(key) = key {
+            jni.delete_local_ref(key);
+        }
+        jni.delete_local_ref(headers);
+        let value = value.filter(|value| !value.is_null())?;
+        let text = jni.string(value).ok();
+        jni.delete_local_ref(value);
+        text
     }
 
     /// The call of `call_site` returned: its methodReturn.
