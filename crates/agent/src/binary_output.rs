@@ -35,7 +35,15 @@ pub struct BinaryOutput {
     written_traces: HashSet<u32>,
     /// Class ids handed out in the heap dump being written.
     claimed: HashSet<u64>,
+    /// Whether the output is a file (not the collector's connection).
+    to_file: bool,
+    /// Heap dumps of HotSpot's own dumper in the output so far: the n-th one's class serial
+    /// numbers are moved up by n × 2^24, so that they meet neither ours nor an earlier one's.
+    hotspot_dumps: u32,
 }
+
+/// How far each HotSpot dump's class serials are moved up (see `hotspot_dumps`).
+const HOTSPOT_SERIALS: u32 = 1 << 24;
 
 impl BinaryOutput {
     /// Writes the header and CONTROL SETTINGS to a file created as `crate::output` decides.
@@ -46,6 +54,7 @@ impl BinaryOutput {
         cpu_sampling: bool,
         depth: u32,
     ) -> io::Result<Self> {
+        let to_file = matches!(file, Sink::File(_));
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64);
@@ -70,7 +79,75 @@ impl BinaryOutput {
             frames: HashMap::new(),
             written_traces: HashSet::new(),
             claimed: HashSet::new(),
+            to_file,
+            hotspot_dumps: 0,
         })
+    }
+
+    /// A heap dump by HotSpot's own dumper, into a file output (the caller walks the heap
+    /// itself where this fails: a collector's connection, a JVM without the management
+    /// modules, more than 255 dumps). HotSpot writes into a directory only this user can
+    /// enter; its file is made this user's only. The first time, that file becomes the output
+    /// (its class serials moved up in place, what the output held so far appended): no copy
+    /// of the heap. Later, its records are copied in. Returns the bytes it wrote.
+    pub fn hotspot_heap_dump(
+        &mut self,
+        jni: crate::jni::Jni,
+        dumper: &crate::hotspot_dump::Dumper,
+    ) -> Result<u64, String> {
+        if !self.to_file {
+            return Err("the output is a collector's connection".into());
+        }
+        if self.hotspot_dumps >= 255 {
+            return Err("the output holds 255 of the JVM's heap dumps already".into());
+        }
+        let failed = |error: io::Error| format!("the JVM's heap dump: {error}");
+        let parent = self
+            .path
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = tempfile::Builder::new()
+            .prefix(".openprof-heap-")
+            .tempdir_in(parent)
+            .map_err(failed)?;
+        let dump = dir.path().join("heap.hprof");
+        dumper.dump_to(jni, &dump)?;
+        std::fs::set_permissions(&dump, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(failed)?;
+        let base = (self.hotspot_dumps + 1) * HOTSPOT_SERIALS;
+        let bytes = std::fs::metadata(&dump).map_err(failed)?.len();
+        if self.hotspot_dumps == 0 {
+            crate::hotspot_dump::move_serials_in_place(&dump, base).map_err(failed)?;
+            // Close the output, put what it holds after the dump, and make that the output.
+            let closed = std::mem::replace(
+                &mut self.writer,
+                HprofWriter::continuing(BufWriter::new(Sink::Discard), 8),
+            );
+            closed.finish().map_err(failed)?;
+            {
+                let mut appended = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&dump)
+                    .map_err(failed)?;
+                crate::hotspot_dump::splice(&self.path, 0, &mut appended).map_err(failed)?;
+            }
+            std::fs::rename(&dump, &self.path).map_err(failed)?;
+            let reopened = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&self.path)
+                .map_err(failed)?;
+            self.writer = HprofWriter::continuing(
+                BufWriter::with_capacity(SINK_BUFFER, Sink::File(reopened)),
+                8,
+            );
+        } else {
+            let out = self.writer.raw_records().map_err(failed)?;
+            crate::hotspot_dump::splice(&dump, base, out).map_err(failed)?;
+            self.writer.flush().map_err(failed)?;
+        }
+        self.hotspot_dumps += 1;
+        Ok(bytes)
     }
 
     pub fn path(&self) -> &Path {

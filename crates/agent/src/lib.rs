@@ -26,6 +26,7 @@ mod engines;
 mod error;
 mod guard;
 mod heap_walk;
+mod hotspot_dump;
 mod jni;
 mod jvmti;
 mod loaders;

@@ -264,6 +264,19 @@ impl Output {
         }
     }
 
+    /// A heap dump by the JVM's own dumper, where the output can take one (HPROF binary to a
+    /// file): the bytes written, or why not (None: text output, which needs the walk).
+    pub fn hotspot_heap_dump(
+        &mut self,
+        jni: crate::jni::Jni,
+        dumper: &crate::hotspot_dump::Dumper,
+    ) -> Option<Result<u64, String>> {
+        match self {
+            Output::Text(_) => None,
+            Output::Binary(binary) => Some(binary.hotspot_heap_dump(jni, dumper)),
+        }
+    }
+
     /// Where a heap dump goes. The text form needs its totals in its first line, so its body
     /// is written aside first.
     pub fn with_heap_sink<R>(

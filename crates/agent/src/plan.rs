@@ -136,7 +136,7 @@ pub fn build_engine(
         EngineKind::CpuSamples => Box::new(cpu_samples::CpuSamples::new(vm, options, phase)?),
         EngineKind::WallSamples => Box::new(wall_samples::WallSamples::new(vm, options)?),
         EngineKind::HeapSites => Box::new(heap_sites::HeapSites::new(jvmti, options)?),
-        EngineKind::HeapDump => Box::new(heap_dump::HeapDump),
+        EngineKind::HeapDump => Box::new(heap_dump::HeapDump::default()),
         EngineKind::ParameterTracing => {
             let specs = options.mpt_specs()?;
             Box::new(mpt::Mpt::new(vm, specs, !plan.tracing)?)

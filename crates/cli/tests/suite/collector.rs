@@ -1946,3 +1946,106 @@ fn a_call_from_one_jvm_into_another_is_joined_under_the_callers_call() {
         assert!(ns("exitNs") >= ns("entryNs"), "{call}");
     }
 }
+
+#[test]
+fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
+    // Ticker starts with nothing traced; `filter +Ticker` retransforms Ticker, whose work()
+    // then reports its calls; `filter -Ticker` takes that code away again.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(&collector.address, "format=x,cpu=times,filter=-*");
+    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["4"]);
+    let child = command.spawn().expect("start java");
+    let connected = control_when_connected(&collector.address, &["snapshot", "connected"]);
+    assert!(connected.status.success(), "{}", text(&connected.stderr));
+    std::thread::sleep(Duration::from_millis(500));
+    let traced = control(&collector.address, &["filter", "+Ticker"]);
+    assert!(traced.status.success(), "{}", text(&traced.stdout));
+    assert!(
+        text(&traced.stdout).contains("1 classes retransformed"),
+        "{}",
+        text(&traced.stdout)
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let untraced = control(&collector.address, &["filter", "-Ticker"]);
+    assert!(untraced.status.success(), "{}", text(&untraced.stdout));
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+
+    let listing = ls(store.path());
+    let traces = trace_ids(&listing);
+    let file = store.path().join("trace.xml");
+    let document = export(store.path(), &traces[0], &file);
+    validate(&file);
+    let elements: Vec<TraceElement> = read_all(document.as_slice()).map(Result::unwrap).collect();
+    // Where the two new blocks are, in collation order.
+    let blocks: Vec<usize> = elements
+        .iter()
+        .enumerate()
+        .filter(|(_, element)| {
+            matches!(element, TraceElement::Filter(filter) if filter.pattern == "Ticker")
+        })
+        .map(|(index, _)| index)
+        .collect();
+    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    let entries: Vec<usize> = elements
+        .iter()
+        .enumerate()
+        .filter(|(_, element)| matches!(element, TraceElement::MethodEntry(_)))
+        .map(|(index, _)| index)
+        .collect();
+    // Entries only while Ticker was traced (a call already running when its code was taken
+    // away may still end in the rewritten code).
+    assert!(entries.len() > 100, "{} entries", entries.len());
+    assert!(
+        entries.iter().all(|&at| at > blocks[0]),
+        "an entry before +Ticker"
+    );
+    assert!(
+        entries.iter().filter(|&&at| at > blocks[1]).count() <= 1,
+        "entries after -Ticker"
+    );
+}
+
+#[test]
+fn dump_heap_over_the_collector_streams_the_agents_walk_with_the_workloads_exact_counts() {
+    // HeapShapes keeps a known 400 Shapes and 50 Bases until its stdin closes. With net= the
+    // agent walks the heap itself and streams the HPROF binary dump as it goes: nothing of
+    // the heap is written on the profiled machine.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(&collector.address, "heap=dump,format=b,commands=heap");
+    let (mut command, _dir) = java_command(Some(&options), "HeapShapes", &["400", "50"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start java");
+    let _stdout = wait_until_ready_keeping_output(&mut child);
+    let dumped = control_when_connected(&collector.address, &["dump-heap"]);
+    assert!(dumped.status.success(), "{}", text(&dumped.stderr));
+    drop(child.stdin.take());
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        !text(&output.stderr).contains("the JVM's dumper"),
+        "{}",
+        text(&output.stderr)
+    );
+    let file = export_only_agent(store.path(), "agent.hprof");
+    let bytes = std::fs::read(&file).unwrap();
+    let profile =
+        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+    assert_eq!(
+        profile.heap_dumps.len(),
+        2,
+        "the commanded dump and the one at exit"
+    );
+    for histogram in &profile.heap_dumps {
+        let count = |class: &str| histogram.get(class).map_or(0, |count| count.instances);
+        assert_eq!(count("HeapShapes$Shape"), 400);
+        assert_eq!(count("HeapShapes$Base"), 50);
+        assert_eq!(count("HeapShapes$Shape[]"), 1);
+        assert_eq!(count("short[][][]"), 1);
+    }
+}

@@ -33,6 +33,25 @@ impl<W: Write> HprofWriter<W> {
         })
     }
 
+    /// A writer going on with a file whose header (and records) are there already.
+    pub fn continuing(out: W, id_size: u32) -> Self {
+        assert!(id_size == 4 || id_size == 8, "identifiers are 4 or 8 bytes");
+        HprofWriter {
+            out,
+            id_size,
+            segment: Vec::new(),
+            in_dump: false,
+            segment_limit: 64 << 20,
+        }
+    }
+
+    /// Where records made elsewhere (whole records, tag to body) go, as they are: the sink
+    /// itself, any heap dump segment being built written out first.
+    pub fn raw_records(&mut self) -> io::Result<&mut W> {
+        self.flush_segment()?;
+        Ok(&mut self.out)
+    }
+
     /// Cuts heap dump segments at `bytes` (default 64 MiB).
     pub fn with_segment_limit(mut self, bytes: usize) -> Self {
         self.segment_limit = bytes.max(1);
