@@ -48,12 +48,23 @@ fn unsigned_from_bytes(bytes: &[u8], max: u64) -> Option<u64> {
         return None;
     }
     let mut value: u64 = 0;
-    for &byte in digits {
-        let digit = byte.wrapping_sub(b'0');
-        if digit > 9 {
-            return None;
+    // Nineteen digits can't overflow a u64: only longer numbers need checked arithmetic.
+    if digits.len() <= 19 {
+        for &byte in digits {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value * 10 + u64::from(digit);
         }
-        value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+    } else {
+        for &byte in digits {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+        }
     }
     (value <= max).then_some(value)
 }
@@ -177,17 +188,32 @@ impl AttrValue for Seconds {
             Some(dot) => (&bytes[..dot], &bytes[dot + 1..]),
             None => (bytes, &[][..]),
         };
-        if secs.is_empty() || fraction.len() > 9 || !fraction.iter().all(u8::is_ascii_digit) {
+        if secs.is_empty() || fraction.len() > 9 {
             return Err(bad());
         }
-        let secs = unsigned_from_bytes(secs, u64::MAX).ok_or_else(bad)?;
         let mut nanos = 0u32;
-        for &digit in fraction {
-            nanos = nanos * 10 + u32::from(digit - b'0');
+        for &byte in fraction {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(bad());
+            }
+            nanos = nanos * 10 + u32::from(digit);
         }
+        const SCALE: [u32; 10] = [
+            1_000_000_000,
+            100_000_000,
+            10_000_000,
+            1_000_000,
+            100_000,
+            10_000,
+            1_000,
+            100,
+            10,
+            1,
+        ];
         Ok(Seconds {
-            secs,
-            nanos: nanos * 10u32.pow(9 - fraction.len() as u32),
+            secs: unsigned_from_bytes(secs, u64::MAX).ok_or_else(bad)?,
+            nanos: nanos * SCALE[fraction.len()],
         })
     }
 }
@@ -214,6 +240,12 @@ impl AttrValue for MultiPart {
         Self::parse_bytes(text.as_bytes())
     }
     fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+        // Most counters have one part.
+        if !bytes.contains(&b',') {
+            if let Some(value) = unsigned_from_bytes(bytes, u32::MAX.into()) {
+                return Ok(MultiPart(value.into()));
+            }
+        }
         let mut value: u128 = 0;
         for (index, part) in bytes.split(|&b| b == b',').enumerate() {
             if index >= 4 {

@@ -49,11 +49,40 @@ pub(crate) enum Item<'a> {
 
 /// One attribute of a start tag.
 pub(crate) struct Attribute<'a> {
-    pub name: &'a [u8],
+    /// The name's index among those its element knows; `None` for another name.
+    pub known: Option<usize>,
     /// Where the name is in the lexed bytes.
     pub at: Range<usize>,
     /// The value with its references replaced: UTF-8, free of characters XML can't carry.
     pub value: Cow<'a, [u8]>,
+}
+
+/// The attribute names an element knows, in its table's order, with whether each is required.
+pub(crate) type Names = [(&'static str, bool)];
+
+/// Whether two short byte strings are equal, compared eight bytes at a time in registers (names
+/// are too short for a call to memcmp to pay).
+#[inline]
+pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let word = |bytes: &[u8], at: usize| {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default())
+    };
+    let length = a.len();
+    if length < 8 {
+        return a.iter().zip(b).all(|(x, y)| x == y);
+    }
+    let mut at = 0;
+    while at + 8 < length {
+        if word(a, at) != word(b, at) {
+            return false;
+        }
+        at += 8;
+    }
+    // The last eight bytes, overlapping those compared already.
+    word(a, length - 8) == word(b, length - 8)
 }
 
 /// Byte classes, one table lookup per byte.
@@ -392,15 +421,61 @@ impl<'a> Lexer<'a> {
                     }
                 }
                 b'>' if !subset => return Ok(at + 1),
+                b'<' => {
+                    return Err(Stop::Malformed(
+                        lt,
+                        "'<' in a DOCTYPE outside its internal subset".into(),
+                    ))
+                }
                 _ => at + 1,
             };
         }
     }
 
     /// The next attribute of the start tag being read, or `None` at its end (`>` or `/>`),
-    /// once its names are known to be unique.
-    pub(crate) fn attribute(&mut self) -> Lexed<Option<Attribute<'a>>> {
+    /// once its names are known to be unique. Its name is looked up among `names`, those from
+    /// `next` on first: writers keep the table's order, so `name="` is most often found there
+    /// without scanning the name, with the same result.
+    #[inline]
+    pub(crate) fn attribute(&mut self, names: &Names, next: usize) -> Lexed<Option<Attribute<'a>>> {
         let spaces = self.space();
+        let rest = &self.bytes[self.at..];
+        if spaces > 0 && self.attributes < MAX_ATTRIBUTES {
+            for (index, (name, _)) in names.iter().enumerate().skip(next) {
+                let length = name.len();
+                // The byte after the name rules out nearly every other name at once.
+                if rest.len() > length + 1
+                    && rest[length] == b'='
+                    && matches!(rest[length + 1], b'"' | b'\'')
+                    && same(&rest[..length], name.as_bytes())
+                {
+                    self.attributes += 1;
+                    let at = self.at..self.at + length;
+                    self.at += length + 1;
+                    let value = self.value(rest[length + 1], &at)?;
+                    return Ok(Some(Attribute {
+                        known: Some(index),
+                        at,
+                        value,
+                    }));
+                }
+            }
+        }
+        let Some(mut attribute) = self.any_attribute(spaces)? else {
+            return Ok(None);
+        };
+        let name = &self.bytes[attribute.at.clone()];
+        attribute.known = names
+            .iter()
+            .position(|(known, _)| same(known.as_bytes(), name));
+        if attribute.known.is_none() {
+            self.unknown.push(attribute.at.clone());
+        }
+        Ok(Some(attribute))
+    }
+
+    /// The next attribute, whatever its name, after `spaces` bytes of white space.
+    fn any_attribute(&mut self, spaces: usize) -> Lexed<Option<Attribute<'a>>> {
         let Some(byte) = self.peek() else {
             return Err(Stop::More);
         };
@@ -461,7 +536,7 @@ impl<'a> Lexer<'a> {
                 };
                 let value = self.value(quote, &name)?;
                 Ok(Some(Attribute {
-                    name: &self.bytes[name.clone()],
+                    known: None,
                     at: name,
                     value,
                 }))
@@ -477,6 +552,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// A quoted value at the lexer's position, its references replaced.
+    #[inline]
     fn value(&mut self, quote: u8, name: &Range<usize>) -> Lexed<Cow<'a, [u8]>> {
         let start = self.at + 1;
         let mut end = start;
@@ -561,11 +637,6 @@ impl<'a> Lexer<'a> {
                 Err(self.malformed(problem))
             }
         }
-    }
-
-    /// Notes an attribute its element does not know (to be checked for repeats).
-    pub(crate) fn unknown(&mut self, name: Range<usize>) {
-        self.unknown.push(name);
     }
 
     /// Notes a known attribute given a second time.
@@ -668,9 +739,7 @@ impl<'a> Lexer<'a> {
 
     /// The rest of a start tag whose element is not typed: its syntax only.
     pub(crate) fn skip_attributes(&mut self) -> Lexed<()> {
-        while let Some(attribute) = self.attribute()? {
-            self.unknown(attribute.at);
-        }
+        while self.attribute(&[], 0)?.is_some() {}
         Ok(())
     }
 

@@ -128,23 +128,15 @@ type Setter<'a> = &'a mut dyn FnMut(&[u8]) -> Result<(), String>;
 /// twice among them) stop the lexer.
 fn read_attributes(
     lexer: &mut Lexer<'_>,
-    names: &[(&str, bool)],
+    names: &lexer::Names,
     setters: &mut [Setter],
 ) -> Lexed<Option<String>> {
     debug_assert!(names.len() <= 64);
     let mut problem = None;
     let mut seen = 0u64;
-    // Writers give attributes in the table's order: the one after the last is tried first.
     let mut next = 0;
-    while let Some(attribute) = lexer.attribute()? {
-        let index = match names.get(next) {
-            Some((name, _)) if name.as_bytes() == attribute.name => Some(next),
-            _ => names
-                .iter()
-                .position(|(name, _)| name.as_bytes() == attribute.name),
-        };
-        let Some(index) = index else {
-            lexer.unknown(attribute.at);
+    while let Some(attribute) = lexer.attribute(names, next)? {
+        let Some(index) = attribute.known else {
             continue;
         };
         if seen & (1 << index) != 0 {
@@ -980,22 +972,29 @@ macro_rules! top_level {
                 match self { $(TraceElement::$variant(element) => element.write(out)),* }
             }
 
-            /// Reads the top-level element whose start tag's name the lexer just read; `None`
-            /// when it can't be typed (the lexer notes why, and has read on through its end).
-            pub(crate) fn read(name: &[u8], lexer: &mut Lexer<'_>) -> Lexed<Option<TraceElement>> {
+            /// Reads the top-level element whose start tag's name the lexer just read into
+            /// `out`, which stays `None` when it can't be typed (the lexer notes why, and has
+            /// read on through its end). The element is built where it will stay: it is large.
+            pub(crate) fn read(
+                name: &[u8],
+                lexer: &mut Lexer<'_>,
+                out: &mut Option<TraceElement>,
+            ) -> Lexed<()> {
                 // The elements most traces are made of first.
-                if name == MethodEntry::TAG.as_bytes() {
-                    return Ok(MethodEntry::read(lexer)?.map(TraceElement::MethodEntry));
+                if lexer::same(name, MethodEntry::TAG.as_bytes()) {
+                    *out = MethodEntry::read(lexer)?.map(TraceElement::MethodEntry);
+                    return Ok(());
                 }
-                if name == MethodExit::TAG.as_bytes() {
-                    return Ok(MethodExit::read(lexer)?.map(TraceElement::MethodExit));
+                if lexer::same(name, MethodExit::TAG.as_bytes()) {
+                    *out = MethodExit::read(lexer)?.map(TraceElement::MethodExit);
+                    return Ok(());
                 }
-                $(if name == $variant::TAG.as_bytes() {
-                    return Ok($variant::read(lexer)?.map(TraceElement::$variant));
+                $(if lexer::same(name, $variant::TAG.as_bytes()) {
+                    *out = $variant::read(lexer)?.map(TraceElement::$variant);
+                    return Ok(());
                 })*
                 lexer.refuse(format!("<{}> is not a trace element", shown(name)));
-                lexer.skip_element()?;
-                Ok(None)
+                lexer.skip_element()
             }
 
             /// The names of the top-level elements, for the DTD's root.

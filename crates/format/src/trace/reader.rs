@@ -53,11 +53,9 @@ pub struct FragmentDecoder {
 }
 
 /// What the markup at the start of the unparsed bytes is, and how many bytes it takes.
-// Elements are what nearly every step is: boxing them would cost an allocation each.
-#[allow(clippy::large_enum_variant)]
 enum Step {
-    /// A top-level element, typed or with the reason it can't be.
-    Element(Result<TraceElement, String>, usize),
+    /// A top-level element: typed (in the slot given), or the reason it can't be.
+    Element(Option<String>, usize),
     RootStart(usize),
     RootEnd(usize),
     /// White space or markup that is not an element (declaration, comment), skipped.
@@ -103,7 +101,8 @@ impl FragmentDecoder {
                     message: message.into(),
                 }))
             };
-            match self.parse_one() {
+            let mut element = None;
+            match self.parse_one(&mut element) {
                 Ok(Step::Skip(used)) => self.start += used,
                 Ok(Step::Doctype(_)) if self.started => {
                     return fail(self, "a DOCTYPE after the document's first element");
@@ -126,13 +125,17 @@ impl FragmentDecoder {
                 Ok(Step::Element(_, _)) if self.root_closed => {
                     return fail(self, "an element after the end of the TRACE document");
                 }
-                Ok(Step::Element(element, used)) => {
+                Ok(Step::Element(problem, used)) => {
                     self.start += used;
                     self.started = true;
-                    return Some(element.map_err(|message| {
-                        self.failed = true;
-                        TraceReadError { offset, message }
-                    }));
+                    return match (element, problem) {
+                        (Some(element), None) => Some(Ok(element)),
+                        (_, problem) => {
+                            let message =
+                                problem.unwrap_or_else(|| "an element that can't be read".into());
+                            fail(self, &message)
+                        }
+                    };
                 }
                 Ok(Step::NeedMore) => {
                     let pending = self.buffer.len() - self.start;
@@ -161,19 +164,15 @@ impl FragmentDecoder {
 
     /// Lexes the markup at the start of the unparsed bytes, up to the end of one top-level
     /// element; a problem is given with its offset from there.
-    fn parse_one(&mut self) -> Result<Step, (usize, String)> {
+    fn parse_one(&mut self, element: &mut Option<TraceElement>) -> Result<Step, (usize, String)> {
         let bytes = &self.buffer[self.start..];
         let mut lexer = Lexer::new(bytes, self.ended, std::mem::take(&mut self.scratch));
-        let lexed = top_level(&mut lexer);
+        let lexed = top_level(&mut lexer, element);
         let used = lexer.position();
         let typing = lexer.typing.take();
         self.scratch = lexer.into_scratch();
         match lexed {
-            Ok(Unit::Element(Some(element))) => Ok(Step::Element(Ok(element), used)),
-            Ok(Unit::Element(None)) => Ok(Step::Element(
-                Err(typing.unwrap_or_else(|| "an element that can't be read".into())),
-                used,
-            )),
+            Ok(Unit::Element) => Ok(Step::Element(typing, used)),
             Ok(Unit::RootStart) => Ok(Step::RootStart(used)),
             Ok(Unit::RootEnd) => Ok(Step::RootEnd(used)),
             Ok(Unit::Skip) => Ok(Step::Skip(used)),
@@ -188,10 +187,9 @@ impl FragmentDecoder {
 }
 
 /// A unit of the stream's top level.
-#[allow(clippy::large_enum_variant)]
 enum Unit {
-    /// An element, or `None` when it can't be typed (the lexer says why).
-    Element(Option<TraceElement>),
+    /// An element, typed into the slot given unless the lexer says why it can't be.
+    Element,
     RootStart,
     RootEnd,
     /// White space, or markup that is not an element.
@@ -209,8 +207,8 @@ fn shown_text(text: &[u8]) -> String {
     }
 }
 
-/// Lexes one unit of the top level.
-fn top_level(lexer: &mut Lexer) -> Result<Unit, Stop> {
+/// Lexes one unit of the top level, an element into `element`.
+fn top_level(lexer: &mut Lexer, element: &mut Option<TraceElement>) -> Result<Unit, Stop> {
     if lexer.space() > 0 {
         return Ok(Unit::Skip);
     }
@@ -245,12 +243,12 @@ fn top_level(lexer: &mut Lexer) -> Result<Unit, Stop> {
             lexer.skip_attributes()?;
             if lexer.empty() {
                 lexer.refuse("<TRACE> is not a trace element".into());
-                return Ok(Unit::Element(None));
+                return Ok(Unit::Element);
             }
             lexer.close_root();
             Ok(Unit::RootStart)
         }
-        Markup::Start(name) => TraceElement::read(name, lexer).map(Unit::Element),
+        Markup::Start(name) => TraceElement::read(name, lexer, element).map(|()| Unit::Element),
     }
 }
 
