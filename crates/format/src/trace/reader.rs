@@ -37,7 +37,10 @@ pub struct TraceReadError {
 /// A push decoder: give it bytes as they arrive, take complete elements out.
 #[derive(Default)]
 pub struct FragmentDecoder {
+    /// The bytes pushed, up to `filled`; the rest is room for more, kept initialised so that
+    /// reads can go straight into it.
     buffer: Vec<u8>,
+    filled: usize,
     /// Where the unparsed bytes start in `buffer`.
     start: usize,
     /// Stream offset of `buffer[0]`.
@@ -71,12 +74,33 @@ impl FragmentDecoder {
 
     /// Adds bytes from the stream.
     pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start * 2 >= self.buffer.len() {
-            self.buffer.drain(..self.start);
+        let room = self.room(bytes.len());
+        room.copy_from_slice(bytes);
+        self.filled += bytes.len();
+    }
+
+    /// Makes room for `size` more bytes after those pushed (moving the unparsed ones to the
+    /// front once the parsed ones are the larger part) and lends it.
+    fn room(&mut self, size: usize) -> &mut [u8] {
+        if self.start > 0 && self.start * 2 >= self.filled {
+            self.buffer.copy_within(self.start..self.filled, 0);
+            self.filled -= self.start;
             self.base += self.start as u64;
             self.start = 0;
         }
-        self.buffer.extend_from_slice(bytes);
+        let end = self.filled + size;
+        if self.buffer.len() < end {
+            self.buffer.resize(end, 0);
+        }
+        &mut self.buffer[self.filled..end]
+    }
+
+    /// Reads up to `size` bytes from `input` straight into the buffer: what `push` does
+    /// without copying them twice.
+    fn read_from(&mut self, input: &mut impl Read, size: usize) -> std::io::Result<usize> {
+        let read = input.read(self.room(size))?;
+        self.filled += read;
+        Ok(read)
     }
 
     /// Says the stream has ended: what is left must be whole.
@@ -138,7 +162,7 @@ impl FragmentDecoder {
                     };
                 }
                 Ok(Step::NeedMore) => {
-                    let pending = self.buffer.len() - self.start;
+                    let pending = self.filled - self.start;
                     if self.ended && pending > 0 {
                         return fail(self, "the stream ends inside an element");
                     }
@@ -165,7 +189,7 @@ impl FragmentDecoder {
     /// Lexes the markup at the start of the unparsed bytes, up to the end of one top-level
     /// element; a problem is given with its offset from there.
     fn parse_one(&mut self, element: &mut Option<TraceElement>) -> Result<Step, (usize, String)> {
-        let bytes = &self.buffer[self.start..];
+        let bytes = &self.buffer[self.start..self.filled];
         let mut lexer = Lexer::new(bytes, self.ended, std::mem::take(&mut self.scratch));
         let lexed = top_level(&mut lexer, element);
         let used = lexer.position();
@@ -252,12 +276,11 @@ fn top_level(lexer: &mut Lexer, element: &mut Option<TraceElement>) -> Result<Un
     }
 }
 
-/// Reads every element of a stream (fragments or a document), in 64 KiB reads.
+/// Reads every element of a stream (fragments or a document), in reads of up to 64 KiB.
 pub fn read_all(
     mut input: impl Read,
 ) -> impl Iterator<Item = Result<TraceElement, TraceReadError>> {
     let mut decoder = FragmentDecoder::new();
-    let mut chunk = vec![0u8; 64 * 1024];
     let mut done = false;
     std::iter::from_fn(move || loop {
         if let Some(item) = decoder.next_element() {
@@ -266,18 +289,18 @@ pub fn read_all(
         if done || decoder.failed {
             return None;
         }
-        match input.read(&mut chunk) {
+        match decoder.read_from(&mut input, 64 * 1024) {
             Ok(0) => {
                 decoder.end();
                 done = true;
             }
-            Ok(read) => decoder.push(&chunk[..read]),
+            Ok(_) => {}
             Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
             Err(error) => {
                 done = true;
                 decoder.failed = true;
                 return Some(Err(TraceReadError {
-                    offset: decoder.base + decoder.buffer.len() as u64,
+                    offset: decoder.base + decoder.filled as u64,
                     message: format!("reading the stream: {error}"),
                 }));
             }
