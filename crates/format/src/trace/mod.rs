@@ -8,6 +8,8 @@ pub mod dtd;
 pub mod filter;
 mod lexer;
 pub mod reader;
+#[cfg(test)]
+mod reading_tests;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 #[cfg(test)]
