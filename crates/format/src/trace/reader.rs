@@ -61,7 +61,7 @@ enum Step {
     Element(Option<String>, usize),
     RootStart(usize),
     RootEnd(usize),
-    /// White space or markup that is not an element (declaration, comment), skipped.
+    /// Markup that is not an element (declaration, comment), skipped.
     Skip(usize),
     Doctype(usize),
     NeedMore,
@@ -117,6 +117,12 @@ impl FragmentDecoder {
             return None;
         }
         loop {
+            // The white space between elements, skipped here rather than as a step of its own:
+            // each element's offset is where its markup starts.
+            self.start += self.buffer[self.start..self.filled]
+                .iter()
+                .take_while(|&&b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+                .count();
             let offset = self.base + self.start as u64;
             let fail = |decoder: &mut Self, message: &str| {
                 decoder.failed = true;
@@ -210,13 +216,13 @@ impl FragmentDecoder {
     }
 }
 
-/// A unit of the stream's top level.
+/// A unit of the stream's top level (white space is skipped before).
 enum Unit {
     /// An element, typed into the slot given unless the lexer says why it can't be.
     Element,
     RootStart,
     RootEnd,
-    /// White space, or markup that is not an element.
+    /// Markup that is not an element.
     Skip,
     Doctype,
 }
@@ -233,9 +239,6 @@ fn shown_text(text: &[u8]) -> String {
 
 /// Lexes one unit of the top level, an element into `element`.
 fn top_level(lexer: &mut Lexer, element: &mut Option<TraceElement>) -> Result<Unit, Stop> {
-    if lexer.space() > 0 {
-        return Ok(Unit::Skip);
-    }
     match lexer.peek() {
         None => return Err(Stop::More),
         Some(b'<') => {}
