@@ -245,13 +245,17 @@ impl ReadContent for Values {
             match lexer.item()? {
                 // Text between the values is not kept.
                 Item::Text(_) => {}
-                Item::Start(b"value") => match Value::read(lexer)? {
-                    Some(value) => values.push(value),
-                    None => {
-                        lexer.skip_content()?;
-                        return Ok(None);
+                Item::Start(b"value") => {
+                    let mut value = None;
+                    Value::read_into(lexer, &mut value, |value| value)?;
+                    match value {
+                        Some(value) => values.push(value),
+                        None => {
+                            lexer.skip_content()?;
+                            return Ok(None);
+                        }
                     }
-                },
+                }
                 Item::Start(name) => {
                     let problem =
                         format!("<{parent}> may hold only <value>, has <{}>", shown(name));
@@ -317,11 +321,18 @@ impl ReadContent for Signature {
                 return refuse_child(lexer, problem);
             }
             stage = order;
-            let read = match order {
-                0 => Return::read(lexer)?.map(|returns| signature.returns = Some(returns)),
-                1 => Parameter::read(lexer)?.map(|parameter| signature.parameters.push(parameter)),
-                _ => Exception::read(lexer)?.map(|exception| signature.exceptions.push(exception)),
-            };
+            let mut read = None;
+            match order {
+                0 => Return::read_into(lexer, &mut read, |returns| {
+                    signature.returns = Some(returns)
+                })?,
+                1 => Parameter::read_into(lexer, &mut read, |parameter| {
+                    signature.parameters.push(parameter)
+                })?,
+                _ => Exception::read_into(lexer, &mut read, |exception| {
+                    signature.exceptions.push(exception)
+                })?,
+            }
             if read.is_none() {
                 lexer.skip_content()?;
                 return Ok(None);
@@ -386,8 +397,7 @@ macro_rules! field_finish {
             Some(value) => value,
             None => {
                 $lexer.refuse(format!("<{}> lacks its required attribute {}", $tag, $name));
-                $lexer.skip_rest()?;
-                return Ok(None);
+                return $lexer.skip_rest();
             }
         }
     };
@@ -442,10 +452,16 @@ macro_rules! elements {
                 }
 
                 /// Reads the element whose start tag's name the lexer just read: its
-                /// attributes (unknown ones ignored), then its content through its end tag.
-                /// `None` when it can't be typed: the lexer notes why, and has read on through
-                /// the element's end.
-                pub(crate) fn read(lexer: &mut Lexer<'_>) -> Lexed<Option<Self>> {
+                /// attributes (unknown ones ignored), then its content through its end tag,
+                /// into `out` as what `wrap` makes of it (built where it will stay, not copied
+                /// there). `out` stays `None` when it can't be typed: the lexer notes why, and
+                /// has read on through the element's end.
+                #[inline]
+                pub(crate) fn read_into<T>(
+                    lexer: &mut Lexer<'_>,
+                    out: &mut Option<T>,
+                    wrap: impl FnOnce(Self) -> T,
+                ) -> Lexed<()> {
                     $( let mut $field: Option<$fty> = None; )*
                     let problem = read_attributes(lexer, Self::ATTRIBUTES, &mut [$(
                         &mut |value: &[u8]| {
@@ -455,8 +471,7 @@ macro_rules! elements {
                     ),*])?;
                     if let Some(problem) = problem {
                         lexer.refuse(problem);
-                        lexer.skip_rest()?;
-                        return Ok(None);
+                        return lexer.skip_rest();
                     }
                     $( let $field = field_finish!($kind, $field, lexer, $tag, $attr); )*
                     let content = if lexer.empty() {
@@ -464,10 +479,11 @@ macro_rules! elements {
                     } else {
                         match <$content as ReadContent>::read(lexer, $tag)? {
                             Some(content) => content,
-                            None => return Ok(None),
+                            None => return Ok(()),
                         }
                     };
-                    Ok(Some($ty { $( $field, )* content }))
+                    *out = Some(wrap($ty { $( $field, )* content }));
+                    Ok(())
                 }
 
                 /// Its declarations in the DTD.
@@ -984,16 +1000,13 @@ macro_rules! top_level {
             ) -> Lexed<()> {
                 // The elements most traces are made of first.
                 if lexer::same(name, MethodEntry::TAG.as_bytes()) {
-                    *out = MethodEntry::read(lexer)?.map(TraceElement::MethodEntry);
-                    return Ok(());
+                    return MethodEntry::read_into(lexer, out, TraceElement::MethodEntry);
                 }
                 if lexer::same(name, MethodExit::TAG.as_bytes()) {
-                    *out = MethodExit::read(lexer)?.map(TraceElement::MethodExit);
-                    return Ok(());
+                    return MethodExit::read_into(lexer, out, TraceElement::MethodExit);
                 }
                 $(if lexer::same(name, $variant::TAG.as_bytes()) {
-                    *out = $variant::read(lexer)?.map(TraceElement::$variant);
-                    return Ok(());
+                    return $variant::read_into(lexer, out, TraceElement::$variant);
                 })*
                 lexer.refuse(format!("<{}> is not a trace element", shown(name)));
                 lexer.skip_element()
