@@ -4,7 +4,7 @@
 //! are borrowed from the input; only a value or text holding references is copied, and the
 //! only references read are XML's five entities and character references.
 //!
-//! Every problem is found from the bytes before it: a lexer that runs out of bytes says so
+//! Each decision takes only the bytes up to it, and a lexer that runs out of bytes says so
 //! ([`Stop::More`]) rather than guessing, so input split anywhere lexes the same.
 
 use std::borrow::Cow;
@@ -131,7 +131,7 @@ fn is(byte: u8, class: u8) -> bool {
 }
 
 /// Why a character (raw or as a reference) is refused.
-pub(crate) fn not_xml(c: char) -> String {
+fn not_xml(c: char) -> String {
     format!("U+{:04X} is not a character XML can carry", u32::from(c))
 }
 
@@ -237,7 +237,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Skips XML white space, saying how much.
-    pub(crate) fn space(&mut self) -> usize {
+    fn space(&mut self) -> usize {
         let start = self.at;
         while self.at < self.bytes.len() && is(self.bytes[self.at], SPACE) {
             self.at += 1;
@@ -656,7 +656,7 @@ impl<'a> Lexer<'a> {
     }
 
     /// Character data up to the next `<`, its references replaced.
-    pub(crate) fn text(&mut self) -> Lexed<Cow<'a, str>> {
+    fn text(&mut self) -> Lexed<Cow<'a, str>> {
         let start = self.at;
         let mut end = start;
         let (mut references, mut wide) = (false, false);
@@ -814,7 +814,7 @@ fn wide_non_xml(text: &str) -> Option<char> {
 
 /// `text` with its references replaced: XML's five entities and character references only;
 /// any other is an error naming it, at its offset in `text`.
-pub(crate) fn unescape(text: &str) -> Result<String, (usize, String)> {
+fn unescape(text: &str) -> Result<String, (usize, String)> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut at = 0;

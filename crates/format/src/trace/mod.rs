@@ -101,7 +101,7 @@ fn is_xml_char(c: char) -> bool {
     !matches!(c, '\u{0}'..='\u{8}' | '\u{b}' | '\u{c}' | '\u{e}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}')
 }
 
-/// A character XML can't carry, written as `\\u{HEX}` (a traced String may hold any char).
+/// A character XML can't carry, written as `\u{HEX}` (a traced String may hold any char).
 fn push_unrepresentable(c: char, out: &mut String) {
     use std::fmt::Write;
     let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
