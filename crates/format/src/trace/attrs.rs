@@ -12,6 +12,19 @@ pub trait AttrValue: Sized {
     fn write_value(&self, out: &mut String);
     /// Reads the value's text, or says what is wrong with it.
     fn parse_value(text: &str) -> Result<Self, String>;
+    /// Reads the value from the bytes of its text, which the reader has checked to be UTF-8;
+    /// the same values as [`AttrValue::parse_value`], the same errors. The reader's path:
+    /// numbers are read straight from their digits.
+    fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Self::parse_value(text),
+            Err(_) => Err(format!("'{}' is not UTF-8", String::from_utf8_lossy(bytes))),
+        }
+    }
+    /// Appends the value as an attribute's value: escaped where it may need it.
+    fn write_attribute_value(&self, out: &mut String) {
+        self.write_value(out);
+    }
 }
 
 impl AttrValue for String {
@@ -22,28 +35,98 @@ impl AttrValue for String {
     fn parse_value(text: &str) -> Result<Self, String> {
         Ok(text.to_string())
     }
+    fn write_attribute_value(&self, out: &mut String) {
+        super::escape_attribute(self, out);
+    }
+}
+
+/// The digits of an unsigned decimal as `str::parse` reads them (an optional `+`, then at least
+/// one ASCII digit), if their value is at most `max`.
+fn unsigned_from_bytes(bytes: &[u8], max: u64) -> Option<u64> {
+    let digits = bytes.strip_prefix(b"+").unwrap_or(bytes);
+    if digits.is_empty() {
+        return None;
+    }
+    let mut value: u64 = 0;
+    // Nineteen digits can't overflow a u64: only longer numbers need checked arithmetic.
+    if digits.len() <= 19 {
+        for &byte in digits {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value * 10 + u64::from(digit);
+        }
+    } else {
+        for &byte in digits {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return None;
+            }
+            value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+        }
+    }
+    (value <= max).then_some(value)
+}
+
+/// A signed decimal as `str::parse` reads it (an optional sign, then at least one digit), if it
+/// lies within `min..=max`.
+fn signed_from_bytes(bytes: &[u8], min: i64, max: i64) -> Option<i64> {
+    let (negative, digits) = match bytes {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        _ => (false, bytes),
+    };
+    if digits.first() == Some(&b'+') {
+        return None;
+    }
+    let magnitude = unsigned_from_bytes(digits, u64::MAX)?;
+    let value = if negative {
+        0i64.checked_sub_unsigned(magnitude)?
+    } else {
+        i64::try_from(magnitude).ok()?
+    };
+    (min..=max).contains(&value).then_some(value)
 }
 
 macro_rules! numeric_attr {
-    ($($ty:ty),*) => {$(
+    ($($ty:ty => $from_bytes:expr),* $(,)?) => {$(
         impl AttrValue for $ty {
             fn write_value(&self, out: &mut String) {
-                let _ = write!(out, "{self}");
+                out.push_str(itoa::Buffer::new().format(*self));
             }
             fn parse_value(text: &str) -> Result<Self, String> {
                 text.parse().map_err(|_| format!("'{text}' is not a {}", stringify!($ty)))
             }
+            fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+                let from_bytes: fn(&[u8]) -> Option<$ty> = $from_bytes;
+                from_bytes(bytes).ok_or_else(|| {
+                    format!("'{}' is not a {}", String::from_utf8_lossy(bytes), stringify!($ty))
+                })
+            }
         }
     )*};
 }
-numeric_attr!(u32, u64, i32, i64);
+numeric_attr!(
+    u32 => |bytes| unsigned_from_bytes(bytes, u32::MAX.into()).map(|value| value as u32),
+    u64 => |bytes| unsigned_from_bytes(bytes, u64::MAX),
+    i32 => |bytes| signed_from_bytes(bytes, i32::MIN.into(), i32::MAX.into()).map(|value| value as i32),
+    i64 => |bytes| signed_from_bytes(bytes, i64::MIN, i64::MAX),
+);
 
 impl AttrValue for uuid::Uuid {
     fn write_value(&self, out: &mut String) {
-        let _ = write!(out, "{}", self.hyphenated());
+        out.push_str(
+            self.hyphenated()
+                .encode_lower(&mut uuid::Uuid::encode_buffer()),
+        );
     }
     fn parse_value(text: &str) -> Result<Self, String> {
         uuid::Uuid::parse_str(text).map_err(|_| format!("'{text}' is not a UUID"))
+    }
+    fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+        uuid::Uuid::try_parse_ascii(bytes)
+            .map_err(|_| format!("'{}' is not a UUID", String::from_utf8_lossy(bytes)))
     }
 }
 
@@ -81,21 +164,57 @@ impl Seconds {
 
 impl AttrValue for Seconds {
     fn write_value(&self, out: &mut String) {
-        let _ = write!(out, "{}.{:09}", self.secs, self.nanos);
+        let mut digits = itoa::Buffer::new();
+        out.push_str(digits.format(self.secs));
+        out.push('.');
+        if self.nanos < 1_000_000_000 {
+            // Nine digits, leading zeros kept: those of 1_000_000_000 + nanos after its '1'.
+            out.push_str(&digits.format(self.nanos + 1_000_000_000)[1..]);
+        } else {
+            let _ = write!(out, "{:09}", self.nanos);
+        }
     }
     fn parse_value(text: &str) -> Result<Self, String> {
-        let bad = || format!("'{text}' is not seconds.fraction");
-        let (secs, fraction) = text.split_once('.').unwrap_or((text, ""));
-        if secs.is_empty() || fraction.len() > 9 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        Self::parse_bytes(text.as_bytes())
+    }
+    fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "'{}' is not seconds.fraction",
+                String::from_utf8_lossy(bytes)
+            )
+        };
+        let (secs, fraction) = match bytes.iter().position(|&b| b == b'.') {
+            Some(dot) => (&bytes[..dot], &bytes[dot + 1..]),
+            None => (bytes, &[][..]),
+        };
+        if secs.is_empty() || fraction.len() > 9 {
             return Err(bad());
         }
-        let secs = secs.parse().map_err(|_| bad())?;
-        let nanos = if fraction.is_empty() {
-            0
-        } else {
-            fraction.parse::<u32>().map_err(|_| bad())? * 10u32.pow(9 - fraction.len() as u32)
-        };
-        Ok(Seconds { secs, nanos })
+        let mut nanos = 0u32;
+        for &byte in fraction {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(bad());
+            }
+            nanos = nanos * 10 + u32::from(digit);
+        }
+        const SCALE: [u32; 10] = [
+            1_000_000_000,
+            100_000_000,
+            10_000_000,
+            1_000_000,
+            100_000,
+            10_000,
+            1_000,
+            100,
+            10,
+            1,
+        ];
+        Ok(Seconds {
+            secs: unsigned_from_bytes(secs, u64::MAX).ok_or_else(bad)?,
+            nanos: nanos * SCALE[fraction.len()],
+        })
     }
 }
 
@@ -106,9 +225,10 @@ pub struct MultiPart(pub u128);
 
 impl AttrValue for MultiPart {
     fn write_value(&self, out: &mut String) {
+        let mut digits = itoa::Buffer::new();
         let mut rest = self.0;
         loop {
-            let _ = write!(out, "{}", rest as u32);
+            out.push_str(digits.format(rest as u32));
             rest >>= 32;
             if rest == 0 {
                 break;
@@ -117,14 +237,29 @@ impl AttrValue for MultiPart {
         }
     }
     fn parse_value(text: &str) -> Result<Self, String> {
-        let mut value: u128 = 0;
-        for (index, part) in text.split(',').enumerate() {
-            if index >= 4 {
-                return Err(format!("'{text}' has more than four 32-bit parts"));
+        Self::parse_bytes(text.as_bytes())
+    }
+    fn parse_bytes(bytes: &[u8]) -> Result<Self, String> {
+        // Most counters have one part.
+        if !bytes.contains(&b',') {
+            if let Some(value) = unsigned_from_bytes(bytes, u32::MAX.into()) {
+                return Ok(MultiPart(value.into()));
             }
-            let part: u32 = part
-                .parse()
-                .map_err(|_| format!("'{text}' is not n[,n]* of 32-bit numbers"))?;
+        }
+        let mut value: u128 = 0;
+        for (index, part) in bytes.split(|&b| b == b',').enumerate() {
+            if index >= 4 {
+                return Err(format!(
+                    "'{}' has more than four 32-bit parts",
+                    String::from_utf8_lossy(bytes)
+                ));
+            }
+            let part = unsigned_from_bytes(part, u32::MAX.into()).ok_or_else(|| {
+                format!(
+                    "'{}' is not n[,n]* of 32-bit numbers",
+                    String::from_utf8_lossy(bytes)
+                )
+            })?;
             value |= u128::from(part) << (32 * index);
         }
         Ok(MultiPart(value))

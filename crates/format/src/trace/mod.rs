@@ -6,7 +6,10 @@
 pub mod attrs;
 pub mod dtd;
 pub mod filter;
+mod lexer;
 pub mod reader;
+#[cfg(test)]
+mod reading_tests;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 #[cfg(test)]
@@ -20,45 +23,76 @@ use attrs::{
 };
 use std::borrow::Cow;
 
+use lexer::{Item, Lexed, Lexer};
 use uuid::Uuid;
 
-/// An element as read, before it is typed: name, attributes in order (borrowed from the input
-/// unless they held escapes), children, text.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct RawElement<'a> {
-    pub name: Cow<'a, str>,
-    pub attributes: Vec<(Cow<'a, str>, Cow<'a, str>)>,
-    pub children: Vec<RawElement<'a>>,
-    pub text: String,
-}
+/// Bytes that may need escaping: in attribute values (`&`, `<`, `>`, `"`, every control
+/// character) and in text (the same but `"`, tab and line feed), and, in both, 0xEF, which
+/// starts U+FFFE and U+FFFF.
+const ATTRIBUTE_SPECIAL: u8 = 1;
+const TEXT_SPECIAL: u8 = 2;
+const SPECIAL: [u8; 256] = {
+    let mut special = [0u8; 256];
+    let mut index = 0;
+    while index < 256 {
+        let byte = index as u8;
+        if byte < 0x20 || matches!(byte, b'&' | b'<' | b'>' | b'"' | 0xEF) {
+            special[index] |= ATTRIBUTE_SPECIAL;
+        }
+        if (byte < 0x20 && !matches!(byte, b'\t' | b'\n'))
+            || matches!(byte, b'&' | b'<' | b'>' | 0xEF)
+        {
+            special[index] |= TEXT_SPECIAL;
+        }
+        index += 1;
+    }
+    special
+};
 
-/// Children are dropped from a list of their own, not by recursion: a tree built by hand may be
-/// deeper than the stack (the reader refuses one deeper than [`reader::MAX_DEPTH`]).
-impl Drop for RawElement<'_> {
-    fn drop(&mut self) {
-        let mut pending = std::mem::take(&mut self.children);
-        while let Some(mut child) = pending.pop() {
-            pending.append(&mut child.children);
+/// Appends `text` escaped: the runs that need nothing are copied whole.
+fn escape(text: &str, out: &mut String, class: u8, reference: fn(u8) -> Option<&'static str>) {
+    let bytes = text.as_bytes();
+    let (mut run, mut at) = (0, 0);
+    while at < bytes.len() {
+        let byte = bytes[at];
+        if SPECIAL[usize::from(byte)] & class == 0 {
+            at += 1;
+            continue;
+        }
+        // A special byte is ASCII or starts a character: `at` is a character boundary.
+        if let Some(reference) = reference(byte) {
+            out.push_str(&text[run..at]);
+            out.push_str(reference);
+            at += 1;
+            run = at;
+            continue;
+        }
+        let c = text[at..].chars().next().unwrap_or_default();
+        if is_xml_char(c) {
+            at += c.len_utf8();
+        } else {
+            out.push_str(&text[run..at]);
+            push_unrepresentable(c, out);
+            at += c.len_utf8();
+            run = at;
         }
     }
+    out.push_str(&text[run..]);
 }
 
 /// Appends `text` escaped for an attribute value (line breaks and tabs as character references,
 /// so that they survive attribute-value normalisation).
 pub(crate) fn escape_attribute(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\n' => out.push_str("&#10;"),
-            '\r' => out.push_str("&#13;"),
-            '\t' => out.push_str("&#9;"),
-            c if !is_xml_char(c) => push_unrepresentable(c, out),
-            c => out.push(c),
-        }
-    }
+    escape(text, out, ATTRIBUTE_SPECIAL, |byte| match byte {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'"' => Some("&quot;"),
+        b'\n' => Some("&#10;"),
+        b'\r' => Some("&#13;"),
+        b'\t' => Some("&#9;"),
+        _ => None,
+    });
 }
 
 /// Whether XML 1.0 can carry the character at all (even a character reference can't carry the
@@ -75,38 +109,63 @@ fn push_unrepresentable(c: char, out: &mut String) {
 
 /// Appends `text` escaped for character data.
 pub(crate) fn escape_text(text: &str, out: &mut String) {
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\r' => out.push_str("&#13;"),
-            c if !is_xml_char(c) => push_unrepresentable(c, out),
-            c => out.push(c),
+    escape(text, out, TEXT_SPECIAL, |byte| match byte {
+        b'&' => Some("&amp;"),
+        b'<' => Some("&lt;"),
+        b'>' => Some("&gt;"),
+        b'\r' => Some("&#13;"),
+        _ => None,
+    });
+}
+
+fn parse_attribute<T: AttrValue>(element: &str, name: &str, value: &[u8]) -> Result<T, String> {
+    T::parse_bytes(value).map_err(|problem| format!("<{element}> {name}: {problem}"))
+}
+
+/// Reads one attribute's value into its element's field.
+type Setter<'a> = &'a mut dyn FnMut(&[u8]) -> Result<(), String>;
+
+/// Reads a start tag's attributes into their elements' fields: `setters[i]` takes the value
+/// of `names[i]`. Returns the first value that can't be typed; syntax errors (a name given
+/// twice among them) stop the lexer.
+fn read_attributes(
+    lexer: &mut Lexer<'_>,
+    names: &lexer::Names,
+    setters: &mut [Setter],
+) -> Lexed<Option<String>> {
+    debug_assert!(names.len() <= 64);
+    let mut problem = None;
+    let mut seen = 0u64;
+    let mut next = 0;
+    while let Some(attribute) = lexer.attribute(names, next)? {
+        let Some(index) = attribute.known else {
+            continue;
+        };
+        if seen & (1 << index) != 0 {
+            lexer.twice(attribute.at);
+        }
+        seen |= 1 << index;
+        next = index + 1;
+        if problem.is_none() {
+            if let Err(error) = setters[index](&attribute.value) {
+                problem = Some(error);
+            }
         }
     }
+    Ok(problem)
 }
 
-fn write_attribute<T: AttrValue>(out: &mut String, name: &str, value: &T) {
-    out.push(' ');
-    out.push_str(name);
-    out.push_str("=\"");
-    if T::NEEDS_ESCAPING {
-        let mut text = String::new();
-        value.write_value(&mut text);
-        escape_attribute(&text, out);
-    } else {
-        value.write_value(out);
-    }
-    out.push('"');
+/// Refuses an element's content at a child whose start tag's name was just read: notes why,
+/// then reads on through the element's end tag.
+fn refuse_child<T>(lexer: &mut Lexer<'_>, problem: String) -> Lexed<Option<T>> {
+    lexer.refuse(problem);
+    lexer.skip_element()?;
+    lexer.skip_content()?;
+    Ok(None)
 }
 
-fn parse_attribute<T: AttrValue>(element: &str, name: &str, text: &str) -> Result<T, String> {
-    T::parse_value(text).map_err(|problem| format!("<{element}> {name}: {problem}"))
-}
-
-fn require<T>(value: Option<T>, element: &str, name: &str) -> Result<T, String> {
-    value.ok_or_else(|| format!("<{element}> lacks its required attribute {name}"))
+fn shown(name: &[u8]) -> Cow<'_, str> {
+    String::from_utf8_lossy(name)
 }
 
 /// One element of each kind written out, from [`sample_of_each`].
@@ -122,7 +181,13 @@ pub trait Content: Sized + Default {
     const MODEL: &'static str;
     fn is_empty(&self) -> bool;
     fn write(&self, out: &mut String);
-    fn from_raw(raw: &RawElement) -> Result<Self, String>;
+}
+
+/// Reading content from the lexer, after its element's start tag.
+pub(crate) trait ReadContent: Sized {
+    /// The content through the end tag of `parent`; `None` when it can't be typed (the lexer
+    /// notes why, and has read on through the end tag).
+    fn read(lexer: &mut Lexer<'_>, parent: &'static str) -> Lexed<Option<Self>>;
 }
 
 /// No content (`EMPTY`).
@@ -135,14 +200,24 @@ impl Content for NoContent {
         true
     }
     fn write(&self, _out: &mut String) {}
-    fn from_raw(raw: &RawElement) -> Result<Self, String> {
-        match (raw.children.first(), raw.text.trim().is_empty()) {
-            (Some(child), _) => Err(format!(
-                "<{}> must be empty, has <{}>",
-                raw.name, child.name
-            )),
-            (None, false) => Err(format!("<{}> must be empty, has text", raw.name)),
-            (None, true) => Ok(NoContent),
+}
+
+impl ReadContent for NoContent {
+    fn read(lexer: &mut Lexer<'_>, parent: &'static str) -> Lexed<Option<Self>> {
+        let mut text = false;
+        loop {
+            match lexer.item()? {
+                Item::Text(chunk) => text |= !chunk.trim().is_empty(),
+                Item::Start(name) => {
+                    let problem = format!("<{parent}> must be empty, has <{}>", shown(name));
+                    return refuse_child(lexer, problem);
+                }
+                Item::End if text => {
+                    lexer.refuse(format!("<{parent}> must be empty, has text"));
+                    return Ok(None);
+                }
+                Item::End => return Ok(Some(NoContent)),
+            }
         }
     }
 }
@@ -161,18 +236,34 @@ impl Content for Values {
             value.write(out);
         }
     }
-    fn from_raw(raw: &RawElement) -> Result<Self, String> {
-        raw.children
-            .iter()
-            .map(|child| match child.name.as_ref() {
-                "value" => Value::from_raw(child),
-                other => Err(format!(
-                    "<{}> may hold only <value>, has <{other}>",
-                    raw.name
-                )),
-            })
-            .collect::<Result<_, _>>()
-            .map(Values)
+}
+
+impl ReadContent for Values {
+    fn read(lexer: &mut Lexer<'_>, parent: &'static str) -> Lexed<Option<Self>> {
+        let mut values = Vec::new();
+        loop {
+            match lexer.item()? {
+                // Text between the values is not kept.
+                Item::Text(_) => {}
+                Item::Start(b"value") => {
+                    let mut value = None;
+                    Value::read_into(lexer, &mut value, |value| value)?;
+                    match value {
+                        Some(value) => values.push(value),
+                        None => {
+                            lexer.skip_content()?;
+                            return Ok(None);
+                        }
+                    }
+                }
+                Item::Start(name) => {
+                    let problem =
+                        format!("<{parent}> may hold only <value>, has <{}>", shown(name));
+                    return refuse_child(lexer, problem);
+                }
+                Item::End => return Ok(Some(Values(values))),
+            }
+        }
     }
 }
 
@@ -200,33 +291,53 @@ impl Content for Signature {
             exception.write(out);
         }
     }
-    fn from_raw(raw: &RawElement) -> Result<Self, String> {
+}
+
+impl ReadContent for Signature {
+    fn read(lexer: &mut Lexer<'_>, parent: &'static str) -> Lexed<Option<Self>> {
         let mut signature = Signature::default();
         // The order is the DTD's: return, then parameters, then exceptions.
         let mut stage = 0;
-        for child in &raw.children {
-            let order = match child.name.as_ref() {
-                "return" if signature.returns.is_none() => 0,
-                "parameter" => 1,
-                "exception" => 2,
+        loop {
+            let name = match lexer.item()? {
+                Item::Text(_) => continue,
+                Item::End => return Ok(Some(signature)),
+                Item::Start(name) => name,
+            };
+            let order = match name {
+                b"return" if signature.returns.is_none() => 0,
+                b"parameter" => 1,
+                b"exception" => 2,
                 other => {
-                    return Err(format!(
-                        "<{}> may hold return?, parameter*, exception*; has <{other}> there",
-                        raw.name
-                    ))
+                    let problem = format!(
+                        "<{parent}> may hold return?, parameter*, exception*; has <{}> there",
+                        shown(other)
+                    );
+                    return refuse_child(lexer, problem);
                 }
             };
             if order < stage {
-                return Err(format!("<{}>: <{}> out of order", raw.name, child.name));
+                let problem = format!("<{parent}>: <{}> out of order", shown(name));
+                return refuse_child(lexer, problem);
             }
             stage = order;
+            let mut read = None;
             match order {
-                0 => signature.returns = Some(Return::from_raw(child)?),
-                1 => signature.parameters.push(Parameter::from_raw(child)?),
-                _ => signature.exceptions.push(Exception::from_raw(child)?),
+                0 => Return::read_into(lexer, &mut read, |returns| {
+                    signature.returns = Some(returns)
+                })?,
+                1 => Parameter::read_into(lexer, &mut read, |parameter| {
+                    signature.parameters.push(parameter)
+                })?,
+                _ => Exception::read_into(lexer, &mut read, |exception| {
+                    signature.exceptions.push(exception)
+                })?,
+            }
+            if read.is_none() {
+                lexer.skip_content()?;
+                return Ok(None);
             }
         }
-        Ok(signature)
     }
 }
 
@@ -242,13 +353,20 @@ impl Content for Text {
     fn write(&self, out: &mut String) {
         escape_text(&self.0, out);
     }
-    fn from_raw(raw: &RawElement) -> Result<Self, String> {
-        match raw.children.first() {
-            Some(child) => Err(format!(
-                "<{}> holds text only, has <{}>",
-                raw.name, child.name
-            )),
-            None => Ok(Text(raw.text.clone())),
+}
+
+impl ReadContent for Text {
+    fn read(lexer: &mut Lexer<'_>, parent: &'static str) -> Lexed<Option<Self>> {
+        let mut text = String::new();
+        loop {
+            match lexer.item()? {
+                Item::Text(chunk) => text.push_str(&chunk),
+                Item::Start(name) => {
+                    let problem = format!("<{parent}> holds text only, has <{}>", shown(name));
+                    return refuse_child(lexer, problem);
+                }
+                Item::End => return Ok(Some(Text(text))),
+            }
         }
     }
 }
@@ -259,21 +377,31 @@ macro_rules! field_type {
 }
 
 macro_rules! field_write {
-    (req, $out:expr, $name:literal, $value:expr) => {
-        write_attribute($out, $name, $value)
-    };
+    (req, $out:expr, $name:literal, $value:expr) => {{
+        $out.push_str(concat!(" ", $name, "=\""));
+        AttrValue::write_attribute_value($value, $out);
+        $out.push('"');
+    }};
     (opt, $out:expr, $name:literal, $value:expr) => {
         if let Some(value) = $value {
-            write_attribute($out, $name, value)
+            field_write!(req, $out, $name, value)
         }
     };
 }
 
+/// A field's value once every attribute is read: a required one that is missing refuses the
+/// element (from inside its `read`).
 macro_rules! field_finish {
-    (req, $value:expr, $raw:expr, $name:literal) => {
-        require($value, &$raw.name, $name)?
+    (req, $value:expr, $lexer:ident, $tag:literal, $name:literal) => {
+        match $value {
+            Some(value) => value,
+            None => {
+                $lexer.refuse(format!("<{}> lacks its required attribute {}", $tag, $name));
+                return $lexer.skip_rest();
+            }
+        }
     };
-    (opt, $value:expr, $raw:expr, $name:literal) => {
+    (opt, $value:expr, $lexer:ident, $tag:literal, $name:literal) => {
         $value
     };
 }
@@ -312,34 +440,50 @@ macro_rules! elements {
 
                 /// Appends the element as XML.
                 pub fn write(&self, out: &mut String) {
-                    out.push('<');
-                    out.push_str($tag);
+                    out.push_str(concat!("<", $tag));
                     $( field_write!($kind, out, $attr, &self.$field); )*
                     if self.content.is_empty() {
                         out.push_str("/>");
                     } else {
                         out.push('>');
                         self.content.write(out);
-                        out.push_str("</");
-                        out.push_str($tag);
-                        out.push('>');
+                        out.push_str(concat!("</", $tag, ">"));
                     }
                 }
 
-                /// Types an element read from XML, in one pass over its attributes. Unknown
-                /// attributes are ignored.
-                pub fn from_raw(raw: &RawElement) -> Result<Self, String> {
+                /// Reads the element whose start tag's name the lexer just read: its
+                /// attributes (unknown ones ignored), then its content through its end tag,
+                /// into `out` as what `wrap` makes of it (built where it will stay, not copied
+                /// there). `out` stays `None` when it can't be typed: the lexer notes why, and
+                /// has read on through the element's end.
+                #[inline]
+                pub(crate) fn read_into<T>(
+                    lexer: &mut Lexer<'_>,
+                    out: &mut Option<T>,
+                    wrap: impl FnOnce(Self) -> T,
+                ) -> Lexed<()> {
                     $( let mut $field: Option<$fty> = None; )*
-                    for (key, value) in &raw.attributes {
-                        match key.as_ref() {
-                            $( $attr => $field = Some(parse_attribute(&raw.name, $attr, value)?), )*
-                            _ => {}
+                    let problem = read_attributes(lexer, Self::ATTRIBUTES, &mut [$(
+                        &mut |value: &[u8]| {
+                            $field = Some(parse_attribute($tag, $attr, value)?);
+                            Ok(())
                         }
+                    ),*])?;
+                    if let Some(problem) = problem {
+                        lexer.refuse(problem);
+                        return lexer.skip_rest();
                     }
-                    Ok($ty {
-                        $( $field: field_finish!($kind, $field, raw, $attr), )*
-                        content: <$content as Content>::from_raw(raw)?,
-                    })
+                    $( let $field = field_finish!($kind, $field, lexer, $tag, $attr); )*
+                    let content = if lexer.empty() {
+                        <$content>::default()
+                    } else {
+                        match <$content as ReadContent>::read(lexer, $tag)? {
+                            Some(content) => content,
+                            None => return Ok(()),
+                        }
+                    };
+                    *out = Some(wrap($ty { $( $field, )* content }));
+                    Ok(())
                 }
 
                 /// Its declarations in the DTD.
@@ -854,12 +998,26 @@ macro_rules! top_level {
                 match self { $(TraceElement::$variant(element) => element.write(out)),* }
             }
 
-            /// Types a raw top-level element, or says why it can't be.
-            pub fn from_raw(raw: &RawElement) -> Result<TraceElement, String> {
-                match raw.name.as_ref() {
-                    $(tag if tag == $variant::TAG => $variant::from_raw(raw).map(TraceElement::$variant),)*
-                    other => Err(format!("<{other}> is not a trace element")),
+            /// Reads the top-level element whose start tag's name the lexer just read into
+            /// `out`, which stays `None` when it can't be typed (the lexer notes why, and has
+            /// read on through its end). The element is built where it will stay: it is large.
+            pub(crate) fn read(
+                name: &[u8],
+                lexer: &mut Lexer<'_>,
+                out: &mut Option<TraceElement>,
+            ) -> Lexed<()> {
+                // The elements most traces are made of first.
+                if lexer::same(name, MethodEntry::TAG.as_bytes()) {
+                    return MethodEntry::read_into(lexer, out, TraceElement::MethodEntry);
                 }
+                if lexer::same(name, MethodExit::TAG.as_bytes()) {
+                    return MethodExit::read_into(lexer, out, TraceElement::MethodExit);
+                }
+                $(if lexer::same(name, $variant::TAG.as_bytes()) {
+                    return $variant::read_into(lexer, out, TraceElement::$variant);
+                })*
+                lexer.refuse(format!("<{}> is not a trace element", shown(name)));
+                lexer.skip_element()
             }
 
             /// The names of the top-level elements, for the DTD's root.
