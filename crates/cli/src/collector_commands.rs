@@ -295,7 +295,8 @@ pub struct ControlArgs {
     /// allows them (docs/security.md).
     command: String,
     /// The command's argument (depth, filter block, snapshot name, specifications: one a
-    /// line, or @FILE).
+    /// line, or @FILE). It may start with `-` (an exclude filter, `-com.acme.*`).
+    #[arg(allow_hyphen_values = true)]
     argument: Option<String>,
 }
 

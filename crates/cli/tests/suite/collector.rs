@@ -1949,8 +1949,8 @@ fn a_call_from_one_jvm_into_another_is_joined_under_the_callers_call() {
 
 #[test]
 fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
-    // Ticker starts with nothing traced; `filter +Ticker` retransforms Ticker, whose work()
-    // then reports its calls; `filter -Ticker` takes that code away again.
+    // Ticker starts with nothing traced; the block `+Ticker;-*` retransforms Ticker alone,
+    // whose work() then reports its calls; the block `-*` takes that code away again.
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
     let options = agent_options(&collector.address, "format=x,cpu=times,filter=-*");
@@ -1959,7 +1959,7 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
     let connected = control_when_connected(&collector.address, &["snapshot", "connected"]);
     assert!(connected.status.success(), "{}", text(&connected.stderr));
     std::thread::sleep(Duration::from_millis(500));
-    let traced = control(&collector.address, &["filter", "+Ticker"]);
+    let traced = control(&collector.address, &["filter", "+Ticker;-*"]);
     assert!(traced.status.success(), "{}", text(&traced.stdout));
     assert!(
         text(&traced.stdout).contains("1 classes retransformed"),
@@ -1967,8 +1967,13 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
         text(&traced.stdout)
     );
     std::thread::sleep(Duration::from_secs(1));
-    let untraced = control(&collector.address, &["filter", "-Ticker"]);
+    let untraced = control(&collector.address, &["filter", "-*"]);
     assert!(untraced.status.success(), "{}", text(&untraced.stdout));
+    assert!(
+        text(&untraced.stdout).contains("1 classes retransformed"),
+        "{}",
+        text(&untraced.stdout)
+    );
     let output = wait_with_limit(child, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
 
@@ -1978,16 +1983,18 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
     let document = export(store.path(), &traces[0], &file);
     validate(&file);
     let elements: Vec<TraceElement> = read_all(document.as_slice()).map(Result::unwrap).collect();
-    // Where the two new blocks are, in collation order.
-    let blocks: Vec<usize> = elements
+    // Where the two new blocks are, in collation order: the one naming Ticker, and the last.
+    let filters: Vec<(usize, &str)> = elements
         .iter()
         .enumerate()
-        .filter(|(_, element)| {
-            matches!(element, TraceElement::Filter(filter) if filter.pattern == "Ticker")
+        .filter_map(|(index, element)| match element {
+            TraceElement::Filter(filter) => Some((index, filter.pattern.as_str())),
+            _ => None,
         })
-        .map(|(index, _)| index)
         .collect();
-    assert_eq!(blocks.len(), 2, "{blocks:?}");
+    assert_eq!(filters.len(), 4, "{filters:?}");
+    let blocks = [filters[1].0, filters[3].0];
+    assert_eq!(filters[1].1, "Ticker", "{filters:?}");
     let entries: Vec<usize> = elements
         .iter()
         .enumerate()
@@ -1999,11 +2006,11 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
     assert!(entries.len() > 100, "{} entries", entries.len());
     assert!(
         entries.iter().all(|&at| at > blocks[0]),
-        "an entry before +Ticker"
+        "an entry before +Ticker;-*"
     );
     assert!(
         entries.iter().filter(|&&at| at > blocks[1]).count() <= 1,
-        "entries after -Ticker"
+        "entries after -*"
     );
 }
 

@@ -1316,8 +1316,10 @@ impl Tracer {
             *state.entries.entry(method as usize).or_default() += 1;
         };
         {
+            // A class a new filter block took away runs its rewritten code until it is
+            // retransformed: its calls are no longer traced.
             let mut state = lock(&self.state);
-            if state.trace.is_none() {
+            if state.trace.is_none() || !self.included(&mut state, method) {
                 count(&mut state);
                 return;
             }
@@ -1982,24 +1984,27 @@ impl Tracer {
     /// is written into the trace.
     pub fn set_filters(&self, block: &str) -> Result<String, String> {
         let filters = FilterBlock::parse_inline(block)?;
+        // The block is in force (and in the trace) before any code changes: no call of a
+        // class it adds comes before it, none of a class it takes away after it.
+        let count = {
+            let mut state = lock(&self.state);
+            for class in state.classes.values_mut() {
+                class.included = filters.includes(&class.name);
+            }
+            state.inclusion.clear();
+            let elements = filters.to_elements();
+            let count = elements.len();
+            state.filters = filters.clone();
+            for element in elements {
+                self.emit(&mut state, element);
+            }
+            count
+        };
         // The classes whose inclusion changed get their instrumented or their original code.
         let retransformed = match (&self.calls, crate::jni::thread_jni()) {
-            (Some(CallSource::Hooks(hooks)), Some(jni)) => {
-                Some(hooks.set_filters(jni, filters.clone()))
-            }
+            (Some(CallSource::Hooks(hooks)), Some(jni)) => Some(hooks.set_filters(jni, filters)),
             _ => None,
         };
-        let mut state = lock(&self.state);
-        for class in state.classes.values_mut() {
-            class.included = filters.includes(&class.name);
-        }
-        state.inclusion.clear();
-        let elements = filters.to_elements();
-        let count = elements.len();
-        state.filters = filters;
-        for element in elements {
-            self.emit(&mut state, element);
-        }
         Ok(match retransformed {
             Some(classes) => format!("{count} filters in force; {classes} classes retransformed"),
             None => format!("{count} filters in force"),
