@@ -1,17 +1,23 @@
 #!/usr/bin/env python3
 """Heap benchmarks, side by side in one run.
 
-1. Heap dump: java/workloads/HeapFill.java keeps about --megabytes of live objects; in the same
-   JVM the JDK's own dumper (`jcmd PID GC.heap_dump`, which reports its time) and openprof's
-   (heap=dump,format=b, triggered by SIGQUIT; the agent reports its time) each write a dump,
-   in alternating order over --rounds rounds. Reported: the times (both include the full GC
-   each does first), the ratio ours/jcmd, the file sizes.
+1. Heap dump: java/workloads/HeapFill.java keeps about --megabytes of live objects. Each round
+   runs two such JVMs, and in each the JDK's own dumper (`jcmd PID GC.heap_dump`, which
+   reports its time) and one of openprof's write a dump of the same heap, in alternating order:
+   - heap=dump,format=b,file=: SIGQUIT; HotSpot's dumper reached in-process (the agent
+     reports its time);
+   - heap=dump,format=b,net=: DUMP HEAP from a collector (`openprof serve` on loopback,
+     `openprof control dump-heap`); the agent's own JVMTI walk, streamed as it walks (the
+     agent reports its time, objects included; the collector stores every byte).
+   Reported: the times (all include the full GC each does first), the ratios ours/jcmd, the
+   sizes.
 2. Allocation sampling: java/workloads/AllocChurn.java (small short-lived objects in a loop)
    without an agent, with heap=sites at the default alloc_interval (512 KiB), and with the JDK's
    own allocation sampling (JFR's jdk.ObjectAllocationSample, `profile` settings), paired per
    round in shuffled order; reported: the median throughput ratio against the run without.
 
 Usage: bench/heap_bench.py [--megabytes MB] [--rounds N] [--alloc-rounds N] [--seconds S]
+       [--skip-alloc]
 Needs: cargo build --release and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -27,18 +33,51 @@ import time
 
 from benchlib import ROOT, jdk_tool
 
+OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
+TOKEN = "bench-token"
+CONTROL_TOKEN = "bench-control-token"
+# The end of the agent's "Dumping Java heap ... done (...)" once its dump is written (other
+# lines may come between): the JVM's dumper, or its own walk.
+HOTSPOT_DONE = re.compile(r" done \(the JVM's dumper: (\d+) bytes in (\d+) ms\)")
+WALK_DONE = re.compile(r" done \((\d+) objects, (\d+) bytes, \d+ classes in (\d+) ms\)")
 
 
-def dump_round(agent, work, megabytes, first):
+def wait_for(path, pattern):
+    deadline = time.time() + 900
+    while time.time() < deadline:
+        match = pattern.search(open(path).read())
+        if match:
+            return match
+        time.sleep(0.2)
+    sys.exit(f"heap_bench: no heap dump from the agent; see {path}")
+
+
+def start_collector(work):
+    store = tempfile.mkdtemp(prefix="store-", dir=work)
+    env = dict(os.environ, OPENPROF_TOKEN=TOKEN, OPENPROF_CONTROL_TOKEN=CONTROL_TOKEN)
+    serve = subprocess.Popen([OPENPROF, "serve", "--listen", "127.0.0.1:0", "--store", store],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    address = serve.stdout.readline().strip().rsplit(" ", 1)[-1]
+    return serve, address, store
+
+
+def dump_round(agent, work, megabytes, first, mode):
+    """One JVM: jcmd's dump and ours (mode "file": HotSpot's dumper; "net": our walk)."""
     ours_file = os.path.join(work, "ours.hprof")
     jcmd_file = os.path.join(work, "jcmd.hprof")
     for path in (ours_file, jcmd_file):
         if os.path.exists(path):
             os.remove(path)
+    serve = None
+    if mode == "net":
+        serve, address, store = start_collector(work)
+        options = f"heap=dump,format=b,doe=n,net={address},token={TOKEN},commands=heap"
+    else:
+        options = f"heap=dump,format=b,doe=n,file={ours_file}"
     stderr_path = os.path.join(work, "stderr.txt")
     with open(stderr_path, "w") as stderr:
         java = subprocess.Popen(
-            [jdk_tool("java"), "-Xmx4g", "-Xms4g", f"-agentpath:{agent}=heap=dump,format=b,doe=n,file={ours_file}",
+            [jdk_tool("java"), "-Xmx4g", "-Xms4g", f"-agentpath:{agent}={options}",
              "-cp", work, "HeapFill", str(megabytes)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
     assert java.stdout.readline().strip() == "ready"
@@ -51,21 +90,28 @@ def dump_round(agent, work, megabytes, first):
         results["jcmd"] = (float(match.group(2)), os.path.getsize(jcmd_file))
 
     def ours():
-        os.kill(java.pid, signal.SIGQUIT)
-        deadline = time.time() + 600
-        while time.time() < deadline:
-            text = open(stderr_path).read()
-            match = re.search(r"Dumping Java heap \.\.\. done \((\d+) objects, \d+ bytes, \d+ classes in (\d+) ms\)", text)
-            if match:
-                results["ours"] = (int(match.group(2)) / 1000.0, os.path.getsize(ours_file), int(match.group(1)))
-                return
-            time.sleep(0.2)
-        sys.exit("heap_bench: no heap dump from the agent")
+        if mode == "net":
+            env = dict(os.environ, OPENPROF_CONTROL_TOKEN=CONTROL_TOKEN)
+            deadline = time.time() + 30
+            while subprocess.run([OPENPROF, "control", "--collector", address, "dump-heap"],
+                                 env=env, capture_output=True).returncode != 0:
+                if time.time() > deadline:
+                    sys.exit("heap_bench: the agent did not connect to the collector")
+                time.sleep(0.2)
+            match = wait_for(stderr_path, WALK_DONE)
+            results["ours"] = (int(match.group(3)) / 1000.0, int(match.group(2)), int(match.group(1)))
+        else:
+            os.kill(java.pid, signal.SIGQUIT)
+            match = wait_for(stderr_path, HOTSPOT_DONE)
+            results["ours"] = (int(match.group(2)) / 1000.0, int(match.group(1)), None)
 
     for step in ((jcmd, ours) if first == "jcmd" else (ours, jcmd)):
         step()
     java.stdin.close()
-    java.wait(timeout=120)
+    java.wait(timeout=300)
+    if serve:
+        serve.terminate()
+        serve.wait()
     return results
 
 
@@ -81,6 +127,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--alloc-rounds", type=int, default=8)
     parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--skip-alloc", action="store_true", help="heap dumps only")
     args = parser.parse_args()
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
     if not os.path.isfile(agent):
@@ -90,16 +137,23 @@ def main():
     subprocess.run([jdk_tool("javac"), "-d", work, *sources], check=True)
 
     print(f"Heap dump of ~{args.megabytes} MB of live objects, {args.rounds} rounds")
-    ratios = []
+    ratios = {"file": [], "net": []}
+    names = {"file": "HotSpot's dumper (file=)", "net": "our walk, streamed (net=)"}
     for round_number in range(args.rounds):
         first = "jcmd" if round_number % 2 == 0 else "ours"
-        results = dump_round(agent, work, args.megabytes, first)
-        jcmd_time, jcmd_size = results["jcmd"]
-        ours_time, ours_size, objects = results["ours"]
-        ratios.append(ours_time / jcmd_time)
-        print(f"  round {round_number + 1} ({first} first): jcmd {jcmd_time:.2f} s {jcmd_size / 1e6:.0f} MB; "
-              f"openprof {ours_time:.2f} s {ours_size / 1e6:.0f} MB, {objects} objects; ratio {ours_time / jcmd_time:.2f}")
-    print(f"  median time ratio openprof/jcmd: {statistics.median(ratios):.2f}")
+        for mode in ("file", "net"):
+            results = dump_round(agent, work, args.megabytes, first, mode)
+            jcmd_time, jcmd_size = results["jcmd"]
+            ours_time, ours_size, objects = results["ours"]
+            ratios[mode].append(ours_time / jcmd_time)
+            counted = f", {objects} objects" if objects else ""
+            print(f"  round {round_number + 1} {names[mode]} ({first} first): jcmd {jcmd_time:.2f} s "
+                  f"{jcmd_size / 1e6:.0f} MB; openprof {ours_time:.2f} s {ours_size / 1e6:.0f} MB{counted}; "
+                  f"ratio {ours_time / jcmd_time:.2f}", flush=True)
+    for mode, values in ratios.items():
+        print(f"  median time ratio openprof/jcmd, {names[mode]}: {statistics.median(values):.2f}")
+    if args.skip_alloc:
+        return
 
     print(f"Allocation sampling on AllocChurn, {args.alloc_rounds} rounds of {args.seconds} s")
     configs = {
