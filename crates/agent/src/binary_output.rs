@@ -2,7 +2,7 @@
 //! frames and traces each record refers to are written once, before their first use.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{self, BufWriter};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::net::{Sink, SINK_BUFFER};
@@ -126,11 +126,13 @@ impl BinaryOutput {
             );
             closed.finish().map_err(failed)?;
             {
-                let mut appended = std::fs::OpenOptions::new()
+                let appended = std::fs::OpenOptions::new()
                     .append(true)
                     .open(&dump)
                     .map_err(failed)?;
+                let mut appended = BufWriter::with_capacity(SINK_BUFFER, Sink::File(appended));
                 crate::hotspot_dump::splice(&self.path, 0, &mut appended).map_err(failed)?;
+                appended.flush().map_err(failed)?;
             }
             std::fs::rename(&dump, &self.path).map_err(failed)?;
             let reopened = std::fs::OpenOptions::new()

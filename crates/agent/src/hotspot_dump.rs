@@ -5,13 +5,14 @@
 //! JDK has it), which no JVMTI walk can match.
 
 use std::fs::File;
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use openprof_format::hprof_binary::tag;
 
 use crate::jni::Jni;
 use crate::jvmti::{jmethodID, jobject, jvalue};
+use crate::net::Sink;
 
 /// HotSpot's diagnostic bean and its `dumpHeap` method, found once (global references).
 pub struct Dumper {
@@ -90,14 +91,9 @@ impl Dumper {
     }
 }
 
-/// The length of an HPROF file's header: the format name and its NUL, the identifier size,
-/// the time.
-fn header_length(format: &[u8]) -> usize {
-    format.len() + 1 + 4 + 8
-}
-
-/// Reads an HPROF binary file's header: its identifier size.
-fn read_header(input: &mut impl Read) -> io::Result<u32> {
+/// Reads an HPROF binary file's header: its identifier size, and the header's length (the
+/// format name and its NUL, the identifier size, the time).
+fn read_header(input: &mut impl Read) -> io::Result<(u32, usize)> {
     let mut format = Vec::new();
     let mut byte = [0u8];
     loop {
@@ -114,123 +110,113 @@ fn read_header(input: &mut impl Read) -> io::Result<u32> {
     }
     let mut rest = [0u8; 12];
     input.read_exact(&mut rest)?;
-    debug_assert_eq!(header_length(&format), format.len() + 13);
-    Ok(u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]))
+    let id_size = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    Ok((id_size, format.len() + 1 + 12))
 }
 
-/// Copies the records of the HPROF file at `from` (after its header) to `out`, the class
-/// serial numbers of its LOAD CLASS and STACK FRAME records moved up by `serial_base` so that
-/// they don't meet the output's own; returns the largest class serial written.
-pub fn splice(from: &Path, serial_base: u32, out: &mut impl Write) -> io::Result<u32> {
+/// Where the class serial is in a record's body, for the records that carry one.
+fn class_serial_at(tag: u8, id_size: usize) -> Option<usize> {
+    match tag {
+        tag::LOAD_CLASS => Some(0),
+        tag::STACK_FRAME => Some(4 * id_size),
+        _ => None,
+    }
+}
+
+/// Copies the records of the HPROF file at `from` (after its header) to the end of `out`, the
+/// class serial numbers of its LOAD CLASS and STACK FRAME records moved up by `serial_base`
+/// so that they don't meet the output's own. HotSpot writes all of those before its heap
+/// dump: from the first heap dump record on, the file is copied as it is, by the kernel where
+/// `out` is a file (no pass of the heap through this process).
+pub fn splice(from: &Path, serial_base: u32, out: &mut BufWriter<Sink>) -> io::Result<()> {
     let mut input = BufReader::with_capacity(1 << 20, File::open(from)?);
-    let id_size = read_header(&mut input)? as usize;
-    let mut largest = serial_base;
+    let (id_size, header) = read_header(&mut input)?;
+    let mut at = header as u64;
     let mut head = [0u8; 9];
     let mut body = Vec::new();
-    let mut copy = vec![0u8; 1 << 20];
+    loop {
+        match input.read_exact(&mut head) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        if matches!(head[0], tag::HEAP_DUMP | tag::HEAP_DUMP_SEGMENT) {
+            break;
+        }
+        let length = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) as usize;
+        body.resize(length, 0);
+        input.read_exact(&mut body)?;
+        if let Some(at) = class_serial_at(head[0], id_size as usize).filter(|at| at + 4 <= length) {
+            let serial = u32::from_be_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
+            body[at..at + 4].copy_from_slice(&serial.saturating_add(serial_base).to_be_bytes());
+        }
+        out.write_all(&head)?;
+        out.write_all(&body)?;
+        at += 9 + length as u64;
+    }
+    out.flush()?;
+    let mut rest = input.into_inner();
+    rest.seek(SeekFrom::Start(at))?;
+    match out.get_mut() {
+        Sink::File(file) => io::copy(&mut rest, file)?,
+        other => io::copy(&mut rest, other)?,
+    };
+    Ok(())
+}
+
+/// Moves the class serial numbers of an HPROF file's LOAD CLASS and STACK FRAME records up by
+/// `base`, in place (HotSpot writes them all before its heap dump, so only the file's first
+/// part is read, and only the serials are written).
+pub fn move_serials_in_place(path: &Path, base: u32) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let mut input = BufReader::with_capacity(1 << 20, &file);
+    let (id_size, header) = read_header(&mut input)?;
+    let mut at = header as u64;
+    let mut serials = Vec::new();
+    let mut head = [0u8; 9];
     loop {
         match input.read_exact(&mut head) {
             Ok(()) => {}
             Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
             Err(error) => return Err(error),
         }
-        let length = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) as usize;
-        // Where the class serial is in the records that carry one.
-        let serial_at = match head[0] {
-            tag::LOAD_CLASS => Some(0),
-            tag::STACK_FRAME => Some(4 * id_size),
-            _ => None,
-        };
-        out.write_all(&head)?;
-        match serial_at {
-            Some(at) if at + 4 <= length => {
-                body.resize(length, 0);
-                input.read_exact(&mut body)?;
-                let serial =
-                    u32::from_be_bytes([body[at], body[at + 1], body[at + 2], body[at + 3]]);
-                let moved = serial.saturating_add(serial_base);
-                largest = largest.max(moved);
-                body[at..at + 4].copy_from_slice(&moved.to_be_bytes());
-                out.write_all(&body)?;
-            }
-            _ => {
-                let mut left = length;
-                while left > 0 {
-                    let chunk = left.min(copy.len());
-                    input.read_exact(&mut copy[..chunk])?;
-                    out.write_all(&copy[..chunk])?;
-                    left -= chunk;
-                }
-            }
-        }
-    }
-    Ok(largest)
-}
-
-/// Moves the class serial numbers of an HPROF file's LOAD CLASS and STACK FRAME records up by
-/// `base`, in place (HotSpot writes them all before its heap dump, so only the file's first
-/// part is read and rewritten).
-pub fn move_serials_in_place(path: &Path, base: u32) -> io::Result<()> {
-    use std::io::{Seek, SeekFrom};
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)?;
-    let id_size = read_header(&mut BufReader::new(&mut file))? as u64;
-    // The header again, unbuffered: where the records start.
-    file.seek(SeekFrom::Start(0))?;
-    let mut at = {
-        let mut input = BufReader::new(&mut file);
-        let mut format = Vec::new();
-        let mut byte = [0u8];
-        loop {
-            input.read_exact(&mut byte)?;
-            if byte[0] == 0 {
-                break;
-            }
-            format.push(byte[0]);
-        }
-        header_length(&format) as u64
-    };
-    let mut head = [0u8; 9];
-    loop {
-        file.seek(SeekFrom::Start(at))?;
-        match file.read_exact(&mut head) {
-            Ok(()) => {}
-            Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(error) => return Err(error),
+        if matches!(head[0], tag::HEAP_DUMP | tag::HEAP_DUMP_SEGMENT) {
+            break;
         }
         let length = u64::from(u32::from_be_bytes([head[5], head[6], head[7], head[8]]));
-        let serial_at = match head[0] {
-            tag::HEAP_DUMP | tag::HEAP_DUMP_SEGMENT => break,
-            tag::LOAD_CLASS => Some(0),
-            tag::STACK_FRAME => Some(4 * id_size),
-            _ => None,
-        };
-        if let Some(offset) = serial_at.filter(|offset| offset + 4 <= length) {
-            let where_ = at + 9 + offset;
+        let mut skip = length as i64;
+        if let Some(offset) =
+            class_serial_at(head[0], id_size as usize).filter(|offset| *offset as u64 + 4 <= length)
+        {
             let mut serial = [0u8; 4];
-            file.seek(SeekFrom::Start(where_))?;
-            file.read_exact(&mut serial)?;
-            let moved = u32::from_be_bytes(serial).saturating_add(base);
-            file.seek(SeekFrom::Start(where_))?;
-            file.write_all(&moved.to_be_bytes())?;
+            input.seek_relative(offset as i64)?;
+            input.read_exact(&mut serial)?;
+            serials.push((at + 9 + offset as u64, u32::from_be_bytes(serial)));
+            skip -= offset as i64 + 4;
         }
+        input.seek_relative(skip)?;
         at += 9 + length;
     }
-    file.flush()
+    drop(input);
+    for (offset, serial) in serials {
+        file.write_all_at(&serial.saturating_add(base).to_be_bytes(), offset)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use openprof_format::hprof_binary::{HprofWriter, Record};
+    use openprof_format::hprof_binary::reader::HprofReader;
+    use openprof_format::hprof_binary::{HprofWriter, Item, Record, SubRecord};
 
-    #[test]
-    fn a_spliced_dump_keeps_its_records_with_class_serials_moved_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("dump.hprof");
-        let mut writer = HprofWriter::new(File::create(&path).unwrap(), 8, 0).unwrap();
+    /// A dump as HotSpot lays one out: class and frame records, then the heap dump.
+    fn hotspot_like(path: &Path) {
+        let mut writer = HprofWriter::new(File::create(path).unwrap(), 8, 0).unwrap();
         for serial in [1, 2] {
             writer
                 .record(&Record::LoadClass {
@@ -251,32 +237,52 @@ mod tests {
                 line: 7,
             })
             .unwrap();
+        writer
+            .sub_record(&SubRecord::RootStickyClass { id: 0x7001 })
+            .unwrap();
+        writer.end_heap_dump().unwrap();
         writer.finish().unwrap();
+    }
 
-        let mut out = Vec::new();
-        assert_eq!(splice(&path, 100, &mut out).unwrap(), 102);
-        // Read back behind a header of our own.
-        let mut file = Vec::new();
-        HprofWriter::new(&mut file, 8, 0).unwrap().finish().unwrap();
-        file.extend_from_slice(&out);
-        let items: Vec<_> = openprof_format::hprof_binary::reader::HprofReader::new(&file[..])
+    fn items(bytes: &[u8]) -> Vec<Item> {
+        HprofReader::new(bytes)
             .unwrap()
             .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_spliced_dump_keeps_its_records_with_class_serials_moved_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dump.hprof");
+        hotspot_like(&path);
+        let original = items(&std::fs::read(&path).unwrap());
+
+        // Behind a header of our own, in a file (the heap dump copied by the kernel).
+        let output = dir.path().join("output.hprof");
+        let mut file = Vec::new();
+        HprofWriter::new(&mut file, 8, 0).unwrap().finish().unwrap();
+        std::fs::write(&output, &file).unwrap();
+        let appending = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&output)
             .unwrap();
-        let text = format!("{items:?}");
+        let mut out = BufWriter::new(Sink::File(appending));
+        splice(&path, 100, &mut out).unwrap();
+        drop(out);
+        let spliced = items(&std::fs::read(&output).unwrap());
+        let text = format!("{spliced:?}");
         assert!(text.contains("class_serial: 101"), "{text}");
         assert!(text.contains("class_serial: 102"), "{text}");
         assert!(!text.contains("class_serial: 1,"), "{text}");
+        // The rest as it was: the heap dump and its end.
+        assert_eq!(spliced.len(), original.len());
+        assert_eq!(spliced[3..], original[3..]);
+        assert!(spliced.contains(&Item::HeapDumpEnd));
 
         // Moved in place the same way.
         move_serials_in_place(&path, 100).unwrap();
-        let items: Vec<_> = openprof_format::hprof_binary::reader::HprofReader::new(
-            std::fs::read(&path).unwrap().as_slice(),
-        )
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
-        let text = format!("{items:?}");
-        assert!(text.contains("class_serial: 101") && text.contains("class_serial: 102"));
+        let moved = items(&std::fs::read(&path).unwrap());
+        assert_eq!(moved, spliced);
     }
 }
