@@ -213,6 +213,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeSet;
 
+    #[derive(Clone, Debug)]
     struct Lists(Vec<Vec<u32>>);
 
     impl Successors for Lists {
