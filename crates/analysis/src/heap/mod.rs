@@ -352,9 +352,7 @@ impl HeapAnalysis {
         let path = match &options.path {
             Some(target) => {
                 progress(Progress::Step("path to GC roots"));
-                let node = self
-                    .resolve(target)
-                    .map_err(|message| GraphError::Limit(message))?;
+                let node = self.resolve(target).map_err(GraphError::Limit)?;
                 Some(self.path_report(node, options.exclude_weak)?)
             }
             None => None,

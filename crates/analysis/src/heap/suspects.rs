@@ -41,10 +41,7 @@ impl HeapAnalysis {
             return Vec::new();
         };
         let mut path = vec![node];
-        loop {
-            let Some(&child) = self.children_by_number(number).first() else {
-                break;
-            };
+        while let Some(&child) = self.children_by_number(number).first() {
             let (parent_bytes, child_bytes) = (
                 self.retained_by_number(number),
                 self.retained_by_number(child),
@@ -112,8 +109,8 @@ impl HeapAnalysis {
                 }
             })
             .collect();
-        suspects.sort_by(|a, b| b.retained.cmp(&a.retained));
-        classes.sort_by(|a, b| b.retained.cmp(&a.retained));
+        suspects.sort_by_key(|suspect| std::cmp::Reverse(suspect.retained));
+        classes.sort_by_key(|suspect| std::cmp::Reverse(suspect.retained));
         suspects.extend(classes);
         suspects
     }
