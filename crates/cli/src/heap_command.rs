@@ -137,14 +137,33 @@ pub fn heap(args: HeapArgs) -> Result<ExitCode> {
         bail!("--threshold is a percentage, 0 to 100");
     }
     let bar = Bar::new(file_bytes);
-    let mut progress = |step: Progress| bar.update(step);
+    let started = std::time::Instant::now();
+    let timings = std::env::var_os("OPENPROF_HEAP_TIMINGS").is_some();
+    let mut progress = |step: Progress| {
+        if timings {
+            if let Progress::Step(name) = step {
+                let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+                let memory: Vec<&str> = status
+                    .lines()
+                    .filter(|line| line.starts_with("VmHWM") || line.starts_with("VmRSS"))
+                    .collect();
+                eprintln!(
+                    "{:>8.2} s {name} {}",
+                    started.elapsed().as_secs_f64(),
+                    memory.join(" ")
+                );
+            }
+        }
+        bar.update(step)
+    };
     let options = GraphOptions {
         memory_limit: args.memory_limit,
         spill_dir: args.spill_dir.clone(),
     };
     let graph = HeapGraph::read(&args.file, &options, &mut progress)
         .map_err(|error| read_error(&args.file, error))?;
-    let analysis = HeapAnalysis::new(graph, &mut progress);
+    let analysis =
+        HeapAnalysis::new(graph, &mut progress).map_err(|error| read_error(&args.file, error))?;
     let other = match &args.diff {
         Some(path) => {
             let input =

@@ -56,24 +56,39 @@ impl Dominators {
 }
 
 /// Computes the dominator tree of `graph` from a super-root whose successors are `roots`.
-pub fn dominators(graph: &impl Successors, roots: &[u32]) -> Dominators {
+/// `between` is called with the graph once its references have been read for the last time,
+/// before the bulk of the computation (the graph may move its columns out of memory then).
+pub fn dominators<G: Successors>(
+    graph: &mut G,
+    roots: &[u32],
+    between: impl FnOnce(&mut G),
+) -> Dominators {
     let nodes = graph.node_count();
     let mut number = vec![NONE; nodes];
-    let mut vertex: Vec<u32> = vec![NONE];
-    let mut parent: Vec<u32> = vec![0];
+    // At most every node and the super-root: sized once, not grown by doubling.
+    let mut vertex: Vec<u32> = Vec::with_capacity(nodes + 1);
+    vertex.push(NONE);
+    let mut parent: Vec<u32> = Vec::with_capacity(nodes + 1);
+    parent.push(0);
     // Per number, the next successor to visit: reused as the semidominators afterwards.
-    let mut cursor: Vec<u32> = vec![0];
-    let successors = |v: u32, vertex: &[u32]| -> &[u32] {
+    let mut cursor: Vec<u32> = Vec::with_capacity(nodes + 1);
+    cursor.push(0);
+    fn successors<'a, G: Successors>(
+        graph: &'a G,
+        roots: &'a [u32],
+        v: u32,
+        vertex: &[u32],
+    ) -> &'a [u32] {
         if v == 0 {
             roots
         } else {
             graph.successors(vertex[v as usize])
         }
-    };
+    }
     let mut stack: Vec<u32> = vec![0];
     while let Some(&top) = stack.last() {
         let next = {
-            let list = successors(top, &vertex);
+            let list = successors(&*graph, roots, top, &vertex);
             let at = cursor[top as usize] as usize;
             if at < list.len() {
                 cursor[top as usize] += 1;
@@ -104,28 +119,29 @@ pub fn dominators(graph: &impl Successors, roots: &[u32]) -> Dominators {
     // Predecessors by number, counted then filled (the super-root precedes each root).
     let mut pred_start = vec![0u64; reached + 1];
     for v in 0..reached as u32 {
-        for &w in successors(v, &vertex) {
+        for &w in successors(&*graph, roots, v, &vertex) {
             let n = number[w as usize];
             if n != NONE {
-                pred_start[n as usize + 1] += 1;
+                pred_start[n as usize] += 1;
             }
         }
     }
     for i in 1..=reached {
         pred_start[i] += pred_start[i - 1];
     }
-    let mut fill = pred_start.clone();
+    // Each entry now holds its list's end; filled from the end down, it ends at its start.
     let mut preds = vec![0u32; pred_start[reached] as usize];
     for v in 0..reached as u32 {
-        for &w in successors(v, &vertex) {
+        for &w in successors(&*graph, roots, v, &vertex) {
             let n = number[w as usize];
             if n != NONE {
-                preds[fill[n as usize] as usize] = v;
-                fill[n as usize] += 1;
+                pred_start[n as usize] -= 1;
+                preds[pred_start[n as usize] as usize] = v;
             }
         }
     }
-    drop(fill);
+
+    between(graph);
 
     let mut semi = cursor;
     for (v, slot) in semi.iter_mut().enumerate() {
@@ -135,7 +151,9 @@ pub fn dominators(graph: &impl Successors, roots: &[u32]) -> Dominators {
     let mut ancestor = vec![NONE; reached];
     let mut idom = vec![0u32; reached];
     let mut bucket_head = vec![NONE; reached];
-    let mut bucket_next = vec![NONE; reached];
+    // A vertex's parent is read once, just before the vertex joins a bucket: its slot then
+    // holds the bucket's next vertex.
+    let mut bucket_next = parent;
     let mut path: Vec<u32> = Vec::new();
 
     // The vertex on the forest path above `v` with the least semidominator, compressing the
@@ -176,10 +194,10 @@ pub fn dominators(graph: &impl Successors, roots: &[u32]) -> Dominators {
                 semi[w as usize] = semi[u as usize];
             }
         }
+        let p = bucket_next[w as usize];
         let s = semi[w as usize];
         bucket_next[w as usize] = bucket_head[s as usize];
         bucket_head[s as usize] = w;
-        let p = parent[w as usize];
         ancestor[w as usize] = p;
         let mut v = bucket_head[p as usize];
         bucket_head[p as usize] = NONE;
@@ -309,7 +327,7 @@ mod tests {
 
     fn ours(graph: &Lists, roots: &[u32]) -> Vec<Option<u32>> {
         let n = graph.0.len() as u32;
-        let result = dominators(graph, roots);
+        let result = dominators(&mut graph.clone(), roots, |_| {});
         (0..n)
             .map(|v| result.idom_of(v).map(|idom| idom.unwrap_or(n)))
             .collect()
@@ -345,7 +363,7 @@ mod tests {
                 .map(|v| if v + 1 < n { vec![v + 1] } else { Vec::new() })
                 .collect(),
         );
-        let result = dominators(&lists, &[0]);
+        let result = dominators(&mut lists.clone(), &[0], |_| {});
         assert_eq!(result.reached(), n as usize + 1);
         assert_eq!(result.idom_of(n - 1), Some(Some(n - 2)));
         assert_eq!(result.idom_of(0), Some(None));

@@ -198,6 +198,8 @@ pub struct HeapGraph {
     pub dangling_roots: u64,
     /// Whether the references read went through a temporary file.
     pub spilled: bool,
+    pub options: GraphOptions,
+    parked: Option<super::spill::Parked>,
 }
 
 /// An identifier's value from its big-endian bytes.
@@ -639,6 +641,11 @@ impl Builder {
                 }
             }
         }
+        // The columns grew by doubling: what they did not fill would stay allocated to the end.
+        self.ids.shrink_to_fit();
+        self.class_of.shrink_to_fit();
+        self.size8.shrink_to_fit();
+        self.raw_end.shrink_to_fit();
         let index = IdIndex::new(&self.ids);
         let nodes = self.ids.len();
         let mut edges: Vec<u32> =
@@ -725,6 +732,8 @@ impl Builder {
             dangling_references: dangling,
             dangling_roots,
             spilled,
+            options: self.options,
+            parked: None,
         })
     }
 }
@@ -815,6 +824,32 @@ impl HeapGraph {
 
     pub fn node_count(&self) -> usize {
         self.ids.len()
+    }
+
+    /// Moves the columns to a temporary file until [`HeapGraph::unpark`]; nothing may read the
+    /// graph in between.
+    pub fn park(&mut self) -> Result<(), GraphError> {
+        let mut writer = super::spill::ParkWriter::new(self.options.spill_dir.as_deref())?;
+        writer.column(&mut self.ids)?;
+        writer.column(&mut self.class_of)?;
+        writer.column(&mut self.size8)?;
+        writer.column(&mut self.edge_start)?;
+        writer.column(&mut self.edges)?;
+        self.parked = Some(writer.finish()?);
+        Ok(())
+    }
+
+    /// Reads back what [`HeapGraph::park`] moved out.
+    pub fn unpark(&mut self) -> Result<(), GraphError> {
+        if let Some(parked) = self.parked.take() {
+            let mut reader = parked.reader();
+            self.ids = reader.column()?;
+            self.class_of = reader.column()?;
+            self.size8 = reader.column()?;
+            self.edge_start = reader.column()?;
+            self.edges = reader.column()?;
+        }
+        Ok(())
     }
 
     pub fn edge_count(&self) -> usize {

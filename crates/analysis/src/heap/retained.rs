@@ -4,7 +4,7 @@
 //! that the report and the leak suspects walk.
 
 use super::dominators::{dominators, Dominators};
-use super::graph::{HeapGraph, Progress, NONE};
+use super::graph::{GraphError, HeapGraph, Progress, NONE};
 
 /// A heap dump's graph with its dominator tree and retained sizes.
 pub struct HeapAnalysis {
@@ -20,14 +20,26 @@ pub struct HeapAnalysis {
 
 impl HeapAnalysis {
     /// Computes the dominator tree from a super-root over every GC root, then retained sizes.
-    pub fn new(graph: HeapGraph, progress: &mut dyn FnMut(Progress)) -> HeapAnalysis {
+    /// Under a memory limit ([`super::GraphOptions::memory_limit`]), the graph's columns wait
+    /// in a temporary file while the dominator computation runs.
+    pub fn new(
+        mut graph: HeapGraph,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<HeapAnalysis, GraphError> {
         progress(Progress::Step("dominator tree"));
         let mut roots: Vec<u32> = graph.roots.iter().map(|root| root.node).collect();
         // One successor per root object, in the order the dump first names them.
         let mut seen = vec![false; graph.node_count()];
         roots.retain(|&node| !std::mem::replace(&mut seen[node as usize], true));
         drop(seen);
-        let dominators = dominators(&graph, &roots);
+        let mut parked = Ok(());
+        let dominators = dominators(&mut graph, &roots, |graph| {
+            if graph.options.memory_limit.is_some() {
+                parked = graph.park();
+            }
+        });
+        parked?;
+        graph.unpark()?;
         progress(Progress::Step("retained sizes"));
         let reached = dominators.reached();
         let mut retained = vec![0u64; reached];
@@ -57,13 +69,13 @@ impl HeapAnalysis {
             children[start..end]
                 .sort_unstable_by_key(|&c| (std::cmp::Reverse(retained[c as usize]), c));
         }
-        HeapAnalysis {
+        Ok(HeapAnalysis {
             graph,
             dominators,
             retained,
             child_start,
             children,
-        }
+        })
     }
 
     /// The retained bytes of every reachable object together.

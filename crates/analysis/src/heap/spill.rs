@@ -1,7 +1,9 @@
 //! Columns of integers that go to a temporary file instead of memory: a list written once and
 //! read back in order (the references of a dump before they are resolved, which spill past a
-//! memory limit), and a column read back a few entries at a time (each object's offset in the
-//! dump, only read to name the steps of a path).
+//! memory limit), a column read back a few entries at a time (each object's offset in the
+//! dump, only read to name the steps of a path), and columns parked on disk while a step that
+//! does not read them runs (the graph's, during the dominator computation under a memory
+//! limit).
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
@@ -215,5 +217,121 @@ mod tests {
         assert_eq!(column.get(499).unwrap(), 499 * 7);
         assert_eq!(column.get(500).unwrap(), 1);
         assert!(column.get(501).is_err());
+    }
+}
+
+/// Columns moved out of memory into an unnamed temporary file while a step that does not read
+/// them runs, and read back after it.
+pub struct Parked {
+    file: File,
+}
+
+/// A column's values as little-endian bytes, written and read back.
+pub trait Word: Copy + Default {
+    const BYTES: usize;
+    fn put(self, out: &mut impl Write) -> io::Result<()>;
+    fn get(bytes: &[u8]) -> Self;
+}
+
+impl Word for u32 {
+    const BYTES: usize = 4;
+    fn put(self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.to_le_bytes())
+    }
+    fn get(bytes: &[u8]) -> Self {
+        u32::from_le_bytes(bytes.try_into().expect("4 bytes"))
+    }
+}
+
+impl Word for u64 {
+    const BYTES: usize = 8;
+    fn put(self, out: &mut impl Write) -> io::Result<()> {
+        out.write_all(&self.to_le_bytes())
+    }
+    fn get(bytes: &[u8]) -> Self {
+        u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+    }
+}
+
+/// Writes columns one after the other (each preceded by its length) and frees them.
+pub struct ParkWriter {
+    out: BufWriter<File>,
+}
+
+impl ParkWriter {
+    pub fn new(dir: Option<&Path>) -> io::Result<ParkWriter> {
+        let file = match dir {
+            Some(dir) => tempfile::tempfile_in(dir)?,
+            None => tempfile::tempfile()?,
+        };
+        Ok(ParkWriter {
+            out: BufWriter::with_capacity(1 << 20, file),
+        })
+    }
+
+    pub fn column<T: Word>(&mut self, column: &mut Vec<T>) -> io::Result<()> {
+        (column.len() as u64).put(&mut self.out)?;
+        for &value in column.iter() {
+            value.put(&mut self.out)?;
+        }
+        *column = Vec::new();
+        Ok(())
+    }
+
+    pub fn finish(self) -> io::Result<Parked> {
+        let mut file = self.out.into_inner().map_err(|error| error.into_error())?;
+        io::Seek::rewind(&mut file)?;
+        Ok(Parked { file })
+    }
+}
+
+impl Parked {
+    /// Reads the columns back, in the order they were written.
+    pub fn reader(self) -> ParkReader {
+        ParkReader {
+            input: BufReader::with_capacity(1 << 20, self.file),
+        }
+    }
+}
+
+pub struct ParkReader {
+    input: BufReader<File>,
+}
+
+impl ParkReader {
+    pub fn column<T: Word>(&mut self) -> io::Result<Vec<T>> {
+        let mut length = [0u8; 8];
+        self.input.read_exact(&mut length)?;
+        let length = u64::from_le_bytes(length) as usize;
+        let mut column = Vec::with_capacity(length);
+        let mut bytes = vec![0u8; T::BYTES * 8192];
+        let mut left = length;
+        while left > 0 {
+            let count = left.min(8192);
+            let chunk = &mut bytes[..count * T::BYTES];
+            self.input.read_exact(chunk)?;
+            column.extend(chunk.chunks_exact(T::BYTES).map(T::get));
+            left -= count;
+        }
+        Ok(column)
+    }
+}
+
+#[cfg(test)]
+mod park_tests {
+    use super::*;
+
+    #[test]
+    fn parked_columns_come_back_whole() {
+        let mut a: Vec<u32> = (0..100_000).collect();
+        let mut b: Vec<u64> = (0..70_000).map(|v| v * 1_000_000_007).collect();
+        let (a0, b0) = (a.clone(), b.clone());
+        let mut writer = ParkWriter::new(None).unwrap();
+        writer.column(&mut a).unwrap();
+        writer.column(&mut b).unwrap();
+        assert!(a.is_empty() && b.is_empty());
+        let mut reader = writer.finish().unwrap().reader();
+        assert_eq!(reader.column::<u32>().unwrap(), a0);
+        assert_eq!(reader.column::<u64>().unwrap(), b0);
     }
 }

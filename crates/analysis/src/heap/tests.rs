@@ -261,7 +261,7 @@ fn graph_of(bytes: &[u8]) -> Result<HeapGraph, GraphError> {
 fn analysis_of(bytes: &[u8]) -> (HeapAnalysis, tempfile::TempPath) {
     let path = file_of(bytes);
     let graph = HeapGraph::read(&path, &GraphOptions::default(), &mut |_| {}).expect("reads");
-    (HeapAnalysis::new(graph, &mut |_| {}), path)
+    (HeapAnalysis::new(graph, &mut |_| {}).unwrap(), path)
 }
 
 fn file_of(bytes: &[u8]) -> tempfile::TempPath {
@@ -510,13 +510,13 @@ fn a_dump_cut_at_any_byte_is_an_error_at_an_offset_never_a_panic() {
         let mut corrupt = bytes.clone();
         corrupt[position] ^= 0xA5;
         if let Ok(graph) = graph_of(&corrupt) {
-            let _ = HeapAnalysis::new(graph, &mut |_| {});
+            let _ = HeapAnalysis::new(graph, &mut |_| {}).unwrap();
         }
     }
 }
 
 #[test]
-fn spilled_references_give_the_same_graph() {
+fn spilled_references_and_parked_columns_give_the_same_analysis() {
     let bytes = dump(8, false, 1 << 20);
     let (whole, file) = analysis_of(&bytes);
     let options = GraphOptions {
@@ -526,10 +526,20 @@ fn spilled_references_give_the_same_graph() {
     let spilled = HeapAnalysis::new(
         HeapGraph::read(&file, &options, &mut |_| {}).unwrap(),
         &mut |_| {},
-    );
+    )
+    .unwrap();
     for id in [LIST, N1, N2, N3, SHARED, X, T] {
         assert_eq!(retained(&whole, id), retained(&spilled, id));
     }
+    // The columns parked during the dominator computation are back, whole.
+    assert_eq!(spilled.graph.node_count(), whole.graph.node_count());
+    assert_eq!(
+        spilled.retained_by_class("Node"),
+        whole.retained_by_class("Node")
+    );
+    let n2 = spilled.graph.node(N2).unwrap();
+    let path = spilled.graph.path_to_roots(n2, false).unwrap().unwrap();
+    assert_eq!(path.steps[1].via.as_deref(), Some("[1]"));
 }
 
 #[test]

@@ -341,7 +341,7 @@ fn check(dump: &Path) -> Figures {
 
     // Retained sizes of single objects and dominators, through the library.
     let graph = HeapGraph::read(dump, &GraphOptions::default(), &mut |_| {}).unwrap();
-    let analysis = HeapAnalysis::new(graph, &mut |_| {});
+    let analysis = HeapAnalysis::new(graph, &mut |_| {}).unwrap();
     let node = |id: u64| analysis.graph.node(id).unwrap();
     let retained = |id: u64| analysis.retained(node(id)).expect("reachable");
     let report = heap_json(
@@ -491,7 +491,7 @@ fn visualvms_heap_library_computes_the_same_retained_sizes() {
         let dir = dump.parent().unwrap();
         let report = heap_json(dir, dump, &[]);
         let graph = HeapGraph::read(dump, &GraphOptions::default(), &mut |_| {}).unwrap();
-        let analysis = HeapAnalysis::new(graph, &mut |_| {});
+        let analysis = HeapAnalysis::new(graph, &mut |_| {}).unwrap();
         let mut checked = 0;
         for line in stdout.lines() {
             let fields: Vec<&str> = line.split_whitespace().collect();
