@@ -117,7 +117,7 @@ impl IdIndex {
         };
         // About 8 objects a bucket.
         let buckets = (keys.len() / 8).max(1).next_power_of_two() as u64;
-        let span = max - min + 1;
+        let span = (max - min).saturating_add(1);
         let mut shift = 0;
         while (span >> shift) > buckets {
             shift += 1;
@@ -449,10 +449,12 @@ impl Builder {
                         self.classes[index as usize].name = binary_class_name(name);
                     }
                 }
+                // HotSpot names classes as the JVM does (java/lang/ref/Reference), HPROF's
+                // agent as Java source does.
                 if self
                     .strings
                     .get(&name_id)
-                    .is_some_and(|name| &**name == "java/lang/ref/Reference")
+                    .is_some_and(|name| binary_class_name(name) == "java.lang.ref.Reference")
                 {
                     self.reference_class = Some(class_id);
                 }

@@ -178,6 +178,8 @@ pub struct HeapReport {
     pub diff: Option<DiffReport>,
     /// The dominator tree's largest nodes, parents before children (for the HTML page).
     pub tree: Vec<TreeEntry>,
+    /// The super-root's children left out of `tree`.
+    pub tree_top_hidden: u64,
 }
 
 /// The words the report uses for its size model.
@@ -263,11 +265,13 @@ impl HeapAnalysis {
 
     /// The dominator tree's largest nodes, breadth first from the super-root, at most `limit`
     /// of them, leaving out children under a thousandth of the reachable bytes.
-    pub fn tree(&self, limit: usize) -> Vec<TreeEntry> {
+    /// Also returns how many of the super-root's children are left out.
+    pub fn tree(&self, limit: usize) -> (Vec<TreeEntry>, u64) {
         let mut entries: Vec<TreeEntry> = Vec::new();
         if limit == 0 {
-            return entries;
+            return (entries, 0);
         }
+        let mut top_hidden = 0;
         let floor = self.reachable_bytes() / 1000;
         let mut queue: std::collections::VecDeque<(u32, i64)> = std::collections::VecDeque::new();
         queue.push_back((0, -1));
@@ -288,9 +292,11 @@ impl HeapAnalysis {
             }
             if parent >= 0 {
                 entries[parent as usize].children = children.len() as u64 - kept;
+            } else {
+                top_hidden = children.len() as u64 - kept;
             }
         }
-        entries
+        (entries, top_hidden)
     }
 
     /// Builds the report.
@@ -364,6 +370,24 @@ impl HeapAnalysis {
                 histogram,
             ),
         });
+        let (tree, tree_top_hidden) = self.tree(options.tree_nodes);
+        let classes = if options.all_classes {
+            // The exact figures computed for the top rows go with them.
+            let exact: BTreeMap<&str, Option<u64>> = histogram
+                .iter()
+                .map(|row| (row.class.as_str(), row.retained))
+                .collect();
+            reachable_rows
+                .into_iter()
+                .map(|mut row| {
+                    row.retained = exact.get(row.class.as_str()).copied().flatten();
+                    row
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+
         let unreachable = unreachable_classes
             .iter()
             .fold(Totals::default(), |totals, row| Totals {
@@ -388,11 +412,7 @@ impl HeapAnalysis {
             dangling_references: graph.dangling_references,
             dangling_roots: graph.dangling_roots,
             histogram,
-            classes: if options.all_classes {
-                reachable_rows
-            } else {
-                Vec::new()
-            },
+            classes,
             dominators: self
                 .dominated(None)
                 .into_iter()
@@ -404,7 +424,8 @@ impl HeapAnalysis {
             concentration: options.concentration,
             path,
             diff,
-            tree: self.tree(options.tree_nodes),
+            tree,
+            tree_top_hidden,
         })
     }
 }

@@ -581,3 +581,98 @@ fn the_html_report_and_the_diff_of_two_dumps() {
         assert_eq!(row["shallow_change"], 0, "{row}");
     }
 }
+
+/// The HTML report in Chromium (`tests/browser/heap.mjs`): the suspect named, the dominator
+/// tree's largest node expanded into its children (largest first) and collapsed with its
+/// expanded child, the histogram sorted by a click. OPENPROF_SCREENSHOTS=DIR keeps pictures.
+#[test]
+fn the_html_report_in_a_browser() {
+    use crate::views_html::{browser_deps, chromium};
+    let dumps = dumps();
+    let dir = kept_temp_dir("openprof-heap-page-");
+    let page = dir.join("heap.html");
+    let output = openprof_in(
+        &dir,
+        &[
+            "heap",
+            dumps.jdk.to_str().unwrap(),
+            "-o",
+            page.to_str().unwrap(),
+        ],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let mut command = Command::new("node");
+    command
+        .arg(workspace_root().join("crates/cli/tests/browser/heap.mjs"))
+        .arg(&page)
+        .env("OPENPROF_BROWSER_DEPS", browser_deps())
+        .env("CHROMIUM", chromium())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(shots) = std::env::var_os("OPENPROF_SCREENSHOTS").filter(|d| !d.is_empty()) {
+        let shots = workspace_root().join(shots);
+        std::fs::create_dir_all(&shots).unwrap();
+        command.arg("--screenshots").arg(shots);
+    }
+    let output = crate::helpers::finish(command, crate::helpers::LIMIT);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the script's JSON");
+    assert_eq!(seen["errors"], Value::Array(Vec::new()), "script errors");
+    assert_eq!(seen["requests"], Value::Array(Vec::new()), "the network");
+
+    let report = heap_json(dumps.jdk.parent().unwrap(), &dumps.jdk, &["--suspects"]);
+    let point = report["suspects"][0]["accumulation"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let suspect = seen["suspects"][0].as_str().unwrap();
+    assert!(suspect.contains(&point), "{suspect}");
+    assert!(suspect.contains("static listeners"), "{suspect}");
+
+    let rows =
+        |key: &str| -> Vec<Vec<String>> { serde_json::from_value(seen[key].clone()).unwrap() };
+    let before = rows("treeBefore");
+    let expanded = rows("treeExpanded");
+    let two_levels = rows("treeTwoLevels");
+    assert_eq!(rows("treeCollapsed"), before, "collapsed as it was");
+    assert!(expanded.len() > before.len(), "{expanded:?}");
+    assert!(two_levels.len() > expanded.len(), "{two_levels:?}");
+    // The top node is the largest: the first of the dominators list.
+    let top = &report["dominators"][0];
+    assert!(
+        before[0][0].contains(top["id"].as_str().unwrap()),
+        "{before:?}"
+    );
+    let number = |cell: &str| cell.replace(',', "").parse::<u64>().unwrap();
+    assert_eq!(number(&before[0][2]), top["retained"].as_u64().unwrap());
+    // Children come largest first, each retaining no more than its parent.
+    let children: Vec<u64> = expanded[1..expanded.len() - (before.len() - 1)]
+        .iter()
+        .filter(|row| row.len() > 2)
+        .map(|row| number(&row[2]))
+        .collect();
+    assert!(!children.is_empty());
+    assert!(
+        children.windows(2).all(|pair| pair[0] >= pair[1]),
+        "{children:?}"
+    );
+    assert!(children[0] <= number(&before[0][2]));
+
+    let by_objects = rows("histogramByObjects");
+    let ascending = rows("histogramByObjectsAscending");
+    let counts: Vec<u64> = by_objects.iter().map(|row| number(&row[1])).collect();
+    assert!(
+        counts.windows(2).all(|pair| pair[0] >= pair[1]),
+        "{counts:?}"
+    );
+    let counts: Vec<u64> = ascending.iter().map(|row| number(&row[1])).collect();
+    assert!(
+        counts.windows(2).all(|pair| pair[0] <= pair[1]),
+        "{counts:?}"
+    );
+    assert!(rows("histogramFirst").len() == 5);
+}
