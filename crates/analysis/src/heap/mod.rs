@@ -212,12 +212,15 @@ impl HeapAnalysis {
                 .node(*id)
                 .ok_or_else(|| format!("the dump has no object 0x{id:x}")),
             Target::Class(name) => {
+                let named: Vec<bool> = graph
+                    .classes
+                    .iter()
+                    .map(|class| class.name == *name)
+                    .collect();
                 let mut best: Option<(u64, u32)> = None;
                 let mut known = false;
                 for node in 0..graph.node_count() as u32 {
-                    if graph.is_class_object(node)
-                        || graph.classes[graph.class(node) as usize].name != *name
-                    {
+                    if graph.is_class_object(node) || !named[graph.class(node) as usize] {
                         continue;
                     }
                     known = true;

@@ -572,7 +572,11 @@ fn the_html_page_holds_the_report_and_nothing_closes_its_script() {
     assert!(!report.tree.is_empty());
     assert_eq!(report.tree[0].parent, -1);
     // The page's full histogram carries the exact figures of the top rows.
-    let node = report.classes.iter().find(|row| row.class == "Node").unwrap();
+    let node = report
+        .classes
+        .iter()
+        .find(|row| row.class == "Node")
+        .unwrap();
     assert_eq!(node.retained, Some(analysis.retained_by_class("Node")));
     report.file = "</script><b>".into();
     let mut page = Vec::new();
