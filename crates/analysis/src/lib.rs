@@ -2,8 +2,10 @@
 //! which classes fill a heap dump, which allocation sites hold the most live bytes, which
 //! parameter values make a traced method slow ([`mpt`]); for any profile read into the model,
 //! the statistics of methods, allocations, threads and components and of one resource
-//! ([`statistics`]).
+//! ([`statistics`]); a heap dump's dominator tree, retained sizes, leak suspects and paths to
+//! GC roots ([`heap`]).
 
+pub mod heap;
 pub mod inputs;
 pub mod mpt;
 pub mod profile;

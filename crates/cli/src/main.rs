@@ -11,6 +11,7 @@ mod agent_library;
 mod attach_command;
 mod collector_commands;
 mod convert_command;
+mod heap_command;
 mod mpt_command;
 mod profile_command;
 mod report;
@@ -168,6 +169,16 @@ enum Commands {
             shown quoted, with \\n, \\t, \\\" and \\\\ escapes. See docs/mpt.md, \"Reports\"."
     )]
     Mpt(mpt_command::MptArgs),
+    /// Analyse a heap dump past its histogram: retained sizes by class, the dominator tree,
+    /// leak suspects, the shortest path from a GC root to an object, unreachable objects, the
+    /// change from another dump; as text, JSON or an HTML page.
+    #[command(
+        after_help = "Examples:\n  openprof heap app.hprof --suspects\n              openprof heap app.hprof --dominators 30 -o heap.html\n              openprof heap app.hprof --path-to-roots java.util.HashMap --exclude-weak\n              openprof heap after.hprof --diff before.hprof\n\n\
+            Reads HPROF binary dumps (heap=dump,format=b, jcmd GC.heap_dump). Shallow sizes are\n\
+            computed for a 64-bit HotSpot VM with compressed oops; docs/heap.md defines every\n\
+            figure. On a terminal, dumps of 64 MiB or more show a progress bar."
+    )]
+    Heap(heap_command::HeapArgs),
 }
 
 fn main() -> ExitCode {
@@ -202,6 +213,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Mpt(args) => mpt_command::mpt(args),
         Commands::Convert(args) => convert_command::convert(args),
+        Commands::Heap(args) => heap_command::heap(args),
         Commands::Report {
             file,
             top,

@@ -5,6 +5,7 @@
 mod attach;
 mod collector;
 mod commands;
+mod heap_analysis;
 mod heap_dump;
 mod helpers;
 mod mpt_jvm;

@@ -31,10 +31,17 @@ pub struct HprofReader<R: Read> {
     /// Bytes left in the heap dump (segment) record being read.
     in_dump: u64,
     done: bool,
+    /// Whether PRIMITIVE ARRAY DUMPs keep their elements (readers of the object graph only need
+    /// their lengths, and the elements are most of a dump's bytes).
+    primitive_values: bool,
 }
 
 /// The most one record may claim, so a corrupt length cannot make the reader allocate wildly.
 const MAX_RECORD_BYTES: u64 = 4 << 30;
+
+/// Reads up to this size are allocated whole before reading; larger ones grow as bytes come,
+/// so that a corrupt length cannot make the reader allocate what the file does not hold.
+const SMALL_READ: u64 = 64 << 10;
 
 impl<R: Read> HprofReader<R> {
     pub fn new(mut input: R) -> Result<Self, HprofError> {
@@ -77,6 +84,7 @@ impl<R: Read> HprofReader<R> {
             },
             in_dump: 0,
             done: false,
+            primitive_values: true,
         };
         let id_size = reader.u4()?;
         if id_size != 4 && id_size != 8 {
@@ -95,6 +103,27 @@ impl<R: Read> HprofReader<R> {
         &self.header
     }
 
+    /// Skips the elements of primitive arrays: their sub-records come with empty `bytes` (the
+    /// file is still read through, so truncation is found at the same offsets).
+    pub fn without_primitive_values(mut self) -> Self {
+        self.primitive_values = false;
+        self
+    }
+
+    /// A reader of the heap dump sub-records of a file whose header is `header`, with `input`
+    /// positioned at byte `offset`, where a sub-record starts: to read again an object found in
+    /// an earlier pass.
+    pub fn at_sub_record(input: R, header: Header, offset: u64) -> Self {
+        HprofReader {
+            input,
+            offset,
+            header,
+            in_dump: MAX_RECORD_BYTES,
+            done: false,
+            primitive_values: true,
+        }
+    }
+
     /// Bytes read so far.
     pub fn offset(&self) -> u64 {
         self.offset
@@ -109,7 +138,15 @@ impl<R: Read> HprofReader<R> {
 
     fn bytes(&mut self, count: u64) -> Result<Vec<u8>, HprofError> {
         let mut buffer = Vec::new();
-        let read = (&mut self.input).take(count).read_to_end(&mut buffer)? as u64;
+        let read = if count <= SMALL_READ {
+            // Most reads are a few bytes: one allocation of the right size, filled in place.
+            buffer.resize(count as usize, 0);
+            let filled = self.fill(&mut buffer)?;
+            buffer.truncate(filled);
+            filled as u64
+        } else {
+            (&mut self.input).take(count).read_to_end(&mut buffer)? as u64
+        };
         self.offset += read;
         if read < count {
             return Err(HprofError::Malformed {
@@ -123,10 +160,49 @@ impl<R: Read> HprofReader<R> {
         Ok(buffer)
     }
 
+    /// Reads into `buffer` until it is full or the input ends; returns the bytes read.
+    fn fill(&mut self, buffer: &mut [u8]) -> Result<usize, HprofError> {
+        let mut filled = 0;
+        while filled < buffer.len() {
+            match self.input.read(&mut buffer[filled..]) {
+                Ok(0) => break,
+                Ok(read) => filled += read,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(filled)
+    }
+
+    /// Reads and drops `count` bytes.
+    fn skip(&mut self, count: u64) -> Result<(), HprofError> {
+        let read = io::copy(&mut (&mut self.input).take(count), &mut io::sink())?;
+        self.offset += read;
+        if read < count {
+            return Err(HprofError::Malformed {
+                offset: self.offset,
+                message: format!("truncated: {count} bytes needed, the file ends after {read}"),
+            });
+        }
+        if self.in_dump > 0 {
+            self.in_dump = self.in_dump.saturating_sub(count);
+        }
+        Ok(())
+    }
+
     fn array<const N: usize>(&mut self) -> Result<[u8; N], HprofError> {
-        let bytes = self.bytes(N as u64)?;
         let mut array = [0u8; N];
-        array.copy_from_slice(&bytes);
+        let read = self.fill(&mut array)?;
+        self.offset += read as u64;
+        if read < N {
+            return Err(HprofError::Malformed {
+                offset: self.offset,
+                message: format!("truncated: {N} bytes needed, the file ends after {read}"),
+            });
+        }
+        if self.in_dump > 0 {
+            self.in_dump = self.in_dump.saturating_sub(N as u64);
+        }
         Ok(array)
     }
 
@@ -438,12 +514,18 @@ impl<R: Read> HprofReader<R> {
                 }
                 let size = u64::from(length) * u64::from(element_type.size(self.header.id_size));
                 self.check_fits(size)?;
+                let bytes = if self.primitive_values {
+                    self.bytes(size)?
+                } else {
+                    self.skip(size)?;
+                    Vec::new()
+                };
                 SubRecord::PrimitiveArrayDump {
                     id,
                     stack_serial,
                     element_type,
                     length,
-                    bytes: self.bytes(size)?,
+                    bytes,
                 }
             }
             other => {
