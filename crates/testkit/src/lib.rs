@@ -365,3 +365,23 @@ pub fn read_trace(file: &Path) -> Vec<openprof_format::trace::TraceElement> {
         .collect::<Result<Vec<_>, _>>()
         .unwrap_or_else(|error| panic!("unreadable trace {}: {error}", file.display()))
 }
+
+/// How many HEAP DUMP ENDs an HPROF binary file holds, once it reads whole (0 while it is
+/// being written, or moved into place).
+pub fn complete_heap_dumps(path: &std::path::Path) -> usize {
+    use openprof_format::hprof_binary::{HprofReader, Item};
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| {
+            HprofReader::new(bytes.as_slice())
+                .ok()?
+                .collect::<Result<Vec<_>, _>>()
+                .ok()
+        })
+        .map_or(0, |items| {
+            items
+                .iter()
+                .filter(|item| **item == Item::HeapDumpEnd)
+                .count()
+        })
+}

@@ -302,7 +302,7 @@ fn sigquit_writes_a_heap_dump_while_running() {
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
         // A dump is complete once the file reads whole with its HEAP DUMP END (the JVM's
         // dumper writes the first aside, then it is moved into place).
-        while heap_dump_ends(&path) < dumps {
+        while openprof_testkit::complete_heap_dumps(&path) < dumps {
             assert!(
                 std::time::Instant::now() < deadline,
                 "no dump {dumps} after SIGQUIT"
@@ -326,24 +326,6 @@ fn sigquit_writes_a_heap_dump_while_running() {
     for record in hprof.records_iter() {
         record.expect("jvm-hprof reads every record");
     }
-}
-
-/// The HEAP DUMP ENDs in a file that reads whole (0 while it doesn't).
-fn heap_dump_ends(path: &Path) -> usize {
-    std::fs::read(path)
-        .ok()
-        .and_then(|bytes| {
-            HprofReader::new(bytes.as_slice())
-                .ok()?
-                .collect::<Result<Vec<_>, _>>()
-                .ok()
-        })
-        .map_or(0, |items| {
-            items
-                .iter()
-                .filter(|item| **item == Item::HeapDumpEnd)
-                .count()
-        })
 }
 
 fn empty_int_arrays(path: &Path) -> u64 {

@@ -53,11 +53,7 @@ fn dumps() -> &'static Dumps {
         send_signal(child.id(), libc::SIGQUIT);
         let ours = dir.join("ours.hprof");
         let deadline = Instant::now() + Duration::from_secs(120);
-        // The dump is complete once HEAP DUMP END is there.
-        while !std::fs::read(&ours)
-            .map(|bytes| bytes.ends_with(&[0x2C, 0, 0, 0, 0, 0, 0, 0, 0]))
-            .unwrap_or(false)
-        {
+        while openprof_testkit::complete_heap_dumps(&ours) == 0 {
             assert!(Instant::now() < deadline, "no dump after SIGQUIT");
             std::thread::sleep(Duration::from_millis(200));
         }
