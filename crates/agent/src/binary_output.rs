@@ -134,6 +134,10 @@ impl BinaryOutput {
                 crate::hotspot_dump::splice(&self.path, 0, &mut appended).map_err(failed)?;
                 appended.flush().map_err(failed)?;
             }
+            // Not renamed over the old output: ext4 then starts writing the whole dump back
+            // before the rename returns (its safeguard for files replaced by rename), 0.2 s
+            // for 700 MB. Its content is in `dump` already.
+            std::fs::remove_file(&self.path).map_err(failed)?;
             std::fs::rename(&dump, &self.path).map_err(failed)?;
             let reopened = std::fs::OpenOptions::new()
                 .append(true)
