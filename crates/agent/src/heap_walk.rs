@@ -269,8 +269,10 @@ fn dump_with(
     };
     env.follow_references(&callbacks, (&mut walk as *mut Walk).cast())
         .map_err(|error| error.to_string())?;
-    walk.finish_current();
-    walk.finish_unvisited();
+    if walk.error.is_none() {
+        walk.finish_current();
+        walk.finish_unvisited();
+    }
     if let Some(error) = walk.error.take() {
         return Err(format!("can't write the heap dump: {error}").into());
     }

@@ -104,7 +104,7 @@ impl Output {
                     .as_ref()
                     .map(|net| format!("{}:{}", net.host, net.port));
                 (
-                    Sink::Net(net),
+                    Sink::net(net),
                     PathBuf::from(format!("net={}", address.unwrap_or_default())),
                 )
             }
@@ -278,14 +278,23 @@ impl Output {
     }
 
     /// Where a heap dump goes. The text form needs its totals in its first line, so its body
-    /// is written aside first.
+    /// is written aside first. To a collector, the dump is sent whole or not at all (see
+    /// `Sink::begin_whole`): an error says why it was abandoned.
     pub fn with_heap_sink<R>(
         &mut self,
         dump: impl FnOnce(&mut dyn HeapSink) -> R,
     ) -> io::Result<R> {
         match self {
-            Output::Text(text) => Ok(dump(&mut TextHeap::new(&mut text.writer)?)),
-            Output::Binary(binary) => Ok(dump(&mut **binary)),
+            Output::Text(text) => {
+                text.writer.get_mut().get_mut().begin_whole();
+                let result = TextHeap::new(&mut text.writer).map(|mut heap| dump(&mut heap));
+                let flushed = text.writer.flush();
+                match text.writer.get_mut().get_mut().end_whole() {
+                    Some(why) => Err(abandoned(why)),
+                    None => flushed.and(result),
+                }
+            }
+            Output::Binary(binary) => binary.with_heap_sink(dump),
         }
     }
 
@@ -295,6 +304,13 @@ impl Output {
             Output::Binary(binary) => binary.flush(),
         }
     }
+}
+
+/// A heap dump given up on: the collector has its beginning only.
+pub(crate) fn abandoned(why: String) -> io::Error {
+    io::Error::other(format!(
+        "{why}: the dump was abandoned, the collector has its beginning only"
+    ))
 }
 
 /// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
