@@ -15,7 +15,7 @@ use openprof_format::hprof_text::{
     VM_THREAD_SOURCE,
 };
 
-use crate::heap_walk::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{ClassIds, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::threads::ThreadEvent;
 
 /// CONTROL SETTINGS flags.
@@ -467,8 +467,7 @@ impl HeapSink for BinaryOutput {
         &mut self,
         class: &DumpClass,
         statics: &[(u16, StaticValue)],
-        signers_id: u64,
-        domain_id: u64,
+        ids: ClassIds,
     ) -> io::Result<()> {
         let mut static_fields = Vec::with_capacity(statics.len());
         for (position, value) in statics {
@@ -497,9 +496,9 @@ impl HeapSink for BinaryOutput {
                 class_id: class.id,
                 stack_serial: 0,
                 super_id: class.super_id,
-                loader_id: class.loader_id,
-                signers_id,
-                protection_domain_id: domain_id,
+                loader_id: ids.loader,
+                signers_id: ids.signers,
+                protection_domain_id: ids.protection_domain,
                 instance_size: class.instance_bytes,
                 constant_pool: Vec::new(),
                 static_fields,

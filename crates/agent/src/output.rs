@@ -15,7 +15,7 @@ use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
 
 use crate::binary_output::BinaryOutput;
 use crate::error::AgentResult;
-use crate::heap_walk::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{ClassIds, ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::net::{NetSink, Sink, SINK_BUFFER};
 use crate::profile::CpuDump;
 use crate::threads::ThreadEvent;
@@ -397,8 +397,7 @@ impl HeapSink for TextHeap<'_> {
         &mut self,
         class: &DumpClass,
         statics: &[(u16, StaticValue)],
-        signers_id: u64,
-        domain_id: u64,
+        ids: ClassIds,
     ) -> io::Result<()> {
         let statics: Vec<(&str, u64)> = statics
             .iter()
@@ -415,9 +414,9 @@ impl HeapSink for TextHeap<'_> {
             name: &class.name,
             trace: UNKNOWN_TRACE,
             super_id: class.super_id,
-            loader_id: class.loader_id,
-            signers_id,
-            domain_id,
+            loader_id: ids.loader,
+            signers_id: ids.signers,
+            domain_id: ids.protection_domain,
             statics: &statics,
             constant_pool: &[],
         })
