@@ -15,7 +15,7 @@ use openprof_format::hprof_text::{
     VM_THREAD_SOURCE,
 };
 
-use crate::heap_walk::{DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{ClassIds, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::threads::ThreadEvent;
 
 /// CONTROL SETTINGS flags.
@@ -55,10 +55,19 @@ impl BinaryOutput {
         depth: u32,
     ) -> io::Result<Self> {
         let to_file = matches!(file, Sink::File(_));
+        // To a collector a heap dump segment goes out as soon as it is about a frame: it does
+        // not wait in memory, and the collector stores while the walk goes on.
+        let segment_limit = match &file {
+            Sink::Net(net, _) => Some(net.frame_limit()),
+            _ => None,
+        };
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64);
         let mut writer = HprofWriter::new(BufWriter::with_capacity(SINK_BUFFER, file), 8, millis)?;
+        if let Some(limit) = segment_limit {
+            writer = writer.with_segment_limit(limit);
+        }
         let mut flags = 0;
         if alloc_traces {
             flags |= ALLOC_TRACES_ON;
@@ -344,6 +353,39 @@ impl BinaryOutput {
     pub fn flush(&mut self) -> io::Result<()> {
         self.writer.flush()
     }
+
+    /// The heap dump `dump` writes through this output's [`HeapSink`], sent whole to a
+    /// collector (see `Sink::begin_whole`). A dump that stopped half-way is closed where it
+    /// stopped (its segments are whole records), so that what follows it reads.
+    pub fn with_heap_sink<R>(
+        &mut self,
+        dump: impl FnOnce(&mut dyn HeapSink) -> R,
+    ) -> io::Result<R> {
+        self.sink().begin_whole();
+        let result = dump(self);
+        self.claimed.clear();
+        let closed = self
+            .writer
+            .end_heap_dump()
+            .and_then(|()| self.writer.flush());
+        match self.sink().end_whole() {
+            Some(why) => Err(crate::output::abandoned(why)),
+            None => closed.map(|()| result),
+        }
+    }
+
+    fn sink(&mut self) -> &mut Sink {
+        self.writer.get_mut().get_mut()
+    }
+
+    /// Stops a heap dump whose collector has been given up on (the sink takes what comes
+    /// meanwhile, counted as lost).
+    fn still_sending(&self) -> io::Result<()> {
+        match self.writer.get_ref().get_ref().abandoned() {
+            Some(why) => Err(io::Error::other(why.to_string())),
+            None => Ok(()),
+        }
+    }
 }
 
 fn clamp32(value: u64) -> u32 {
@@ -423,15 +465,15 @@ impl HeapSink for BinaryOutput {
             },
             Root::Unknown { id } => SubRecord::RootUnknown { id },
         };
-        self.writer.sub_record(&record)
+        self.writer.sub_record(&record)?;
+        self.still_sending()
     }
 
     fn class_dump(
         &mut self,
         class: &DumpClass,
         statics: &[(u16, StaticValue)],
-        signers_id: u64,
-        domain_id: u64,
+        ids: ClassIds,
     ) -> io::Result<()> {
         let mut static_fields = Vec::with_capacity(statics.len());
         for (position, value) in statics {
@@ -460,14 +502,15 @@ impl HeapSink for BinaryOutput {
                 class_id: class.id,
                 stack_serial: 0,
                 super_id: class.super_id,
-                loader_id: class.loader_id,
-                signers_id,
-                protection_domain_id: domain_id,
+                loader_id: ids.loader,
+                signers_id: ids.signers,
+                protection_domain_id: ids.protection_domain,
                 instance_size: class.instance_bytes,
                 constant_pool: Vec::new(),
                 static_fields,
                 instance_fields,
-            })))
+            })))?;
+        self.still_sending()
     }
 
     fn instance(
@@ -477,7 +520,8 @@ impl HeapSink for BinaryOutput {
         class: &DumpClass,
         values: &[u8],
     ) -> io::Result<()> {
-        self.writer.instance_dump(id, 0, class.id, values)
+        self.writer.instance_dump(id, 0, class.id, values)?;
+        self.still_sending()
     }
 
     fn object_array(
@@ -487,7 +531,8 @@ impl HeapSink for BinaryOutput {
         class: &DumpClass,
         elements: &[u64],
     ) -> io::Result<()> {
-        self.writer.object_array_dump(id, 0, class.id, elements)
+        self.writer.object_array_dump(id, 0, class.id, elements)?;
+        self.still_sending()
     }
 
     fn primitive_array(
@@ -500,7 +545,8 @@ impl HeapSink for BinaryOutput {
         native: &[u8],
     ) -> io::Result<()> {
         self.writer
-            .primitive_array_dump_native(id, 0, element_type, length, native)
+            .primitive_array_dump_native(id, 0, element_type, length, native)?;
+        self.still_sending()
     }
 
     fn end(&mut self, _summary: &DumpSummary) -> io::Result<()> {

@@ -416,6 +416,11 @@ impl Jni {
         self.non_null(jni!(self, NewObjectArray(length, class, ptr::null_mut())) as jobject)
     }
 
+    /// A new `long[length]` of zeros.
+    pub fn new_long_array(self, length: i32) -> JniResult<jobject> {
+        self.non_null(jni!(self, NewLongArray(length)) as jobject)
+    }
+
     pub fn set_object_array_element(
         self,
         array: jobject,

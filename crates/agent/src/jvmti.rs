@@ -351,16 +351,18 @@ impl Jvmti {
         call!(self, DisposeEnvironment())
     }
 
-    /// Walks every object reachable from the heap roots, calling `callbacks` (at a safepoint,
-    /// on the calling thread or the VM thread) with `user_data`.
+    /// Walks every object reachable from the heap roots (from `initial` alone when it is not
+    /// null), calling `callbacks` (at a safepoint, on the calling thread or the VM thread) with
+    /// `user_data`.
     pub fn follow_references(
         self,
+        initial: jobject,
         callbacks: &jvmtiHeapCallbacks,
         user_data: *const c_void,
     ) -> JvmtiResult<()> {
         call!(
             self,
-            FollowReferences(0, ptr::null_mut(), ptr::null_mut(), callbacks, user_data)
+            FollowReferences(0, ptr::null_mut(), initial, callbacks, user_data)
         )
     }
 

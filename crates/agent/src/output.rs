@@ -15,7 +15,7 @@ use openprof_format::private_file::{create_private, AtALink, PrivateFileError};
 
 use crate::binary_output::BinaryOutput;
 use crate::error::AgentResult;
-use crate::heap_walk::{ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
+use crate::heap_walk::{ClassIds, ClassKind, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
 use crate::net::{NetSink, Sink, SINK_BUFFER};
 use crate::profile::CpuDump;
 use crate::threads::ThreadEvent;
@@ -104,7 +104,7 @@ impl Output {
                     .as_ref()
                     .map(|net| format!("{}:{}", net.host, net.port));
                 (
-                    Sink::Net(net),
+                    Sink::net(net),
                     PathBuf::from(format!("net={}", address.unwrap_or_default())),
                 )
             }
@@ -278,14 +278,23 @@ impl Output {
     }
 
     /// Where a heap dump goes. The text form needs its totals in its first line, so its body
-    /// is written aside first.
+    /// is written aside first. To a collector, the dump is sent whole or not at all (see
+    /// `Sink::begin_whole`): an error says why it was abandoned.
     pub fn with_heap_sink<R>(
         &mut self,
         dump: impl FnOnce(&mut dyn HeapSink) -> R,
     ) -> io::Result<R> {
         match self {
-            Output::Text(text) => Ok(dump(&mut TextHeap::new(&mut text.writer)?)),
-            Output::Binary(binary) => Ok(dump(&mut **binary)),
+            Output::Text(text) => {
+                text.writer.get_mut().get_mut().begin_whole();
+                let result = TextHeap::new(&mut text.writer).map(|mut heap| dump(&mut heap));
+                let flushed = text.writer.flush();
+                match text.writer.get_mut().get_mut().end_whole() {
+                    Some(why) => Err(abandoned(why)),
+                    None => flushed.and(result),
+                }
+            }
+            Output::Binary(binary) => binary.with_heap_sink(dump),
         }
     }
 
@@ -295,6 +304,13 @@ impl Output {
             Output::Binary(binary) => binary.flush(),
         }
     }
+}
+
+/// A heap dump given up on: the collector has its beginning only.
+pub(crate) fn abandoned(why: String) -> io::Error {
+    io::Error::other(format!(
+        "{why}: the dump was abandoned, the collector has its beginning only"
+    ))
 }
 
 /// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
@@ -381,8 +397,7 @@ impl HeapSink for TextHeap<'_> {
         &mut self,
         class: &DumpClass,
         statics: &[(u16, StaticValue)],
-        signers_id: u64,
-        domain_id: u64,
+        ids: ClassIds,
     ) -> io::Result<()> {
         let statics: Vec<(&str, u64)> = statics
             .iter()
@@ -399,9 +414,9 @@ impl HeapSink for TextHeap<'_> {
             name: &class.name,
             trace: UNKNOWN_TRACE,
             super_id: class.super_id,
-            loader_id: class.loader_id,
-            signers_id,
-            domain_id,
+            loader_id: ids.loader,
+            signers_id: ids.signers,
+            domain_id: ids.protection_domain,
             statics: &statics,
             constant_pool: &[],
         })

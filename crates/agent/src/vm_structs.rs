@@ -197,6 +197,11 @@ struct Tables {
     constant_stride: usize,
 }
 
+/// Whether this JVM is HotSpot (it exports the VMStructs tables).
+pub fn is_hotspot() -> bool {
+    exported(c"gHotSpotVMStructs").is_some()
+}
+
 /// An exported variable of libjvm, by name.
 fn exported(name: &CStr) -> Option<*const c_void> {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only looks the symbol up.

@@ -75,6 +75,16 @@ impl HeapDump {
                         summary.classes,
                         started.elapsed().as_millis()
                     );
+                    let phases: Vec<String> = summary
+                        .phases
+                        .iter()
+                        .map(|(phase, time)| format!("{phase} {} ms", time.as_millis()))
+                        .collect();
+                    eprintln!(
+                        "openprof: heap walk, objects told apart by {}: {}",
+                        summary.identity,
+                        phases.join(", ")
+                    );
                 }
                 if summary.layout_mismatches > 0 {
                     eprintln!(

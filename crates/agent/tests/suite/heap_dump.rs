@@ -22,6 +22,15 @@ const BASE: &str = "HeapShapes$Base";
 /// Runs HeapShapes under the agent; while it waits, takes the JDK's dump too. Returns the
 /// run's directory, the JDK's dump and the JVM's stderr.
 fn run_with_jdk_dump(options: &str, jvm_flags: &str) -> (PathBuf, PathBuf, String) {
+    run_with_jdk_dump_in(options, jvm_flags, &[])
+}
+
+/// As `run_with_jdk_dump`, with `env` set for the JVM.
+fn run_with_jdk_dump_in(
+    options: &str,
+    jvm_flags: &str,
+    env: &[(&str, &str)],
+) -> (PathBuf, PathBuf, String) {
     let (mut command, dir) = java_command(
         Some(options),
         "HeapShapes",
@@ -30,6 +39,7 @@ fn run_with_jdk_dump(options: &str, jvm_flags: &str) -> (PathBuf, PathBuf, Strin
     if !jvm_flags.is_empty() {
         command.env("JAVA_TOOL_OPTIONS", jvm_flags);
     }
+    command.envs(env.iter().copied());
     let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
     wait_until_ready(&mut child);
     let jdk_dump = dir.join("jcmd.hprof");
@@ -132,10 +142,115 @@ fn binary_dump_agrees_with_the_jdks_on_counts_and_every_field_value() {
         stderr.contains("Dumping Java heap ... done (the JVM's dumper"),
         "{stderr}"
     );
-    assert!(!stderr.contains("did not fit"), "{stderr}");
+    agrees_with_the_jdks_dump(&dir.join("ours.hprof"), &jdk_dump, &stderr, false);
+}
+
+#[test]
+fn the_walks_binary_dump_agrees_with_the_jdks_on_counts_and_every_field_value() {
+    // Without jdk.management HotSpot's dumper can't be reached: the agent walks the heap
+    // itself (as it does for text and to a collector), telling objects apart by address.
+    the_walk_agrees_with_the_jdks_dump(&[], "addresses");
+}
+
+#[test]
+fn the_walk_by_tags_agrees_with_the_jdks_on_counts_and_every_field_value() {
+    // JVMTI's own way, where the probe finds HotSpot's callbacks otherwise laid out.
+    the_walk_agrees_with_the_jdks_dump(
+        &[("OPENPROF_HEAP_WALK", "tags")],
+        "tags (OPENPROF_HEAP_WALK=tags)",
+    );
+}
+
+/// The agent's walk (`env` for the JVM) tells objects apart by `identity`, and its dump
+/// agrees with the JDK's.
+fn the_walk_agrees_with_the_jdks_dump(env: &[(&str, &str)], identity: &str) {
+    let (dir, jdk_dump, stderr) = run_with_jdk_dump_in(
+        "heap=dump,format=b,file=ours.hprof",
+        "-Xshare:off --limit-modules=java.base,java.management",
+        env,
+    );
+    assert!(
+        stderr.contains("openprof: heap dump by the agent's own walk"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("heap walk, objects told apart by {identity}:")),
+        "{stderr}"
+    );
     let ours_path = dir.join("ours.hprof");
-    let ours = histogram_of_binary(&ours_path);
-    let theirs = histogram_of_binary(&jdk_dump);
+    agrees_with_the_jdks_dump(&ours_path, &jdk_dump, &stderr, true);
+    // Every array element points at an object of the dump (or a class), in a reader we did
+    // not write too; but for the Class[]s holding primitive types' classes (int.class), which
+    // have no object of their own in a dump.
+    let bytes = std::fs::read(&ours_path).unwrap();
+    let hprof = jvm_hprof::parse_hprof(&bytes).expect("jvm-hprof reads the header");
+    let mut objects = std::collections::HashSet::new();
+    let mut utf8: HashMap<u64, String> = HashMap::new();
+    let mut class_arrays = std::collections::HashSet::new();
+    let mut references = Vec::new();
+    for record in hprof.records_iter() {
+        let record = record.expect("jvm-hprof reads every record");
+        if let Some(text) = record.as_utf_8() {
+            let text = text.unwrap();
+            utf8.insert(
+                text.name_id().id(),
+                String::from_utf8_lossy(text.text()).into_owned(),
+            );
+        }
+        if let Some(load) = record.as_load_class() {
+            let load = load.unwrap();
+            objects.insert(load.class_obj_id().id());
+            if utf8.get(&load.class_name_id().id()).map(String::as_str) == Some("java.lang.Class[]")
+            {
+                class_arrays.insert(load.class_obj_id().id());
+            }
+        }
+        let Some(segment) = record.as_heap_dump_segment() else {
+            continue;
+        };
+        for sub in segment.unwrap().sub_records() {
+            match sub.expect("jvm-hprof reads every sub-record") {
+                jvm_hprof::heap_dump::SubRecord::Instance(instance) => {
+                    objects.insert(instance.obj_id().id());
+                }
+                jvm_hprof::heap_dump::SubRecord::ObjectArray(array) => {
+                    objects.insert(array.obj_id().id());
+                    if class_arrays.contains(&array.array_class_obj_id().id()) {
+                        continue;
+                    }
+                    for element in array.elements(jvm_hprof::IdSize::U64) {
+                        if let Some(id) = element.unwrap() {
+                            references.push(id.id());
+                        }
+                    }
+                }
+                jvm_hprof::heap_dump::SubRecord::PrimitiveArray(array) => {
+                    objects.insert(array.obj_id().id());
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(references.len() > SHAPES, "{}", references.len());
+    let dangling: Vec<&u64> = references
+        .iter()
+        .filter(|id| !objects.contains(id))
+        .collect();
+    assert!(
+        dangling.is_empty(),
+        "{} dangling of {}",
+        dangling.len(),
+        references.len()
+    );
+}
+
+/// Our dump at `ours_path` agrees with the JDK's: ground truth counts, the whole histogram,
+/// every field value of the workload's objects. `walked`: ours is the agent's JVMTI walk.
+fn agrees_with_the_jdks_dump(ours_path: &Path, jdk_dump: &Path, stderr: &str, walked: bool) {
+    assert!(!stderr.contains("did not fit"), "{stderr}");
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+    let ours = histogram_of_binary(ours_path);
+    let theirs = histogram_of_binary(jdk_dump);
 
     // Exact ground truth.
     for histogram in [&ours, &theirs] {
@@ -153,8 +268,8 @@ fn binary_dump_agrees_with_the_jdks_on_counts_and_every_field_value() {
     // HotSpot fills the gaps G1 leaves with int[] filler objects, and its dumper writes the
     // empty ones with the real objects (ours is HotSpot's dumper too, reached in-process); they
     // are not program objects, so they are not counted.
-    let theirs_fillers = empty_int_arrays(&jdk_dump);
-    let ours_fillers = empty_int_arrays(&ours_path);
+    let theirs_fillers = empty_int_arrays(jdk_dump);
+    let ours_fillers = empty_int_arrays(ours_path);
     let mut differences = Vec::new();
     for (class, count) in theirs.sorted() {
         let mut other = instances(&ours, class);
@@ -163,7 +278,13 @@ fn binary_dump_agrees_with_the_jdks_on_counts_and_every_field_value() {
             count.instances -= theirs_fillers;
             other -= ours_fillers;
         }
-        let allowed = (count.instances / 50).max(20);
+        let mut allowed = (count.instances / 50).max(20);
+        // JVMTI reports no java.lang.Class object's own fields, so the names Class.getName()
+        // cached there are not in its walk (nor, as HotSpot's dumper, the VM's hidden threads'
+        // names): a few dozen more strings when the module graph is built at start-up.
+        if walked && (class == "java.lang.String" || class == "byte[]") {
+            allowed = (count.instances / 20).max(20);
+        }
         if count.instances.abs_diff(other) > allowed {
             differences.push(format!("{class}: jcmd {} ours {other}", count.instances));
         }
@@ -177,13 +298,13 @@ fn binary_dump_agrees_with_the_jdks_on_counts_and_every_field_value() {
 
     // Every field value of every kept object, and the statics, as the JDK wrote them.
     for class in [SHAPE, BASE] {
-        let (ours_rows, ours_statics) = field_rows(&ours_path, class);
-        let (jdk_rows, jdk_statics) = field_rows(&jdk_dump, class);
+        let (ours_rows, ours_statics) = field_rows(ours_path, class);
+        let (jdk_rows, jdk_statics) = field_rows(jdk_dump, class);
         assert_eq!(ours_rows.len(), jdk_rows.len(), "{class}");
         assert_eq!(ours_rows, jdk_rows, "{class}: field values differ");
         assert_eq!(ours_statics, jdk_statics, "{class}: statics differ");
     }
-    let (shape_rows, shape_statics) = field_rows(&ours_path, SHAPE);
+    let (shape_rows, shape_statics) = field_rows(ours_path, SHAPE);
     assert!(shape_rows[0].contains("sides="), "{}", shape_rows[0]);
     assert_eq!(
         shape_statics["count"],

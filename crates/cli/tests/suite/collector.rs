@@ -2056,3 +2056,59 @@ fn dump_heap_over_the_collector_streams_the_agents_walk_with_the_workloads_exact
         assert_eq!(count("short[][][]"), 1);
     }
 }
+
+#[test]
+fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
+    // 200,000 Shapes make a dump of about 15 MB, over 200 times netbuffer=64k: the walk must
+    // wait for the collector (frames of 16 KiB, four at most unacknowledged) instead of
+    // dropping what does not fit, and no frame may exceed what the wire takes.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(
+        &collector.address,
+        "heap=dump,format=b,commands=heap,netbuffer=64k",
+    );
+    let (mut command, _dir) = java_command(Some(&options), "HeapShapes", &["200000", "50"]);
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start java");
+    let _stdout = wait_until_ready_keeping_output(&mut child);
+    let dumped = control_when_connected(&collector.address, &["dump-heap"]);
+    assert!(dumped.status.success(), "{}", text(&dumped.stderr));
+    drop(child.stdin.take());
+    let output = wait_with_limit(child, Duration::from_secs(300));
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("dropped"), "{stderr}");
+    assert!(!stderr.contains("ERROR"), "{stderr}");
+    let listed = openprof(&["ls", "--store", store.path().to_str().unwrap()]);
+    assert!(
+        !text(&listed.stdout).contains("LOST"),
+        "{}",
+        text(&listed.stdout)
+    );
+    let file = export_only_agent(store.path(), "agent.hprof");
+    let bytes = std::fs::read(&file).unwrap();
+    assert!(
+        bytes.len() > 2 * 15_000_000,
+        "two dumps of 15 MB: {}",
+        bytes.len()
+    );
+    let profile =
+        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+    assert_eq!(
+        profile.heap_dumps.len(),
+        2,
+        "the commanded dump and the one at exit"
+    );
+    for histogram in &profile.heap_dumps {
+        let count = |class: &str| histogram.get(class).map_or(0, |count| count.instances);
+        assert_eq!(count("HeapShapes$Shape"), 200_000);
+        assert_eq!(count("HeapShapes$Base"), 50);
+        assert_eq!(count("HeapShapes$Shape[]"), 1);
+        assert_eq!(count("short[][][]"), 1);
+    }
+}

@@ -52,6 +52,16 @@ impl<W: Write> HprofWriter<W> {
         Ok(&mut self.out)
     }
 
+    /// The sink, for a look at its state; what it holds so far may lag behind the records.
+    pub fn get_ref(&self) -> &W {
+        &self.out
+    }
+
+    /// The sink, to change its state; writing to it directly would cut into records.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
+    }
+
     /// Cuts heap dump segments at `bytes` (default 64 MiB).
     pub fn with_segment_limit(mut self, bytes: usize) -> Self {
         self.segment_limit = bytes.max(1);
