@@ -441,8 +441,12 @@ fn plausible_address(address: u64) -> bool {
 /// referrer's tag and the referee's in a reference callback, or why not.
 fn probe_addresses(env: Jvmti, jni: *mut JNIEnv) -> Result<isize, String> {
     // A diagnostic switch (docs/options.md): the slow, JVMTI-only way, to compare with.
-    if std::env::var("OPENPROF_HEAP_WALK").as_deref() == Ok("tags") {
-        return Err("OPENPROF_HEAP_WALK=tags".into());
+    match std::env::var("OPENPROF_HEAP_WALK") {
+        Ok(value) if value == "tags" => return Err("OPENPROF_HEAP_WALK=tags".into()),
+        Ok(value) => eprintln!(
+            "openprof: OPENPROF_HEAP_WALK={value} is not understood (only tags is); ignored"
+        ),
+        Err(_) => {}
     }
     if !crate::vm_structs::is_hotspot() {
         return Err("not HotSpot".into());
