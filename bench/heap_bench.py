@@ -152,7 +152,8 @@ def main():
             ratios[mode].append(ours_time / jcmd_time)
             times[mode][0].append(jcmd_time)
             times[mode][1].append(ours_time)
-            counted = f", {objects} objects" if objects else ""
+            # For the walk the agent reports its objects' shallow sizes, not a file's size.
+            counted = f" of objects, {objects} objects" if objects else ""
             print(f"  round {round_number + 1} {names[mode]} ({first} first): jcmd {jcmd_time:.2f} s "
                   f"{jcmd_size / 1e6:.0f} MB; openprof {ours_time:.2f} s {ours_size / 1e6:.0f} MB{counted}; "
                   f"ratio {ours_time / jcmd_time:.2f}", flush=True)
