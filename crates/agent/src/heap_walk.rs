@@ -253,6 +253,7 @@ fn dump_with(
         .doing("can't collect garbage before the heap dump")?;
     phases.done("gc");
     let mut next_object_id = FIRST_OBJECT_ID;
+    load_classes_the_dump_uses(jni);
     let classes = list_classes(env, jni, sink, &mut next_object_id)?;
     phases.done("classes");
     // After the classes: their tags are what the probe's callbacks are checked against.
@@ -278,6 +279,7 @@ fn dump_with(
             delete_local_ref(jni, thread);
         }
     }
+    let primitive_mirror_tags = tag_primitive_mirrors(env, jni, &mut next_object_id);
     let preassigned = (next_object_id - FIRST_OBJECT_ID) as usize;
     let count = classes.len();
     let class_index = ClassIndex::new(&classes);
@@ -299,6 +301,8 @@ fn dump_with(
             Identity::Addresses { .. } => Vec::new(),
         },
         object_arrays: AddressMap::default(),
+        primitive_mirror_tags,
+        primitive_mirrors: AddressMap::default(),
         lowest_address,
         current: Current::None,
         values: Vec::new(),
@@ -436,6 +440,56 @@ fn plausible_address(address: u64) -> bool {
     address != 0 && address % 8 == 0
 }
 
+/// The classes the probe and `tag_primitive_mirrors` use, loaded before the classes are listed:
+/// a class loaded after that is left out of the dump, and its mirror, a root, would dangle.
+fn load_classes_the_dump_uses(jni: *mut JNIEnv) {
+    let jni = Jni(jni);
+    for name in PRIMITIVE_WRAPPERS.iter().chain(&[PROBE_CLASS]) {
+        if let Ok(class) = jni.find_class(name) {
+            jni.delete_local_ref(class);
+        }
+    }
+}
+
+/// The classes whose `TYPE` is a primitive type's java.lang.Class object.
+const PRIMITIVE_WRAPPERS: [&str; 9] = [
+    "java/lang/Boolean",
+    "java/lang/Byte",
+    "java/lang/Character",
+    "java/lang/Short",
+    "java/lang/Integer",
+    "java/lang/Long",
+    "java/lang/Float",
+    "java/lang/Double",
+    "java/lang/Void",
+];
+
+/// Tags the primitive types' java.lang.Class objects (`Integer.TYPE`, ...; JVMTI lists no class
+/// for them), so that the walk writes them as instances of java.lang.Class, as HotSpot's dumper
+/// does: arrays and fields refer to them (`Class[]` parameter lists, the wrappers' `TYPE`).
+fn tag_primitive_mirrors(env: Jvmti, jni: *mut JNIEnv, next_object_id: &mut u64) -> HashSet<i64> {
+    let jni = Jni(jni);
+    let mut tags = HashSet::new();
+    for wrapper in PRIMITIVE_WRAPPERS {
+        let Ok(class) = jni.find_class(wrapper) else {
+            continue;
+        };
+        if let Ok(field) = jni.static_field_id(class, "TYPE", "Ljava/lang/Class;") {
+            let mirror = jni.static_object_field(class, field);
+            if !mirror.is_null() {
+                let tag = *next_object_id as i64;
+                *next_object_id += 1;
+                if env.set_tag(mirror, tag).is_ok() {
+                    tags.insert(tag);
+                }
+                jni.delete_local_ref(mirror);
+            }
+        }
+        jni.delete_local_ref(class);
+    }
+    tags
+}
+
 /// Checks, with a small walk over objects made for it, that this JVM's heap callbacks can tell
 /// objects apart by address (see the module's comment): returns the distance between the
 /// referrer's tag and the referee's in a reference callback, or why not.
@@ -462,6 +516,7 @@ fn probe_addresses(env: Jvmti, jni: *mut JNIEnv) -> Result<isize, String> {
 
 /// The probe's objects: `[x, y, x]`, x an AtomicLong tagged beforehand, y a `long[1]`.
 const PROBE_TAG: i64 = 0x0bad_cafe;
+const PROBE_CLASS: &str = "java/util/concurrent/atomic/AtomicLong";
 const PROBE_VALUE: i64 = 0x1234_5678_9abc;
 
 /// What the probe saw, in order: (what, address).
@@ -490,7 +545,7 @@ fn probe_with(env: Jvmti, jni: Jni) -> Result<isize, String> {
         .new_object_array(3, object_class)
         .map_err(|_| made("array"))?;
     let atomic_class = jni
-        .find_class("java/util/concurrent/atomic/AtomicLong")
+        .find_class(PROBE_CLASS)
         .map_err(|_| made("AtomicLong"))?;
     let constructor = jni
         .method_id(atomic_class, "<init>", "(J)V")
@@ -1033,6 +1088,12 @@ struct Walk<'a> {
     instance_sizes: Vec<u32>,
     /// (Addresses) see [`AddressMap`].
     object_arrays: AddressMap,
+    /// The tags of the primitive types' java.lang.Class objects (int.class, ...).
+    primitive_mirror_tags: HashSet<i64>,
+    /// (Addresses) those objects by address: (size, 1 once visited). HotSpot's walk reports
+    /// neither their fields nor their class, so they are written at the end (as unvisited
+    /// objects with tags are).
+    primitive_mirrors: AddressMap,
     /// (Addresses) the lowest address an object may have (above every class id).
     lowest_address: u64,
     current: Current,
@@ -1089,13 +1150,16 @@ impl Walk<'_> {
             tag as u64
         };
         let class = self.class_index.get(class_tag as u64);
-        let unlisted_mirror = class.is_some() && class == self.class_class;
+        let unlisted_mirror = class.is_some()
+            && class == self.class_class
+            && !self.primitive_mirror_tags.contains(&(id as i64));
         if let Some(info) = self.info(id) {
             if info.class == 0 {
                 match class {
-                    // A java.lang.Class object not tagged as a class: the mirror of a class
-                    // the JVM has not loaded (CDS archives them) or of a primitive type. Like
-                    // HotSpot's own dumper, only loaded classes are written, as CLASS DUMPs.
+                    // A java.lang.Class object not tagged as a class nor a primitive type's:
+                    // the mirror of a class the JVM has not loaded (CDS archives them). Like
+                    // HotSpot's own dumper, only loaded classes are written, as CLASS DUMPs, and
+                    // the primitive types' mirrors as instances of java.lang.Class.
                     Some(_) if unlisted_mirror => {
                         info.class = u32::MAX;
                         info.done = true;
@@ -1135,6 +1199,11 @@ impl Walk<'_> {
         let tag = unsafe { *tag_ptr };
         if let Some(class) = self.class_of_tag(tag) {
             return Some(self.classes[class].id);
+        }
+        if self.primitive_mirror_tags.contains(&tag) {
+            self.primitive_mirrors
+                .insert(around.object, (size.clamp(0, u32::MAX as i64) as u32, 0));
+            return Some(around.object);
         }
         if let Some(class) = self.class_index.get(class_tag as u64) {
             match self.classes[class].kind {
@@ -1255,6 +1324,11 @@ impl Walk<'_> {
             return false;
         };
         if Some(class) == self.class_class {
+            if let Some(mirror) = self.primitive_mirrors.get_mut(&referrer) {
+                mirror.1 = 1;
+                let size = u64::from(mirror.0);
+                return self.enter_object(referrer, class, size, -1);
+            }
             self.summary.unloaded_mirrors += 1;
             self.current = Current::Skipped { id: referrer };
             return false;
@@ -1365,6 +1439,22 @@ impl Walk<'_> {
                 }
             };
             self.write(result);
+        }
+        if let Some(class_class) = self.class_class {
+            let mirrors: Vec<(u64, u32)> = self
+                .primitive_mirrors
+                .iter()
+                .filter(|(_, (_, visited))| *visited == 0)
+                .map(|(&id, &(size, _))| (id, size))
+                .collect();
+            let values = vec![0u8; self.classes[class_class].instance_bytes as usize];
+            for (id, size) in mirrors {
+                self.count(u64::from(size));
+                let result =
+                    self.sink
+                        .instance(id, u64::from(size), &self.classes[class_class], &values);
+                self.write(result);
+            }
         }
         for class in 0..self.classes.len() {
             if !self.classes_done[class] {

@@ -462,6 +462,11 @@ impl Jni {
         self.checked(())
     }
 
+    /// A static reference field's value (a local reference, or null).
+    pub fn static_object_field(self, class: jclass, field: jfieldID) -> jobject {
+        jni!(self, GetStaticObjectField(class, field))
+    }
+
     pub fn array_length(self, array: jobject) -> i32 {
         jni!(self, GetArrayLength(array as jarray))
     }

@@ -179,31 +179,23 @@ fn the_walk_agrees_with_the_jdks_dump(env: &[(&str, &str)], identity: &str) {
     );
     let ours_path = dir.join("ours.hprof");
     agrees_with_the_jdks_dump(&ours_path, &jdk_dump, &stderr, true);
-    // Every array element points at an object of the dump (or a class), in a reader we did
-    // not write too; but for the Class[]s holding primitive types' classes (int.class), which
-    // have no object of their own in a dump.
+    // Every array element and every root points at an object of the dump (or a class), in a
+    // reader we did not write too; the primitive types' classes (int.class) are instances of
+    // java.lang.Class, as in the JDK's dump.
+    assert_eq!(
+        instances(&histogram_of_binary(&ours_path), "java.lang.Class"),
+        instances(&histogram_of_binary(&jdk_dump), "java.lang.Class"),
+        "primitive types' classes"
+    );
     let bytes = std::fs::read(&ours_path).unwrap();
     let hprof = jvm_hprof::parse_hprof(&bytes).expect("jvm-hprof reads the header");
     let mut objects = std::collections::HashSet::new();
-    let mut utf8: HashMap<u64, String> = HashMap::new();
-    let mut class_arrays = std::collections::HashSet::new();
     let mut references = Vec::new();
+    let mut roots = Vec::new();
     for record in hprof.records_iter() {
         let record = record.expect("jvm-hprof reads every record");
-        if let Some(text) = record.as_utf_8() {
-            let text = text.unwrap();
-            utf8.insert(
-                text.name_id().id(),
-                String::from_utf8_lossy(text.text()).into_owned(),
-            );
-        }
         if let Some(load) = record.as_load_class() {
-            let load = load.unwrap();
-            objects.insert(load.class_obj_id().id());
-            if utf8.get(&load.class_name_id().id()).map(String::as_str) == Some("java.lang.Class[]")
-            {
-                class_arrays.insert(load.class_obj_id().id());
-            }
+            objects.insert(load.unwrap().class_obj_id().id());
         }
         let Some(segment) = record.as_heap_dump_segment() else {
             continue;
@@ -213,11 +205,17 @@ fn the_walk_agrees_with_the_jdks_dump(env: &[(&str, &str)], identity: &str) {
                 jvm_hprof::heap_dump::SubRecord::Instance(instance) => {
                     objects.insert(instance.obj_id().id());
                 }
+                jvm_hprof::heap_dump::SubRecord::GcRootSystemClass(root) => {
+                    roots.push(root.obj_id().id());
+                }
+                jvm_hprof::heap_dump::SubRecord::GcRootJniGlobal(root) => {
+                    roots.push(root.obj_id().id());
+                }
+                jvm_hprof::heap_dump::SubRecord::GcRootThreadObj(root) => {
+                    roots.extend(root.thread_obj_id().map(|id| id.id()));
+                }
                 jvm_hprof::heap_dump::SubRecord::ObjectArray(array) => {
                     objects.insert(array.obj_id().id());
-                    if class_arrays.contains(&array.array_class_obj_id().id()) {
-                        continue;
-                    }
                     for element in array.elements(jvm_hprof::IdSize::U64) {
                         if let Some(id) = element.unwrap() {
                             references.push(id.id());
@@ -241,6 +239,12 @@ fn the_walk_agrees_with_the_jdks_dump(env: &[(&str, &str)], identity: &str) {
         "{} dangling of {}",
         dangling.len(),
         references.len()
+    );
+    assert!(roots.len() > 100, "{}", roots.len());
+    let dangling_roots: Vec<&u64> = roots.iter().filter(|id| !objects.contains(id)).collect();
+    assert!(
+        dangling_roots.is_empty(),
+        "roots of no object: {dangling_roots:x?}"
     );
 }
 
