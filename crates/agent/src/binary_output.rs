@@ -369,7 +369,7 @@ impl BinaryOutput {
             .end_heap_dump()
             .and_then(|()| self.writer.flush());
         match self.sink().end_whole() {
-            Some(why) => Err(crate::output::abandoned(why)),
+            Some(why) => Err(crate::net::abandoned_dump(why)),
             None => closed.map(|()| result),
         }
     }

@@ -840,6 +840,13 @@ pub(crate) fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".into())
 }
 
+/// A heap dump given up on: the collector has its beginning only.
+pub(crate) fn abandoned_dump(why: String) -> io::Error {
+    io::Error::other(format!(
+        "{why}: the dump was abandoned, the collector has its beginning only"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

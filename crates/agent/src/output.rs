@@ -290,7 +290,7 @@ impl Output {
                 let result = TextHeap::new(&mut text.writer).map(|mut heap| dump(&mut heap));
                 let flushed = text.writer.flush();
                 match text.writer.get_mut().get_mut().end_whole() {
-                    Some(why) => Err(abandoned(why)),
+                    Some(why) => Err(crate::net::abandoned_dump(why)),
                     None => flushed.and(result),
                 }
             }
@@ -304,13 +304,6 @@ impl Output {
             Output::Binary(binary) => binary.flush(),
         }
     }
-}
-
-/// A heap dump given up on: the collector has its beginning only.
-pub(crate) fn abandoned(why: String) -> io::Error {
-    io::Error::other(format!(
-        "{why}: the dump was abandoned, the collector has its beginning only"
-    ))
 }
 
 /// HPROF's ASCII heap dump: the body goes to an anonymous temporary file while the objects are
