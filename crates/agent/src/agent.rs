@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jvmti_bindings::sys::jni::{JNI_ERR, JNI_OK};
 use jvmti_bindings::sys::jvmti::event_callbacks_size_for_feature;
@@ -355,12 +355,22 @@ fn run_worker(context: &'static Context) {
         eprintln!("openprof: can't attach the agent thread to the JVM; no samples");
         return;
     };
+    // continuous=: when the next profile window is due.
+    let window = context
+        .options
+        .continuous_ms
+        .filter(|_| context.net.is_some() && context.report.is_some())
+        .map(Duration::from_millis);
+    let mut next_window = window.map(|window| Instant::now() + window);
     loop {
         // Asked each round: a profiling session may add an engine or change its interval.
-        let period = engine::all()
+        let mut period = engine::all()
             .filter_map(|engine| engine.period(context))
             .min()
             .unwrap_or(DRAIN_PERIOD);
+        if let Some(due) = next_window {
+            period = period.min(due.saturating_duration_since(Instant::now()));
+        }
         {
             let stop = lock(&agent.stop);
             let (stop, _) = agent
@@ -380,6 +390,20 @@ fn run_worker(context: &'static Context) {
             }
             if context.net.is_some() {
                 commands::run(agent, context, jni);
+            }
+            if let (Some(due), Some(window)) = (next_window, window) {
+                let now = Instant::now();
+                if now >= due {
+                    if let Err(why) = dump_profile(context, jni) {
+                        eprintln!("openprof: no profile window: {why}");
+                    }
+                    // A window missed (the JVM stopped, the machine slept) is not made up for.
+                    let mut next = due + window;
+                    while next <= now {
+                        next += window;
+                    }
+                    next_window = Some(next);
+                }
             }
         });
         context

@@ -487,8 +487,18 @@ fn print_agent(
     } else {
         String::new()
     };
+    let labels = if agent.labels.is_empty() {
+        String::new()
+    } else {
+        let labels: Vec<String> = agent
+            .labels
+            .iter()
+            .map(|(name, value)| format!("{}:{}", printable(name), printable(value)))
+            .collect();
+        format!(", labels {}", labels.join(","))
+    };
     println!(
-        "{indent}agent {} pid {} on {} format={}: {} frames, {} bytes{}{}{}",
+        "{indent}agent {} pid {} on {} format={}: {} frames, {} bytes{}{}{}{}",
         agent.agent,
         agent.pid,
         printable(&agent.hostname),
@@ -497,6 +507,7 @@ fn print_agent(
         agent.bytes,
         clock,
         lost,
+        labels,
         if agent.finished { ", finished" } else { "" }
     );
     for trace in catalog.traces.iter().filter(|t| t.agent == agent.agent) {

@@ -2112,3 +2112,60 @@ fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
         assert_eq!(count("short[][][]"), 1);
     }
 }
+
+#[test]
+fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
+    // CpuSplit spends three times as much CPU in heavy() as in light(); with continuous=1s
+    // the agent ships what it sampled each second, unasked, and no dump at exit (doe=n): every
+    // CPU SAMPLES table the collector stored is one window, and each shows the split.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(
+        &collector.address,
+        "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:split",
+    );
+    let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["5"]);
+    let output = wait_with_limit(command.spawn().expect("start java"), Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let file = export_only_agent(store.path(), "agent.hprof");
+    let bytes = std::fs::read(&file).unwrap();
+    let profile =
+        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+    // 5 s of CPU or more: at least 4 whole windows.
+    assert!(
+        profile.cpu_tables.len() >= 4,
+        "{} windows",
+        profile.cpu_tables.len()
+    );
+    let mut full_windows = 0;
+    for table in &profile.cpu_tables {
+        let count = |method: &str| -> u64 {
+            table
+                .rows
+                .iter()
+                .filter(|row| row.method.as_deref() == Some(method))
+                .map(|row| row.count)
+                .sum()
+        };
+        let (heavy, light) = (count("CpuSplit.heavy"), count("CpuSplit.light"));
+        // A window is about a second of CPU at interval=1: up to 1,000 samples; the last one
+        // may be cut short by the exit.
+        assert!(heavy + light <= 1_300, "{heavy} + {light} in one window");
+        if heavy + light < 300 {
+            continue;
+        }
+        full_windows += 1;
+        let share = heavy as f64 / (heavy + light) as f64;
+        assert!(
+            (share - 0.75).abs() <= 0.08,
+            "a window's heavy share {share:.3} ({heavy} against {light})"
+        );
+    }
+    assert!(full_windows >= 3, "{full_windows} windows of 300 samples or more");
+    let listed = openprof(&["ls", "--store", store.path().to_str().unwrap()]);
+    assert!(
+        text(&listed.stdout).contains("service:split"),
+        "{}",
+        text(&listed.stdout)
+    );
+}

@@ -75,6 +75,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "64m",
     },
     OptionRow {
+        name: "continuous",
+        values: "<duration>",
+        meaning: "a profile window every duration (net=)",
+        default: "off",
+    },
+    OptionRow {
         name: "depth",
         values: "<size>",
         meaning: "stack trace depth",

@@ -209,6 +209,10 @@ pub struct Options {
     /// `netbuffer=`: bytes of unacknowledged data kept for the collector; beyond them the
     /// oldest is dropped (and the loss reported).
     pub net_buffer: u64,
+    /// `continuous=DURATION`: every this many milliseconds the agent ships a profile window to
+    /// the collector: what every engine recorded since the last window (as the collector's
+    /// DUMP PROFILE asks for), without a heap dump.
+    pub continuous_ms: Option<u64>,
     /// `mpt=@FILE`: method parameter tracing specifications (docs/mpt.md).
     pub mpt: Option<String>,
     /// `commands=`: which commands from the collector beyond steering the profile are carried
@@ -256,6 +260,7 @@ impl Default for Options {
             token: None,
             tls_ca: None,
             net_buffer: DEFAULT_NET_BUFFER,
+            continuous_ms: None,
             commands: Vec::new(),
             mpt: None,
             action: None,
@@ -490,6 +495,9 @@ impl fmt::Display for Options {
         }
         if self.net.is_some() {
             parts.push(format!("netbuffer={}", self.net_buffer));
+            if let Some(window) = self.continuous_ms {
+                parts.push(format!("continuous={window}ms"));
+            }
             if !self.commands.is_empty() {
                 let words: Vec<&str> = self.commands.iter().map(|c| c.option_word()).collect();
                 parts.push(format!("commands={}", words.join("+")));
@@ -708,6 +716,20 @@ mod tests {
             assert_eq!(error.option, option, "{text}");
             assert!(error.problem.contains(problem), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn continuous_takes_a_window_of_100ms_or_more_for_a_collector() {
+        let options = Options::parse("cpu=samples,net=h:1,continuous=10s").unwrap();
+        assert_eq!(options.continuous_ms, Some(10_000));
+        assert!(options.to_string().contains("continuous=10000ms"));
+        let again = Options::parse(&options.to_string()).unwrap();
+        assert_eq!(again.continuous_ms, Some(10_000));
+        let problem = |text: &str| Options::parse(text).unwrap_err().problem;
+        assert!(problem("net=h:1,continuous=50ms").contains("100ms or more"));
+        assert!(problem("net=h:1,continuous=soon").contains("is not a duration"));
+        assert!(problem("cpu=samples,continuous=1s").contains("give net= too"));
+        assert!(problem("net=h:1,format=x,continuous=1s").contains("format=x cannot"));
     }
 
     #[test]

@@ -30,6 +30,9 @@ fn parse_whole(name: &str, value: &str, min: u32, max: u32) -> Result<u32, Optio
 
 /// A duration with a unit (`ns`, `us`, `ms`, `s`), nanoseconds without one (as async-profiler's
 /// `--lock`), from 0 to an hour.
+/// The shortest `continuous=` window: shorter ones would cost the collector more than they show.
+const MIN_WINDOW_NS: u64 = 100_000_000;
+
 fn parse_duration_ns(name: &str, value: &str) -> Result<u64, OptionError> {
     let allowed = "a duration such as 0, 500ns, 10us, 1ms or 2s (a bare number is nanoseconds), at most 1 hour";
     let (digits, unit) = [
@@ -282,6 +285,16 @@ impl Options {
                     options.alloc_interval = parse_bytes(name, value, (0, MAX_ALLOC_INTERVAL))?
                 }
                 "netbuffer" => options.net_buffer = parse_bytes(name, value, NET_BUFFER_RANGE)?,
+                "continuous" => {
+                    let ns = parse_duration_ns(name, value)?;
+                    if ns < MIN_WINDOW_NS {
+                        return Err(bad(
+                            name,
+                            format!("{value} is shorter than a window may be; use 100ms or more (e.g. continuous=10s)"),
+                        ));
+                    }
+                    options.continuous_ms = Some(ns / 1_000_000);
+                }
                 "commands" => options.commands = parse_command_classes(name, value)?,
                 "mpt" => {
                     if value.len() < 2 || !value.starts_with('@') {
@@ -466,12 +479,24 @@ impl Options {
                     "commands= is for net=; there is no collector to send commands",
                 ));
             }
+            if self.continuous_ms.is_some() {
+                return Err(bad(
+                    "continuous",
+                    "continuous= ships profile windows to a collector; give net= too",
+                ));
+            }
             if self.net_buffer != DEFAULT_NET_BUFFER {
                 return Err(bad(
                     "netbuffer",
                     "netbuffer= is for net=; there is no collector to buffer for",
                 ));
             }
+        }
+        if self.continuous_ms.is_some() && self.format == OutputFormat::Xml {
+            return Err(bad(
+                "continuous",
+                "format=x cannot be used with continuous=: a trace is one stream, not windows; use format=a or format=b",
+            ));
         }
         if self.file.is_some() && self.net.is_some() {
             return Err(bad(
