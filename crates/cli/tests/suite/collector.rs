@@ -2125,7 +2125,10 @@ fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
         "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:split",
     );
     let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["5"]);
-    let output = wait_with_limit(command.spawn().expect("start java"), Duration::from_secs(120));
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(120),
+    );
     assert!(output.status.success(), "{}", text(&output.stderr));
     let file = export_only_agent(store.path(), "agent.hprof");
     let bytes = std::fs::read(&file).unwrap();
@@ -2161,7 +2164,10 @@ fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
             "a window's heavy share {share:.3} ({heavy} against {light})"
         );
     }
-    assert!(full_windows >= 3, "{full_windows} windows of 300 samples or more");
+    assert!(
+        full_windows >= 3,
+        "{full_windows} windows of 300 samples or more"
+    );
     let listed = openprof(&["ls", "--store", store.path().to_str().unwrap()]);
     assert!(
         text(&listed.stdout).contains("service:split"),
