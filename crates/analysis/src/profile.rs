@@ -287,6 +287,21 @@ pub struct Sample {
     pub labels: Vec<(String, String)>,
 }
 
+impl Sample {
+    /// `count` samples of `event` on a stack, each of value one (no thread, time or label).
+    pub fn counted(stack: StackId, event: Event, count: u64) -> Sample {
+        Sample {
+            stack,
+            event,
+            value: count,
+            count,
+            thread: None,
+            time_ns: None,
+            labels: Vec::new(),
+        }
+    }
+}
+
 /// What a timed span on a thread's timeline is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SpanKind {

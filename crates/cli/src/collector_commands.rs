@@ -146,6 +146,14 @@ pub struct ServeArgs {
     /// suffixes); agents are told and keep their data.
     #[arg(long, value_parser = parse_bytes)]
     max_store_bytes: Option<u64>,
+    /// Forward the agents' continuous= windows (HPROF binary) to ClickHouse's HTTP interface
+    /// too, e.g. http://127.0.0.1:8123: stored here first, so nothing acknowledged is lost
+    /// while ClickHouse is away (docs/clickhouse.md).
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: Option<String>,
+    /// The ClickHouse database to forward into (made if missing).
+    #[arg(long, default_value = "openprof", requires = "clickhouse")]
+    pub database: String,
     /// Serve the web UI and its JSON API here too (e.g. 127.0.0.1:7912; port 0 picks one),
     /// opened by the control credential (docs/ui.md); over HTTPS with --tls-cert. Off unless
     /// given.
@@ -203,6 +211,24 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     };
     let store = SqliteStore::open_with(&args.store, options)
         .with_context(|| format!("can't open the store {}", args.store.display()))?;
+    let store: Arc<dyn openprof_collector::store::Store> = Arc::new(store);
+    let clickhouse = args
+        .clickhouse
+        .as_deref()
+        .map(|url| openprof_collector::clickhouse::ClickHouse::new(url, &args.database))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let stop_forwarding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forwarder = clickhouse.map(|clickhouse| {
+        let store = store.clone();
+        let stop = stop_forwarding.clone();
+        std::thread::Builder::new()
+            .name("clickhouse".into())
+            .spawn(move || openprof_collector::clickhouse::forward(store, clickhouse, stop))
+    });
+    let forwarder = forwarder
+        .transpose()
+        .context("can't start the ClickHouse forwarder")?;
     let mut config = ServerConfig::new(token);
     config.control_token = control_token.clone();
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
@@ -220,7 +246,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         .build()
         .context("can't start the runtime")?;
     runtime.block_on(async move {
-        let server = Server::start(args.listen, config, Arc::new(store))
+        let server = Server::start(args.listen, config, store)
             .await
             .with_context(|| format!("can't listen on {}", args.listen))?;
         // The address on stdout, so that scripts and tests can find an ephemeral port.
@@ -267,6 +293,10 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         server.shutdown().await;
         anyhow::Ok(())
     })?;
+    stop_forwarding.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(forwarder) = forwarder {
+        let _ = forwarder.join();
+    }
     Ok(ExitCode::SUCCESS)
 }
 

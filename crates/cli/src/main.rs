@@ -11,6 +11,7 @@ mod agent_library;
 mod attach_command;
 mod collector_commands;
 mod convert_command;
+mod fleet_command;
 mod heap_command;
 mod mpt_command;
 mod profile_command;
@@ -179,6 +180,14 @@ enum Commands {
             figure. On a terminal, dumps of 64 MiB or more show a progress bar."
     )]
     Heap(heap_command::HeapArgs),
+    /// The fleet's CPU profile: the continuous= windows that collectors forwarded to ClickHouse
+    /// (`openprof serve --clickhouse`), summed there for a service, labels or an agent over a
+    /// time range, written as a flame graph or any view `convert` writes.
+    #[command(
+        after_help = "Example:\n  openprof fleet --clickhouse http://127.0.0.1:8123 --service checkout --since 15m -o checkout.html\n\n\
+            The query runs in ClickHouse (docs/clickhouse.md); only the summed stacks come back."
+    )]
+    Fleet(fleet_command::FleetArgs),
 }
 
 fn main() -> ExitCode {
@@ -213,6 +222,7 @@ fn run_cli(cli: Cli) -> Result<ExitCode> {
         Commands::Replay(args) => collector_commands::replay_command(args),
         Commands::Mpt(args) => mpt_command::mpt(args),
         Commands::Convert(args) => convert_command::convert(args),
+        Commands::Fleet(args) => fleet_command::fleet(args),
         Commands::Heap(args) => heap_command::heap(args),
         Commands::Report {
             file,

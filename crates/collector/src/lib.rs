@@ -12,7 +12,10 @@
 //! - [`invocations`]: calls between agents joined (a caller's methodCall, the callee's entry).
 //! - [`store`]: the [`store::Store`] trait and its embedded backend (SQLite catalog + zstd
 //!   segments).
+//! - [`windows`]: `continuous=` profile windows read back from an agent's HPROF binary stream.
+//! - [`clickhouse`]: the fleet's windows forwarded to ClickHouse, and queried there.
 
+pub mod clickhouse;
 pub mod client;
 pub mod clock;
 pub mod invocations;
@@ -21,3 +24,4 @@ pub mod scan;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod windows;

@@ -115,15 +115,7 @@ mod tests {
         let mut profile = Profile::new(source);
         for (method, count) in [("Hot.heavy", heavy), ("Hot.light", light)] {
             let stack = profile.stack_of_frames_leaf_first([Frame::java(method)]);
-            profile.add_sample(Sample {
-                stack,
-                event: Event::Cpu,
-                value: count,
-                count,
-                thread: None,
-                time_ns: None,
-                labels: Vec::new(),
-            });
+            profile.add_sample(Sample::counted(stack, Event::Cpu, count));
         }
         profile
     }

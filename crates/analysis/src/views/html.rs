@@ -582,15 +582,7 @@ mod tests {
         ]);
         let gone = base.stack_of_frames_leaf_first([Frame::java("Old.gone")]);
         for (stack, count) in [(rest, 3), (gone, 1)] {
-            base.add_sample(Sample {
-                stack,
-                event: Event::Cpu,
-                value: count,
-                count,
-                thread: None,
-                time_ns: None,
-                labels: Vec::new(),
-            });
+            base.add_sample(Sample::counted(stack, Event::Cpu, count));
         }
         let mut out = Vec::new();
         write_diff(&profile(), &base, &ViewOptions::default(), &mut out).unwrap();

@@ -175,11 +175,15 @@ fn only_agent(store: &Path) -> String {
 
 /// Exports the HPROF output of the store's one agent, as received, into `name` in the store.
 fn export_only_agent(store: &Path, name: &str) -> PathBuf {
-    let agent = only_agent(store);
+    export_agent(store, &only_agent(store), name)
+}
+
+/// Exports the HPROF output of an agent, as received, into `name` in the store.
+pub(crate) fn export_agent(store: &Path, agent: &str, name: &str) -> PathBuf {
     let file = store.join(name);
     let exported = openprof(&[
         "export",
-        &agent,
+        agent,
         "--agent",
         "--store",
         store.to_str().unwrap(),

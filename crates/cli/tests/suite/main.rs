@@ -5,6 +5,7 @@
 mod attach;
 mod collector;
 mod commands;
+mod fleet;
 mod heap_analysis;
 mod heap_dump;
 mod helpers;

@@ -479,15 +479,7 @@ fn a_page_of_100000_stacks_is_drawn_first_from_its_heaviest_nodes() {
         let stack = profile.stack_of_frames_leaf_first(frames);
         let count = 1 + index % 7;
         expected += count;
-        profile.add_sample(Sample {
-            stack,
-            event: Event::Cpu,
-            value: count,
-            count,
-            thread: None,
-            time_ns: None,
-            labels: Vec::new(),
-        });
+        profile.add_sample(Sample::counted(stack, Event::Cpu, count));
     }
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("large.html");

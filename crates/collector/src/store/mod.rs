@@ -148,6 +148,18 @@ pub struct ExportSummary {
 /// What [`Store::replay_agent`] calls for each frame: kind, sequence, body.
 pub type FrameVisitor<'a> = dyn FnMut(FrameKind, u64, &[u8]) -> Result<(), StoreError> + 'a;
 
+/// A stored data frame as [`Store::frames_after`] hands it over.
+pub struct StoredFrame<'a> {
+    pub kind: FrameKind,
+    pub sequence: u64,
+    /// When the collector received it, ns since the epoch on its clock.
+    pub received_ns: u64,
+    pub body: &'a [u8],
+}
+
+/// What [`Store::frames_after`] calls for each frame.
+pub type StoredFrameVisitor<'a> = dyn FnMut(&StoredFrame) -> Result<(), StoreError> + 'a;
+
 /// The collector's storage. Implementations are shared between connections.
 pub trait Store: Send + Sync + 'static {
     /// Registers an agent's (re)connection; returns the highest sequence stored for it (0: none).
@@ -173,5 +185,17 @@ pub trait Store: Send + Sync + 'static {
         out: &mut dyn Write,
     ) -> Result<ExportSummary, StoreError>;
     /// Every data frame of an agent exactly as received, in sequence order.
-    fn replay_agent(&self, agent: Uuid, visit: &mut FrameVisitor) -> Result<(), StoreError>;
+    fn replay_agent(&self, agent: Uuid, visit: &mut FrameVisitor) -> Result<(), StoreError> {
+        self.frames_after(agent, 0, &mut |frame| {
+            visit(frame.kind, frame.sequence, frame.body)
+        })
+    }
+    /// The data frames of an agent with a sequence above `after`, exactly as received, with
+    /// when they were received, in sequence order (a reader that keeps up with an agent).
+    fn frames_after(
+        &self,
+        agent: Uuid,
+        after: u64,
+        visit: &mut StoredFrameVisitor,
+    ) -> Result<(), StoreError>;
 }

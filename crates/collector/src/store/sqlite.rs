@@ -36,8 +36,8 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::{
-    AgentEntry, AgentInfo, Catalog, ClockEstimate, ExportOptions, ExportSummary, FrameVisitor,
-    NodeEntry, ProcessEntry, Received, Store, StoreError, TraceEntry,
+    AgentEntry, AgentInfo, Catalog, ClockEstimate, ExportOptions, ExportSummary, NodeEntry,
+    ProcessEntry, Received, Store, StoreError, StoredFrame, StoredFrameVisitor, TraceEntry,
 };
 use crate::scan::scan_fragment;
 
@@ -1371,7 +1371,12 @@ impl Store for SqliteStore {
         })
     }
 
-    fn replay_agent(&self, agent: Uuid, visit: &mut FrameVisitor) -> Result<(), StoreError> {
+    fn frames_after(
+        &self,
+        agent: Uuid,
+        after: u64,
+        visit: &mut StoredFrameVisitor,
+    ) -> Result<(), StoreError> {
         let frames = {
             let mut inner = self.lock();
             inner.refresh()?;
@@ -1380,23 +1385,33 @@ impl Store for SqliteStore {
             }
             let mut query = inner.db.prepare(
                 "SELECT kind, sequence, segment, block_offset, block_length, inner_offset,
-                 inner_length FROM frames WHERE agent = ?1 ORDER BY sequence",
+                 inner_length, received_ns FROM frames WHERE agent = ?1 AND sequence > ?2
+                 ORDER BY sequence",
             )?;
-            let rows = query.query_map([agent.to_string()], |row| {
-                Ok((
-                    row.get::<_, i64>(0)?,
-                    row.get::<_, i64>(1)?,
-                    Location::from_row(row, 2)?,
-                ))
-            })?;
+            let rows = query.query_map(
+                rusqlite::params![agent.to_string(), after.min(i64::MAX as u64) as i64],
+                |row| {
+                    Ok((
+                        row.get::<_, i64>(0)?,
+                        row.get::<_, i64>(1)?,
+                        Location::from_row(row, 2)?,
+                        row.get::<_, i64>(7)?,
+                    ))
+                },
+            )?;
             rows.collect::<Result<Vec<_>, _>>()?
         };
         // Without the lock: committed blocks never change.
         let mut reader = SegmentReader::new(&self.dir);
-        for (kind, sequence, location) in frames {
+        for (kind, sequence, location, received_ns) in frames {
             let kind = FrameKind::from_byte(kind as u8)
                 .ok_or_else(|| other(format!("catalog holds frame kind {kind}")))?;
-            visit(kind, sequence as u64, reader.body(location)?)?;
+            visit(&StoredFrame {
+                kind,
+                sequence: sequence as u64,
+                received_ns: received_ns as u64,
+                body: reader.body(location)?,
+            })?;
         }
         Ok(())
     }

@@ -1,0 +1,115 @@
+//! `openprof fleet`: the CPU profile of the fleet's `continuous=` windows that collectors
+//! forwarded to ClickHouse, summed there for the agents and the time range asked for, and
+//! written as any view (a flame graph, folded stacks, pprof, ...).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use clap::Args;
+use openprof_analysis::profile::{Event, Frame, Profile, Sample};
+use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
+
+use crate::convert_command::{write_view, ViewArgs};
+
+#[derive(Args, Debug)]
+pub struct FleetArgs {
+    /// ClickHouse's HTTP interface, e.g. http://127.0.0.1:8123 (as `openprof serve
+    /// --clickhouse` was given).
+    #[arg(long, value_name = "URL")]
+    pub clickhouse: String,
+    /// The database the collectors forward into.
+    #[arg(long, default_value = "openprof")]
+    pub database: String,
+    /// Only the agents of this service (their label=service:NAME).
+    #[arg(long)]
+    pub service: Option<String>,
+    /// Only the agents with this label, NAME:VALUE as their label= option gives it
+    /// (repeatable: all of them).
+    #[arg(long = "agent-label", value_name = "NAME:VALUE")]
+    pub agent_labels: Vec<String>,
+    /// Only this agent (its id, as `openprof ls` shows).
+    #[arg(long)]
+    pub agent: Option<uuid::Uuid>,
+    /// Only the windows of the last DURATION (e.g. 60s, 15m, 24h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub since: String,
+    /// The output file; its extension tells the format unless --format does.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub view: ViewArgs,
+}
+
+pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
+    let since = parse_since(&args.since)?;
+    let clickhouse =
+        ClickHouse::new(&args.clickhouse, &args.database).map_err(anyhow::Error::msg)?;
+    let mut labels = args.agent_labels.clone();
+    for label in &labels {
+        if !label.contains(':') {
+            bail!("--agent-label {label}: give NAME:VALUE, as the agent's label= option has it");
+        }
+    }
+    if let Some(service) = &args.service {
+        labels.push(format!("service:{service}"));
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs();
+    let filter = WindowFilter {
+        labels,
+        agent: args.agent,
+        since: Some(now.saturating_sub(since)),
+        until: None,
+    };
+    let stacks = clickhouse.stacks(&filter).map_err(anyhow::Error::msg)?;
+    if stacks.is_empty() {
+        bail!(
+            "no windows in ClickHouse's {} for these agents in the last {}",
+            args.database,
+            args.since
+        );
+    }
+    let mut profile = Profile::new(format!("{} at {}", args.database, args.clickhouse));
+    for (frames, count) in stacks {
+        let ids: Vec<_> = frames
+            .into_iter()
+            .map(|frame| profile.frame_id(Frame::java(frame)))
+            .collect();
+        let stack = profile.stack_id(&ids);
+        profile.add_sample(Sample::counted(stack, Event::Cpu, count));
+    }
+    write_view(&profile, &args.output, &args.view)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A duration back from now, in seconds: a number with s, m, h or d.
+fn parse_since(text: &str) -> Result<u64> {
+    let unit = match text.chars().last() {
+        Some('s') => 1,
+        Some('m') => 60,
+        Some('h') => 3_600,
+        Some('d') => 86_400,
+        _ => 0,
+    };
+    match text[..text.len().saturating_sub(1)].parse::<u64>() {
+        Ok(number) if unit > 0 && number > 0 => Ok(number.saturating_mul(unit)),
+        _ => bail!("--since {text}: give a duration such as 60s, 15m, 24h or 7d"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_takes_seconds_to_days_and_refuses_the_rest() {
+        assert_eq!(parse_since("60s").unwrap(), 60);
+        assert_eq!(parse_since("2h").unwrap(), 7_200);
+        assert_eq!(parse_since("7d").unwrap(), 604_800);
+        for bad in ["", "5", "0s", "s", "1w", "-1h"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The fleet on ClickHouse: JVMs in continuous mode streaming to two collectors that forward
+//! into one real ClickHouse server (Debian's clickhouse-server, started here on loopback ports
+//! with a data directory of its own), restarted mid-run; `openprof fleet` answers from it.
+
+use std::collections::HashMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use openprof_testkit::{java_command, wait_with_limit};
+
+use crate::collector::{agent_options, export_agent, Collector};
+use crate::helpers::{openprof, text};
+
+/// Where Debian's package puts the server.
+const SERVER: &str = "/usr/sbin/clickhouse-server";
+
+/// A ClickHouse server of the test's own: its config, data and logs in `dir`.
+struct ClickHouseServer {
+    child: Option<Child>,
+    dir: PathBuf,
+    http_port: u16,
+}
+
+impl ClickHouseServer {
+    /// None (and why, on stderr) where the server is not installed.
+    fn start(dir: &Path) -> Option<ClickHouseServer> {
+        if !Path::new(SERVER).exists() {
+            eprintln!(
+                "skipped: {SERVER} is missing; scripts/test installs Debian's clickhouse-server \
+                 when run as root"
+            );
+            return None;
+        }
+        let free_port = || {
+            TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (http_port, tcp_port) = (free_port(), free_port());
+        let data = dir.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let config = format!(
+            r#"<?xml version="1.0"?>
+<yandex>
+    <logger><level>warning</level><log>{dir}/server.log</log><errorlog>{dir}/server.err.log</errorlog></logger>
+    <http_port>{http_port}</http_port>
+    <tcp_port>{tcp_port}</tcp_port>
+    <listen_host>127.0.0.1</listen_host>
+    <path>{data}/</path>
+    <tmp_path>{data}/tmp/</tmp_path>
+    <user_files_path>{data}/user_files/</user_files_path>
+    <format_schema_path>{data}/format_schemas/</format_schema_path>
+    <users_config>/etc/clickhouse-server/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <mark_cache_size>53687091</mark_cache_size>
+</yandex>
+"#,
+            dir = dir.display(),
+            data = data.display()
+        );
+        std::fs::write(dir.join("config.xml"), config).unwrap();
+        let mut server = ClickHouseServer {
+            child: None,
+            dir: dir.to_path_buf(),
+            http_port,
+        };
+        server.run();
+        Some(server)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http_port)
+    }
+
+    /// Starts the server and waits until it takes connections.
+    fn run(&mut self) {
+        let child = Command::new(SERVER)
+            .arg(format!(
+                "--config-file={}",
+                self.dir.join("config.xml").display()
+            ))
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start clickhouse-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(("127.0.0.1", self.http_port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "clickhouse-server did not listen: {}",
+                std::fs::read_to_string(self.dir.join("server.err.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ClickHouseServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The agents a store holds, by id.
+fn agents_in(store: &Path) -> Vec<String> {
+    let listed = openprof(&["ls", "--store", store.to_str().unwrap()]);
+    text(&listed.stdout)
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("agent "))
+        .filter_map(|rest| rest.split(' ').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// CpuSplit's samples in heavy() and light(), and all of them, in an agent's stored output.
+fn stored_samples(store: &Path, agent: &str) -> (u64, u64, u64) {
+    let file = export_agent(store, agent, &format!("{agent}.hprof"));
+    let bytes = std::fs::read(&file).unwrap();
+    let profile =
+        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+    let (mut heavy, mut light, mut all) = (0, 0, 0);
+    for row in profile.cpu_tables.iter().flat_map(|table| &table.rows) {
+        match row.method.as_deref() {
+            Some("CpuSplit.heavy") => heavy += row.count,
+            Some("CpuSplit.light") => light += row.count,
+            _ => {}
+        }
+        all += row.count;
+    }
+    (heavy, light, all)
+}
+
+/// `openprof fleet` as folded stacks: samples by the stack's leaf method.
+fn fleet_by_leaf(
+    url: &str,
+    database: &str,
+    selection: &[&str],
+    dir: &Path,
+) -> Option<HashMap<String, u64>> {
+    let output = dir.join("fleet.collapsed");
+    let mut args = vec![
+        "fleet",
+        "--clickhouse",
+        url,
+        "--database",
+        database,
+        "--since",
+        "1h",
+        "-o",
+        output.to_str().unwrap(),
+    ];
+    args.extend_from_slice(selection);
+    let run = openprof(&args);
+    if !run.status.success() {
+        return None;
+    }
+    let mut by_leaf = HashMap::new();
+    for line in std::fs::read_to_string(&output).unwrap().lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        let leaf = stack.rsplit(';').next().unwrap().to_string();
+        *by_leaf.entry(leaf).or_default() += count.parse::<u64>().unwrap();
+    }
+    Some(by_leaf)
+}
+
+#[test]
+fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(mut clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "fleet_test";
+    let stores = [dir.path().join("store-a"), dir.path().join("store-b")];
+    let collectors: Vec<Collector> = stores
+        .iter()
+        .map(|store| {
+            Collector::start_with(
+                store,
+                "127.0.0.1:0",
+                &["--clickhouse", &url, "--database", database],
+            )
+        })
+        .collect();
+    // Two services of two JVMs each, one JVM of each service on each collector.
+    let mut jvms = Vec::new();
+    for (index, service) in ["split-a", "split-a", "split-b", "split-b"]
+        .iter()
+        .enumerate()
+    {
+        let collector = &collectors[index % 2];
+        let options = agent_options(
+            &collector.address,
+            &format!("cpu=samples,interval=2,format=b,doe=n,continuous=1s,label=service:{service}"),
+        );
+        let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["3"]);
+        jvms.push(command.spawn().expect("start java"));
+    }
+    // ClickHouse goes away for a few seconds while the JVMs run: their windows wait in the
+    // collectors' stores.
+    std::thread::sleep(Duration::from_secs(3));
+    clickhouse.kill();
+    std::thread::sleep(Duration::from_secs(4));
+    clickhouse.run();
+    for jvm in jvms {
+        let output = wait_with_limit(jvm, Duration::from_secs(180));
+        assert!(output.status.success(), "{}", text(&output.stderr));
+    }
+    // Every agent's samples, as its collector stored them.
+    let mut stored: Vec<(String, (u64, u64, u64))> = Vec::new();
+    for store in &stores {
+        for agent in agents_in(store) {
+            let samples = stored_samples(store, &agent);
+            stored.push((agent, samples));
+        }
+    }
+    assert_eq!(stored.len(), 4, "{stored:?}");
+    // The forwarders catch up: ClickHouse then holds each agent's samples exactly once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (agent, (heavy, light, all)) in &stored {
+        loop {
+            let by_leaf = fleet_by_leaf(&url, database, &["--agent", agent], dir.path());
+            let total: u64 = by_leaf.iter().flat_map(|by| by.values()).sum();
+            if total == *all {
+                let by_leaf = by_leaf.unwrap();
+                assert_eq!(by_leaf.get("CpuSplit.heavy").copied().unwrap_or(0), *heavy);
+                assert_eq!(by_leaf.get("CpuSplit.light").copied().unwrap_or(0), *light);
+                break;
+            }
+            assert!(
+                total < *all,
+                "agent {agent}: ClickHouse holds {total} samples, its collector stored {all}"
+            );
+            assert!(
+                Instant::now() < deadline,
+                "agent {agent}: ClickHouse holds {total} of its {all} samples\n{}\n{}",
+                collectors[0].log(),
+                collectors[1].log()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    // The outage was felt: windows waited in the collectors' stores meanwhile.
+    let logs = format!("{}{}", collectors[0].log(), collectors[1].log());
+    assert!(logs.contains("windows wait in the store"), "{logs}");
+    assert!(logs.contains("ClickHouse takes windows again"), "{logs}");
+    // A service's flame graph, summed in ClickHouse over its two JVMs, shows CpuSplit's split.
+    for service in ["split-a", "split-b"] {
+        let by_leaf = fleet_by_leaf(&url, database, &["--service", service], dir.path())
+            .expect("openprof fleet answers");
+        let heavy = by_leaf.get("CpuSplit.heavy").copied().unwrap_or(0) as f64;
+        let light = by_leaf.get("CpuSplit.light").copied().unwrap_or(0) as f64;
+        assert!(heavy + light >= 1_000.0, "{service}: {by_leaf:?}");
+        let share = heavy / (heavy + light);
+        assert!(
+            (share - 0.75).abs() <= 0.05,
+            "{service}: heavy share {share:.3}: {by_leaf:?}"
+        );
+    }
+    // A service no agent has is told, not shown empty.
+    let missing = openprof(&[
+        "fleet",
+        "--clickhouse",
+        &url,
+        "--database",
+        database,
+        "--service",
+        "nobody",
+        "-o",
+        dir.path().join("none.html").to_str().unwrap(),
+    ]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing.stderr).contains("no windows"),
+        "{}",
+        text(&missing.stderr)
+    );
+}

@@ -1,0 +1,481 @@
+//! ClickHouse as the fleet's store of profile windows (docs/clickhouse.md): the schema, the
+//! forwarder that reads windows out of the collector's own store as they arrive and inserts
+//! them, and the queries that answer from ClickHouse.
+//!
+//! The collector's own store stays the place that acknowledges: a window reaches ClickHouse
+//! after it was stored locally, so ClickHouse being away loses nothing; the forwarder carries
+//! on from what ClickHouse holds (its highest frame sequence per agent) when it is back.
+//! Several collectors may forward into one database: each forwards the agents connected to it.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hasher;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openprof_format::wire::FrameKind;
+use serde::Deserialize;
+use uuid::Uuid;
+
+use crate::store::{AgentEntry, Store};
+use crate::windows::{Window, WindowDecoder};
+
+/// How long a query or an insert may take.
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the forwarder looks for new windows.
+const FORWARD_PERIOD: Duration = Duration::from_secs(1);
+/// How long the forwarder waits after ClickHouse failed it.
+const RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// A ClickHouse database reached over its HTTP interface.
+#[derive(Clone)]
+pub struct ClickHouse {
+    url: String,
+    database: String,
+    http: ureq::Agent,
+}
+
+/// Which windows a query takes.
+#[derive(Clone, Debug, Default)]
+pub struct WindowFilter {
+    /// Agents with all these labels (`name:value`, as `label=` gives them).
+    pub labels: Vec<String>,
+    pub agent: Option<Uuid>,
+    /// Windows received at or after this time (seconds since the epoch).
+    pub since: Option<u64>,
+    /// Windows received before this time (seconds since the epoch).
+    pub until: Option<u64>,
+}
+
+impl ClickHouse {
+    /// `url`: the HTTP interface, e.g. `http://127.0.0.1:8123`; `database`: letters, digits and
+    /// `_` (it is written into the statements).
+    pub fn new(url: &str, database: &str) -> Result<ClickHouse, String> {
+        if !url.starts_with("http://") {
+            return Err(format!(
+                "--clickhouse {url}: give ClickHouse's HTTP interface as http://HOST:PORT"
+            ));
+        }
+        if database.is_empty()
+            || !database
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(format!(
+                "--database {database}: a ClickHouse database name here is letters, digits and _"
+            ));
+        }
+        Ok(ClickHouse {
+            url: url.trim_end_matches('/').to_string(),
+            database: database.to_string(),
+            http: ureq::AgentBuilder::new().timeout(TIMEOUT).build(),
+        })
+    }
+
+    /// Runs one statement (`body`: the data of an INSERT); returns what ClickHouse answered.
+    fn execute(&self, statement: &str, body: &str) -> Result<String, String> {
+        let request = self.http.post(&format!("{}/", self.url));
+        let response = if body.is_empty() {
+            request.send_string(statement)
+        } else {
+            request.query("query", statement).send_string(body)
+        };
+        match response {
+            Ok(response) => response
+                .into_string()
+                .map_err(|error| format!("ClickHouse at {}: {error}", self.url)),
+            Err(ureq::Error::Status(status, response)) => {
+                let text = response.into_string().unwrap_or_default();
+                Err(format!(
+                    "ClickHouse at {} answered {status}: {}",
+                    self.url,
+                    text.lines().next().unwrap_or("")
+                ))
+            }
+            Err(error) => Err(format!("ClickHouse at {}: {error}", self.url)),
+        }
+    }
+
+    /// Makes the database and its tables where they are missing (docs/clickhouse.md).
+    pub fn create_schema(&self) -> Result<(), String> {
+        let db = &self.database;
+        for statement in [
+            format!("CREATE DATABASE IF NOT EXISTS {db}"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.agents (agent String, host String, pid UInt32, \
+                 service String, labels Array(String), seen DateTime) \
+                 ENGINE = ReplacingMergeTree(seen) ORDER BY agent"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.stacks (stack UInt64, frames Array(String)) \
+                 ENGINE = ReplacingMergeTree ORDER BY stack"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.samples (date Date, time DateTime, \
+                 agent String, sequence UInt64, window UInt32, event String, stack UInt64, \
+                 count UInt64) ENGINE = MergeTree PARTITION BY date \
+                 ORDER BY (agent, time, event, stack)"
+            ),
+        ] {
+            self.execute(&statement, "")?;
+        }
+        Ok(())
+    }
+
+    /// The highest frame sequence of `agent` whose windows ClickHouse holds (0: none).
+    pub fn forwarded(&self, agent: Uuid) -> Result<u64, String> {
+        let answer = self.execute(
+            &format!(
+                "SELECT max(sequence) FROM {}.samples WHERE agent = '{agent}' FORMAT TSV",
+                self.database
+            ),
+            "",
+        )?;
+        answer
+            .trim()
+            .parse()
+            .map_err(|_| format!("ClickHouse answered {answer:?} for an agent's last window"))
+    }
+
+    /// Records an agent: its host, pid, labels, and its `service` label.
+    pub fn insert_agent(&self, agent: &AgentEntry) -> Result<(), String> {
+        let labels: Vec<String> = agent
+            .labels
+            .iter()
+            .map(|(name, value)| format!("{name}:{value}"))
+            .collect();
+        let service = agent
+            .labels
+            .iter()
+            .find(|(name, _)| name == "service")
+            .map_or("", |(_, value)| value.as_str());
+        let row = serde_json::json!({
+            "agent": agent.agent.to_string(),
+            "host": agent.hostname,
+            "pid": agent.pid,
+            "service": service,
+            "labels": labels,
+            "seen": now_seconds(),
+        });
+        self.execute(
+            &format!("INSERT INTO {}.agents FORMAT JSONEachRow", self.database),
+            &format!("{row}\n"),
+        )
+        .map(|_| ())
+    }
+
+    /// Inserts windows of one agent: their stacks first (`known`: stacks inserted already, by
+    /// hash), then their samples in one insert, which ClickHouse takes whole or not at all.
+    pub fn insert_windows(
+        &self,
+        agent: Uuid,
+        windows: &[Window],
+        known: &mut HashSet<u64>,
+    ) -> Result<(), String> {
+        let mut stacks = String::new();
+        let mut samples = String::new();
+        let mut new_stacks = Vec::new();
+        for window in windows {
+            let seconds = window.received_ns / 1_000_000_000;
+            for (frames, count) in &window.stacks {
+                let stack = stack_hash(frames);
+                if !known.contains(&stack) && !new_stacks.contains(&stack) {
+                    new_stacks.push(stack);
+                    stacks.push_str(
+                        &serde_json::json!({ "stack": stack, "frames": frames }).to_string(),
+                    );
+                    stacks.push('\n');
+                }
+                samples.push_str(
+                    &serde_json::json!({
+                        "date": date_of(seconds),
+                        "time": seconds,
+                        "agent": agent.to_string(),
+                        "sequence": window.sequence,
+                        "window": window.ordinal,
+                        "event": "cpu",
+                        "stack": stack,
+                        "count": count,
+                    })
+                    .to_string(),
+                );
+                samples.push('\n');
+            }
+        }
+        if !stacks.is_empty() {
+            self.execute(
+                &format!("INSERT INTO {}.stacks FORMAT JSONEachRow", self.database),
+                &stacks,
+            )?;
+        }
+        if !samples.is_empty() {
+            self.execute(
+                &format!("INSERT INTO {}.samples FORMAT JSONEachRow", self.database),
+                &samples,
+            )?;
+        }
+        known.extend(new_stacks);
+        Ok(())
+    }
+
+    /// The samples per stack of the windows `filter` takes, summed in ClickHouse: a flame
+    /// graph's input. Stacks most samples first.
+    pub fn stacks(&self, filter: &WindowFilter) -> Result<Vec<(Vec<String>, u64)>, String> {
+        let db = &self.database;
+        let mut conditions = vec!["event = 'cpu'".to_string()];
+        if let Some(agent) = filter.agent {
+            conditions.push(format!("agent = '{agent}'"));
+        }
+        for label in &filter.labels {
+            conditions.push(format!(
+                "agent IN (SELECT agent FROM {db}.agents WHERE has(labels, {}))",
+                quoted(label)
+            ));
+        }
+        if let Some(since) = filter.since {
+            conditions.push(format!("time >= toDateTime({since})"));
+        }
+        if let Some(until) = filter.until {
+            conditions.push(format!("time < toDateTime({until})"));
+        }
+        let answer = self.execute(
+            &format!(
+                "SELECT frames, total FROM (SELECT stack, sum(count) AS total FROM {db}.samples \
+                 WHERE {} GROUP BY stack) ANY INNER JOIN (SELECT stack, frames FROM {db}.stacks) \
+                 USING stack ORDER BY total DESC FORMAT JSONEachRow",
+                conditions.join(" AND ")
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            frames: Vec<String>,
+            total: NumberOrText,
+        }
+        answer
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| {
+                let row: Row = serde_json::from_str(line)
+                    .map_err(|error| format!("ClickHouse answered {line:?}: {error}"))?;
+                Ok((row.frames, row.total.value()?))
+            })
+            .collect()
+    }
+}
+
+/// ClickHouse writes UInt64 in JSON as text (JavaScript's numbers lose its precision).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum NumberOrText {
+    Number(u64),
+    Text(String),
+}
+
+impl NumberOrText {
+    fn value(&self) -> Result<u64, String> {
+        match self {
+            NumberOrText::Number(number) => Ok(*number),
+            NumberOrText::Text(text) => text
+                .parse()
+                .map_err(|_| format!("ClickHouse answered {text:?} for a count")),
+        }
+    }
+}
+
+/// A string as a ClickHouse literal.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
+}
+
+/// A stack's key in the stacks table: FNV-1a over its frames (stable across runs and
+/// collectors, unlike std's hasher), each frame's length first so that no two stacks meet.
+pub fn stack_hash(frames: &[String]) -> u64 {
+    let mut hasher = fnv::FnvHasher::default();
+    for frame in frames {
+        hasher.write_u64(frame.len() as u64);
+        hasher.write(frame.as_bytes());
+    }
+    hasher.finish()
+}
+
+fn now_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// The UTC date of a time, as ClickHouse's Date reads it.
+fn date_of(seconds: u64) -> String {
+    // Days since the epoch to a civil date (Howard Hinnant's algorithm).
+    let days = (seconds / 86_400) as i64 + 719_468;
+    let era = days.div_euclid(146_097);
+    let day_of_era = days.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_index = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
+    let month = if month_index < 10 {
+        month_index + 3
+    } else {
+        month_index - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// One agent as the forwarder follows it.
+#[derive(Default)]
+struct Followed {
+    decoder: WindowDecoder,
+    /// The last frame fed to the decoder.
+    fed: u64,
+    /// The last frame whose windows ClickHouse holds; `None` until asked.
+    forwarded: Option<u64>,
+    recorded: bool,
+    /// Why its stream can't be read, once said.
+    unreadable: bool,
+}
+
+/// Forwards every HPROF binary agent's windows from `store` to `clickhouse` until `stop`.
+pub fn forward(store: Arc<dyn Store>, clickhouse: ClickHouse, stop: Arc<AtomicBool>) {
+    let mut followed: HashMap<Uuid, Followed> = HashMap::new();
+    let mut known = HashSet::new();
+    let mut schema_made = false;
+    let mut failing: Option<String> = None;
+    let mut next = Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if Instant::now() < next {
+            continue;
+        }
+        next = Instant::now() + FORWARD_PERIOD;
+        let result = (|| {
+            if !schema_made {
+                clickhouse.create_schema()?;
+                schema_made = true;
+            }
+            let catalog = store.catalog().map_err(|error| error.to_string())?;
+            for agent in catalog.agents.iter().filter(|agent| agent.format == "b") {
+                let state = followed.entry(agent.agent).or_default();
+                forward_agent(&*store, &clickhouse, agent, state, &mut known)?;
+            }
+            Ok::<(), String>(())
+        })();
+        match result {
+            Ok(()) => {
+                if failing.take().is_some() {
+                    tracing::info!("ClickHouse takes windows again");
+                }
+            }
+            Err(why) => {
+                if failing.as_deref() != Some(why.as_str()) {
+                    tracing::warn!("windows wait in the store: {why}");
+                }
+                failing = Some(why);
+                // What was decoded and not inserted is read again from the store.
+                followed.clear();
+                known.clear();
+                schema_made = false;
+                next = Instant::now() + RETRY_AFTER;
+            }
+        }
+    }
+}
+
+fn forward_agent(
+    store: &dyn Store,
+    clickhouse: &ClickHouse,
+    agent: &AgentEntry,
+    state: &mut Followed,
+    known: &mut HashSet<u64>,
+) -> Result<(), String> {
+    if state.unreadable {
+        return Ok(());
+    }
+    let forwarded = match state.forwarded {
+        Some(forwarded) => forwarded,
+        None => {
+            let forwarded = clickhouse.forwarded(agent.agent)?;
+            state.forwarded = Some(forwarded);
+            forwarded
+        }
+    };
+    if agent.last_sequence <= state.fed {
+        return Ok(());
+    }
+    let mut windows = Vec::new();
+    let mut unreadable = None;
+    let decoder = &mut state.decoder;
+    let mut fed = state.fed;
+    store
+        .frames_after(agent.agent, state.fed, &mut |frame| {
+            fed = frame.sequence;
+            if frame.kind != FrameKind::Hprof || unreadable.is_some() {
+                return Ok(());
+            }
+            match decoder.feed(frame.body, frame.sequence, frame.received_ns) {
+                Ok(decoded) => windows.extend(
+                    decoded
+                        .into_iter()
+                        .filter(|window| window.sequence > forwarded),
+                ),
+                Err(why) => unreadable = Some(why),
+            }
+            Ok(())
+        })
+        .map_err(|error| error.to_string())?;
+    if let Some(why) = unreadable {
+        tracing::warn!(
+            "agent {}: its windows are not forwarded: {why}",
+            agent.agent
+        );
+        state.unreadable = true;
+        return Ok(());
+    }
+    if !windows.is_empty() {
+        if !state.recorded {
+            clickhouse.insert_agent(agent)?;
+            state.recorded = true;
+        }
+        clickhouse.insert_windows(agent.agent, &windows, known)?;
+        state.forwarded = windows.last().map(|window| window.sequence);
+    }
+    state.fed = fed;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_utc_civil_dates() {
+        assert_eq!(date_of(0), "1970-01-01");
+        assert_eq!(date_of(951_782_400), "2000-02-29");
+        assert_eq!(date_of(1_795_651_200), "2026-11-26");
+    }
+
+    #[test]
+    fn stack_hashes_tell_frames_apart_and_stay_put() {
+        let stack =
+            |frames: &[&str]| stack_hash(&frames.iter().map(|f| f.to_string()).collect::<Vec<_>>());
+        assert_ne!(stack(&["a.b", "c"]), stack(&["a", "b.c"]));
+        assert_ne!(stack(&["ab"]), stack(&["a", "b"]));
+        assert_eq!(stack(&["Split.main"]), stack(&["Split.main"]));
+    }
+
+    #[test]
+    fn bad_urls_and_names_are_refused_by_name() {
+        assert!(ClickHouse::new("127.0.0.1:8123", "openprof")
+            .err()
+            .unwrap()
+            .contains("http://HOST:PORT"));
+        assert!(ClickHouse::new("http://127.0.0.1:8123", "a;b")
+            .err()
+            .unwrap()
+            .contains("letters, digits and _"));
+        assert_eq!(quoted("it's"), "'it\\'s'");
+    }
+}
