@@ -364,6 +364,25 @@ impl Profile {
         }
     }
 
+    /// A profile of summed stacks (Java frames, outermost first), each `count` samples of
+    /// `event`: what a store that aggregates per stack (ClickHouse's windows) gives back.
+    pub fn of_stacks(
+        source: impl Into<String>,
+        event: Event,
+        stacks: impl IntoIterator<Item = (Vec<String>, u64)>,
+    ) -> Profile {
+        let mut profile = Profile::new(source);
+        for (frames, count) in stacks {
+            let ids: Vec<FrameId> = frames
+                .into_iter()
+                .map(|frame| profile.frame_id(Frame::java(frame)))
+                .collect();
+            let stack = profile.stack_id(&ids);
+            profile.add_sample(Sample::counted(stack, event, count));
+        }
+        profile
+    }
+
     pub fn frame_id(&mut self, frame: Frame) -> FrameId {
         if let Some(id) = self.frame_ids.get(&frame) {
             return *id;

@@ -219,6 +219,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let stop_forwarding = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let web_clickhouse = clickhouse.clone();
     let forwarder = clickhouse.map(|clickhouse| {
         let store = store.clone();
         let stop = stop_forwarding.clone();
@@ -274,6 +275,7 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
                     Some(collector),
                     Some(server.connected_agents_watch()),
                     tls.map(|tls| tls.server),
+                    web_clickhouse,
                 )
                 .await?;
                 Some(running)
@@ -376,6 +378,7 @@ async fn start_web(
     collector: Option<Endpoint>,
     connected: Option<openprof_web::ConnectedAgents>,
     tls: Option<Arc<openprof_collector::tls::ServerConfig>>,
+    clickhouse: Option<openprof_collector::clickhouse::ClickHouse>,
 ) -> Result<openprof_web::Running> {
     let store: Arc<dyn Store> = Arc::new(open_store(store_dir)?);
     let config = openprof_web::WebConfig {
@@ -384,6 +387,7 @@ async fn start_web(
         store_dir: store_dir.to_path_buf(),
         collector,
         tls: tls.clone(),
+        clickhouse,
     };
     let running = openprof_web::serve(config, store, connected)
         .await
@@ -428,7 +432,7 @@ pub fn ui(args: UiArgs) -> Result<ExitCode> {
         .build()
         .context("can't start the runtime")?;
     runtime.block_on(async move {
-        let _web = start_web(args.http, credential, &args.store, None, None, tls).await?;
+        let _web = start_web(args.http, credential, &args.store, None, None, tls, None).await?;
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })?;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use openprof_analysis::profile::{Event, Frame, Profile, Sample};
+use openprof_analysis::profile::{Event, Profile};
 use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
 
 use crate::convert_command::{write_view, ViewArgs};
@@ -71,15 +71,11 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
             args.since
         );
     }
-    let mut profile = Profile::new(format!("{} at {}", args.database, args.clickhouse));
-    for (frames, count) in stacks {
-        let ids: Vec<_> = frames
-            .into_iter()
-            .map(|frame| profile.frame_id(Frame::java(frame)))
-            .collect();
-        let stack = profile.stack_id(&ids);
-        profile.add_sample(Sample::counted(stack, Event::Cpu, count));
-    }
+    let profile = Profile::of_stacks(
+        format!("{} at {}", args.database, args.clickhouse),
+        Event::Cpu,
+        stacks,
+    );
     write_view(&profile, &args.output, &args.view)?;
     Ok(ExitCode::SUCCESS)
 }

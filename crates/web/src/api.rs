@@ -85,6 +85,7 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/view/flame", get(flame_page))
         .route("/api/session", get(session))
         .route("/api/fleet", get(fleet))
+        .route("/api/fleet/pprof", get(crate::fleet_profile::fleet_pprof))
         .route("/api/profile", get(profile_data))
         .route("/api/methods", get(methods))
         .route("/api/statistics", get(statistics))
@@ -116,7 +117,7 @@ pub fn router(web: Arc<Web>) -> Router {
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    message: String,
+    pub(crate) message: String,
 }
 
 impl IntoResponse for ApiError {
@@ -132,7 +133,7 @@ pub fn error(status: StatusCode, message: impl Into<String>) -> ApiError {
     }
 }
 
-fn bad_request(message: impl Into<String>) -> ApiError {
+pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
     error(StatusCode::BAD_REQUEST, message)
 }
 
@@ -146,7 +147,7 @@ impl From<ProfileError> for ApiError {
 }
 
 /// A query string's parameters, in order, percent-decoded; a parameter may repeat.
-fn parameters(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+pub(crate) fn parameters(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
     fn decode(text: &str) -> Result<String, ApiError> {
         let bytes = text.as_bytes();
         let mut out = Vec::with_capacity(bytes.len());
@@ -310,7 +311,7 @@ fn load(web: &Web, requested: Requested) -> Result<Arc<Profile>, ApiError> {
 
 /// Runs blocking work (the store, reading profiles, the collector's control client) off the
 /// runtime's workers.
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(work)

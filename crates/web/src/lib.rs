@@ -8,7 +8,8 @@
 //!   cookie) or a bearer token; nothing is open by default.
 //! - [`profiles`]: profiles read from the store (an agent's HPROF output, a trace, a
 //!   snapshot's period), cached while the store has nothing newer.
-//! - [`api`]: the JSON API and the pages; [`fleet`]: the fleet's filter.
+//! - [`api`]: the JSON API and the pages; [`fleet`]: the fleet's filter; [`fleet_profile`]:
+//!   the fleet's profile as pprof, summed in ClickHouse.
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
@@ -19,6 +20,7 @@ pub mod audit;
 pub mod auth;
 pub mod control;
 pub mod fleet;
+pub mod fleet_profile;
 pub mod https;
 pub mod profiles;
 pub mod snapshots;
@@ -47,6 +49,9 @@ pub struct WebConfig {
     /// Serve HTTPS with this configuration (the collector's certificate and key) instead of
     /// plain HTTP; the session cookie is then `Secure`.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// The ClickHouse database the collector forwards windows into, for the fleet's pprof
+    /// endpoint (`openprof serve --clickhouse`).
+    pub clickhouse: Option<openprof_collector::clickhouse::ClickHouse>,
 }
 
 /// What every request handler shares.

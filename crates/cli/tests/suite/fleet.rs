@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use openprof_testkit::{java_command, wait_with_limit};
 
-use crate::collector::{agent_options, export_agent, Collector};
+use crate::collector::{agent_options, export_agent, Collector, CONTROL_TOKEN};
 use crate::helpers::{openprof, text};
+use crate::views_pprof::{go_pprof, parse_top};
 
 /// Where Debian's package puts the server.
 const SERVER: &str = "/usr/sbin/clickhouse-server";
@@ -115,6 +116,42 @@ impl Drop for ClickHouseServer {
     }
 }
 
+/// GET `path` from the web UI at `web` (with a bearer token): the status and the body's bytes.
+fn http_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(web).expect("connect to the web UI");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let authorization = bearer
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {web}\r\n{authorization}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let end = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("an HTTP response");
+    let head = String::from_utf8_lossy(&response[..end]).into_owned();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        !head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    (status, response[end + 4..].to_vec())
+}
+
 /// The agents a store holds, by id.
 fn agents_in(store: &Path) -> Vec<String> {
     let listed = openprof(&["ls", "--store", store.to_str().unwrap()]);
@@ -192,7 +229,14 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
             Collector::start_with(
                 store,
                 "127.0.0.1:0",
-                &["--clickhouse", &url, "--database", database],
+                &[
+                    "--clickhouse",
+                    &url,
+                    "--database",
+                    database,
+                    "--http",
+                    "127.0.0.1:0",
+                ],
             )
         })
         .collect();
@@ -271,6 +315,33 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
             "{service}: heavy share {share:.3}: {by_leaf:?}"
         );
     }
+    // The same as pprof over HTTP, for scrapers and go tool pprof, from either collector: the
+    // control credential opens it, nothing else does.
+    let web = collectors[1].web.clone().expect("the web UI's address");
+    let path = "/api/fleet/pprof?service=split-b&seconds=3600";
+    let (status, _) = http_get(&web, path, None);
+    assert_eq!(status, 401);
+    let (status, _) = http_get(&web, path, Some("not-the-credential"));
+    assert_eq!(status, 401);
+    let (status, body) = http_get(&web, path, Some(CONTROL_TOKEN));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let pprof = dir.path().join("split-b.pb.gz");
+    std::fs::write(&pprof, body).unwrap();
+    let (rows, total) = parse_top(&go_pprof(dir.path(), &["-top", pprof.to_str().unwrap()]));
+    let flat = |name: &str| {
+        rows.iter()
+            .find(|row| row.name == name)
+            .map_or(0.0, |row| row.flat_percent)
+    };
+    let (heavy, light) = (flat("CpuSplit.heavy"), flat("CpuSplit.light"));
+    assert!(total >= 1_000, "{total} samples");
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "pprof: heavy {heavy} % light {light} %"
+    );
+    let (status, _) = http_get(&web, "/api/fleet/pprof?seconds=0", Some(CONTROL_TOKEN));
+    assert_eq!(status, 400);
     // A service no agent has is told, not shown empty.
     let missing = openprof(&[
         "fleet",

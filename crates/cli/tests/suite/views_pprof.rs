@@ -59,7 +59,7 @@ fn recorded() -> &'static Recorded {
 }
 
 /// `go tool pprof ARGS`, which must succeed; its standard output.
-fn go_pprof(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn go_pprof(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("go")
         .args(["tool", "pprof"])
         .args(args)
@@ -78,14 +78,14 @@ fn go_pprof(dir: &Path, args: &[&str]) -> String {
 }
 
 /// One row of `-top`: a function and its flat and cumulative percentages.
-struct TopRow {
-    name: String,
-    flat_percent: f64,
-    cum_percent: f64,
+pub(crate) struct TopRow {
+    pub(crate) name: String,
+    pub(crate) flat_percent: f64,
+    pub(crate) cum_percent: f64,
 }
 
 /// `-top`'s rows, and the total of its header (samples, or bytes with `-unit=byte`).
-fn parse_top(top: &str) -> (Vec<TopRow>, u64) {
+pub(crate) fn parse_top(top: &str) -> (Vec<TopRow>, u64) {
     let total = top
         .lines()
         .find_map(|line| {
