@@ -42,6 +42,13 @@ pub struct FleetArgs {
 }
 
 pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
+    // Windows in ClickHouse are summed per stack: they keep no threads and no sample times.
+    if args.view.from.is_some() || args.view.to.is_some() {
+        bail!("--from and --to are for recordings with sample times; the fleet's time range is --since");
+    }
+    if args.view.threads {
+        bail!("--threads: the fleet's windows are summed per stack, without threads");
+    }
     let since = parse_since(&args.since)?;
     let clickhouse =
         ClickHouse::new(&args.clickhouse, &args.database).map_err(anyhow::Error::msg)?;
