@@ -66,20 +66,22 @@ impl PoolAdditions {
         name: &str,
         descriptor: &str,
     ) -> Result<u16, ClassFileError> {
-        let name = self.utf8(name)?;
-        let descriptor = self.utf8(descriptor)?;
-        let mut name_and_type = vec![12];
-        name_and_type.extend_from_slice(&name.to_be_bytes());
-        name_and_type.extend_from_slice(&descriptor.to_be_bytes());
-        let name_and_type = self.add(name_and_type)?;
-        let mut entry = vec![10];
-        entry.extend_from_slice(&class.to_be_bytes());
-        entry.extend_from_slice(&name_and_type.to_be_bytes());
-        self.add(entry)
+        self.member_ref(10, class, name, descriptor)
     }
 
     pub fn field_ref(
         &mut self,
+        class: u16,
+        name: &str,
+        descriptor: &str,
+    ) -> Result<u16, ClassFileError> {
+        self.member_ref(9, class, name, descriptor)
+    }
+
+    /// A Methodref (tag 10) or Fieldref (tag 9) with its NameAndType.
+    fn member_ref(
+        &mut self,
+        tag: u8,
         class: u16,
         name: &str,
         descriptor: &str,
@@ -90,7 +92,7 @@ impl PoolAdditions {
         name_and_type.extend_from_slice(&name.to_be_bytes());
         name_and_type.extend_from_slice(&descriptor.to_be_bytes());
         let name_and_type = self.add(name_and_type)?;
-        let mut entry = vec![9];
+        let mut entry = vec![tag];
         entry.extend_from_slice(&class.to_be_bytes());
         entry.extend_from_slice(&name_and_type.to_be_bytes());
         self.add(entry)

@@ -2018,61 +2018,19 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
     );
 }
 
-#[test]
-fn dump_heap_over_the_collector_streams_the_agents_walk_with_the_workloads_exact_counts() {
-    // HeapShapes keeps a known 400 Shapes and 50 Bases until its stdin closes. With net= the
-    // agent walks the heap itself and streams the HPROF binary dump as it goes: nothing of
-    // the heap is written on the profiled machine.
+/// HeapShapes keeping `shapes` Shapes and 50 Bases, its agent (`extra` options) streaming to a
+/// collector of its own, asked once for a heap dump there, then told to exit (a second dump).
+/// Returns the store, the JVM's stderr and the agent's exported HPROF output.
+fn heap_dumps_over_a_collector(
+    extra: &str,
+    shapes: usize,
+    limit: Duration,
+) -> (tempfile::TempDir, String, Vec<u8>) {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let options = agent_options(&collector.address, "heap=dump,format=b,commands=heap");
-    let (mut command, _dir) = java_command(Some(&options), "HeapShapes", &["400", "50"]);
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start java");
-    let _stdout = wait_until_ready_keeping_output(&mut child);
-    let dumped = control_when_connected(&collector.address, &["dump-heap"]);
-    assert!(dumped.status.success(), "{}", text(&dumped.stderr));
-    drop(child.stdin.take());
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    assert!(
-        !text(&output.stderr).contains("the JVM's dumper"),
-        "{}",
-        text(&output.stderr)
-    );
-    let file = export_only_agent(store.path(), "agent.hprof");
-    let bytes = std::fs::read(&file).unwrap();
-    let profile =
-        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
-    assert_eq!(
-        profile.heap_dumps.len(),
-        2,
-        "the commanded dump and the one at exit"
-    );
-    for histogram in &profile.heap_dumps {
-        let count = |class: &str| histogram.get(class).map_or(0, |count| count.instances);
-        assert_eq!(count("HeapShapes$Shape"), 400);
-        assert_eq!(count("HeapShapes$Base"), 50);
-        assert_eq!(count("HeapShapes$Shape[]"), 1);
-        assert_eq!(count("short[][][]"), 1);
-    }
-}
-
-#[test]
-fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
-    // 200,000 Shapes make a dump of about 15 MB, over 200 times netbuffer=64k: the walk must
-    // wait for the collector (frames of 16 KiB, four at most unacknowledged) instead of
-    // dropping what does not fit, and no frame may exceed what the wire takes.
-    let store = tempfile::tempdir().unwrap();
-    let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let options = agent_options(
-        &collector.address,
-        "heap=dump,format=b,commands=heap,netbuffer=64k",
-    );
-    let (mut command, _dir) = java_command(Some(&options), "HeapShapes", &["200000", "50"]);
+    let options = agent_options(&collector.address, extra);
+    let (mut command, _dir) =
+        java_command(Some(&options), "HeapShapes", &[&shapes.to_string(), "50"]);
     let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -2083,9 +2041,55 @@ fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
     let dumped = control_when_connected(&collector.address, &["dump-heap"]);
     assert!(dumped.status.success(), "{}", text(&dumped.stderr));
     drop(child.stdin.take());
-    let output = wait_with_limit(child, Duration::from_secs(300));
+    let output = wait_with_limit(child, limit);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
+    let file = export_only_agent(store.path(), "agent.hprof");
+    let bytes = std::fs::read(&file).unwrap();
+    (store, stderr, bytes)
+}
+
+/// The commanded dump and the one at exit, each with HeapShapes' exact counts.
+fn assert_two_dumps_of_heap_shapes(bytes: &[u8], shapes: u64) {
+    let profile = openprof_format::hprof_binary::read_profile(bytes, &mut |_| {}).unwrap();
+    assert_eq!(
+        profile.heap_dumps.len(),
+        2,
+        "the commanded dump and the one at exit"
+    );
+    for histogram in &profile.heap_dumps {
+        let count = |class: &str| histogram.get(class).map_or(0, |count| count.instances);
+        assert_eq!(count("HeapShapes$Shape"), shapes);
+        assert_eq!(count("HeapShapes$Base"), 50);
+        assert_eq!(count("HeapShapes$Shape[]"), 1);
+        assert_eq!(count("short[][][]"), 1);
+    }
+}
+
+#[test]
+fn dump_heap_over_the_collector_streams_the_agents_walk_with_the_workloads_exact_counts() {
+    // HeapShapes keeps a known 400 Shapes and 50 Bases until its stdin closes. With net= the
+    // agent walks the heap itself and streams the HPROF binary dump as it goes: nothing of
+    // the heap is written on the profiled machine.
+    let (_store, stderr, bytes) = heap_dumps_over_a_collector(
+        "heap=dump,format=b,commands=heap",
+        400,
+        Duration::from_secs(120),
+    );
+    assert!(!stderr.contains("the JVM's dumper"), "{stderr}");
+    assert_two_dumps_of_heap_shapes(&bytes, 400);
+}
+
+#[test]
+fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
+    // 200,000 Shapes make a dump of about 15 MB, over 200 times netbuffer=64k: the walk must
+    // wait for the collector (frames of 16 KiB, four at most unacknowledged) instead of
+    // dropping what does not fit, and no frame may exceed what the wire takes.
+    let (store, stderr, bytes) = heap_dumps_over_a_collector(
+        "heap=dump,format=b,commands=heap,netbuffer=64k",
+        200_000,
+        Duration::from_secs(300),
+    );
     assert!(!stderr.contains("dropped"), "{stderr}");
     assert!(!stderr.contains("ERROR"), "{stderr}");
     let listed = openprof(&["ls", "--store", store.path().to_str().unwrap()]);
@@ -2094,27 +2098,12 @@ fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
         "{}",
         text(&listed.stdout)
     );
-    let file = export_only_agent(store.path(), "agent.hprof");
-    let bytes = std::fs::read(&file).unwrap();
     assert!(
         bytes.len() > 2 * 15_000_000,
         "two dumps of 15 MB: {}",
         bytes.len()
     );
-    let profile =
-        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
-    assert_eq!(
-        profile.heap_dumps.len(),
-        2,
-        "the commanded dump and the one at exit"
-    );
-    for histogram in &profile.heap_dumps {
-        let count = |class: &str| histogram.get(class).map_or(0, |count| count.instances);
-        assert_eq!(count("HeapShapes$Shape"), 200_000);
-        assert_eq!(count("HeapShapes$Base"), 50);
-        assert_eq!(count("HeapShapes$Shape[]"), 1);
-        assert_eq!(count("short[][][]"), 1);
-    }
+    assert_two_dumps_of_heap_shapes(&bytes, 200_000);
 }
 
 #[test]

@@ -168,6 +168,59 @@ pub struct Tracer {
     gc: GcLog,
 }
 
+/// A methodEntry or methodCall (`$kind`: the two have the same attributes) of a traced call:
+/// thread, time, ticket, thread CPU time and method, the rest left out.
+macro_rules! call_start {
+    ($kind:ident, $thread_id:expr, $time:expr, $ticket:expr, $cpu:expr, $record:expr) => {{
+        let record: MethodRecord = $record;
+        $kind {
+            transient_thread_id_ref: None,
+            thread_id_ref: Some($thread_id),
+            time: Some($time),
+            method_id_ref: Some(record.id),
+            transient_method_id_ref: None,
+            ticket: Some(MultiPart($ticket)),
+            transient_obj_id_ref: None,
+            obj_id_ref: None,
+            transient_class_id_ref: None,
+            class_id_ref: Some(record.class_id),
+            thread_cpu_time: Some($cpu),
+            sequence_counter: None,
+            context_data: None,
+            stack_depth: None,
+            collation_value: None,
+            trace_id_ref: None,
+            content: Values::default(),
+        }
+    }};
+}
+
+/// A methodExit or methodReturn (`$kind`: the two have the same attributes) closing the start
+/// of `$ticket`.
+macro_rules! call_end {
+    ($kind:ident, $thread_id:expr, $time:expr, $ticket:expr, $cpu:expr, $record:expr) => {{
+        let record: MethodRecord = $record;
+        $kind {
+            transient_thread_id_ref: None,
+            thread_id_ref: Some($thread_id),
+            time: Some($time),
+            ticket: Some(MultiPart($ticket)),
+            thread_cpu_time: Some($cpu),
+            method_id_ref: Some(record.id),
+            transient_method_id_ref: None,
+            transient_obj_id_ref: None,
+            obj_id_ref: None,
+            transient_class_id_ref: None,
+            class_id_ref: Some(record.class_id),
+            sequence_counter: None,
+            context_data: None,
+            collation_value: None,
+            trace_id_ref: None,
+            content: Values::default(),
+        }
+    }};
+}
+
 /// A methodEntry of a traced call with what cpu=times and parameter tracing both write; each
 /// adds its own (the receiver and depth, or the values and stack).
 fn method_entry_element(
@@ -177,25 +230,7 @@ fn method_entry_element(
     cpu: Seconds,
     record: MethodRecord,
 ) -> MethodEntry {
-    MethodEntry {
-        transient_thread_id_ref: None,
-        thread_id_ref: Some(thread_id),
-        time: Some(time),
-        method_id_ref: Some(record.id),
-        transient_method_id_ref: None,
-        ticket: Some(MultiPart(ticket)),
-        transient_obj_id_ref: None,
-        obj_id_ref: None,
-        transient_class_id_ref: None,
-        class_id_ref: Some(record.class_id),
-        thread_cpu_time: Some(cpu),
-        sequence_counter: None,
-        context_data: None,
-        stack_depth: None,
-        collation_value: None,
-        trace_id_ref: None,
-        content: Values::default(),
-    }
+    call_start!(MethodEntry, thread_id, time, ticket, cpu, record)
 }
 
 /// The methodExit closing the entry of `ticket` (cpu=times and parameter tracing alike).
@@ -206,24 +241,7 @@ fn method_exit_element(
     cpu: Seconds,
     record: MethodRecord,
 ) -> MethodExit {
-    MethodExit {
-        transient_thread_id_ref: None,
-        thread_id_ref: Some(thread_id),
-        time: Some(time),
-        ticket: Some(MultiPart(ticket)),
-        thread_cpu_time: Some(cpu),
-        method_id_ref: Some(record.id),
-        transient_method_id_ref: None,
-        transient_obj_id_ref: None,
-        obj_id_ref: None,
-        transient_class_id_ref: None,
-        class_id_ref: Some(record.class_id),
-        sequence_counter: None,
-        context_data: None,
-        collation_value: None,
-        trace_id_ref: None,
-        content: Values::default(),
-    }
+    call_end!(MethodExit, thread_id, time, ticket, cpu, record)
 }
 
 fn now() -> Seconds {
@@ -1432,24 +1450,7 @@ impl Tracer {
                 let record = self.named_method(state, target);
                 self.emit(
                     state,
-                    MethodReturn {
-                        transient_thread_id_ref: None,
-                        thread_id_ref: Some(thread_id),
-                        time: Some(time),
-                        ticket: Some(MultiPart(ticket)),
-                        thread_cpu_time: Some(cpu),
-                        method_id_ref: Some(record.id),
-                        transient_method_id_ref: None,
-                        transient_obj_id_ref: None,
-                        obj_id_ref: None,
-                        transient_class_id_ref: None,
-                        class_id_ref: Some(record.class_id),
-                        sequence_counter: None,
-                        context_data: None,
-                        collation_value: None,
-                        trace_id_ref: None,
-                        content: Values::default(),
-                    },
+                    call_end!(MethodReturn, thread_id, time, ticket, cpu, record),
                 );
             } else {
                 let record = self.method(state, key as jmethodID);
@@ -1491,25 +1492,14 @@ impl Tracer {
         let record = self.named_method(&mut state, target);
         self.emit(
             &mut state,
-            MethodCall {
-                transient_thread_id_ref: None,
-                thread_id_ref: Some(thread_id),
-                time: Some(time),
-                method_id_ref: Some(record.id),
-                transient_method_id_ref: None,
-                ticket: Some(MultiPart(ticket)),
-                transient_obj_id_ref: None,
-                obj_id_ref: None,
-                transient_class_id_ref: None,
-                class_id_ref: Some(record.class_id),
-                thread_cpu_time: Some(Seconds::from_nanos(u128::from(cpu))),
-                sequence_counter: None,
-                context_data: None,
-                stack_depth: None,
-                collation_value: None,
-                trace_id_ref: None,
-                content: Values::default(),
-            },
+            call_start!(
+                MethodCall,
+                thread_id,
+                time,
+                ticket,
+                Seconds::from_nanos(u128::from(cpu)),
+                record
+            ),
         );
     }
 
