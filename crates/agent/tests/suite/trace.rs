@@ -263,12 +263,14 @@ fn many_threads_traced_at_once_give_a_valid_trace() {
     }
 }
 
-#[test]
-fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_once() {
-    // CallTree under format=x,cpu=times, its classes rewritten and verified (-Xverify:all).
+/// CallTree traced under format=x,cpu=times (and `extra` options), its classes rewritten and
+/// verified (-Xverify:all): the trace's elements, valid by the DTD and by `validate`, and its
+/// methods' names by id.
+fn call_tree_trace(extra: &str) -> (Vec<TraceElement>, HashMap<u32, (String, String)>) {
+    let options = format!("format=x,cpu=times{extra},filter=+CallTree*;-*,file=trace.xml");
     let run = run_java_with(
         &["-Xverify:all"],
-        Some("format=x,cpu=times,filter=+CallTree*;-*,file=trace.xml"),
+        Some(&options),
         "CallTree",
         &["300"],
         Duration::from_secs(180),
@@ -279,6 +281,13 @@ fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_onc
     let problems = validate(elements.iter().cloned().map(Ok));
     assert!(problems.is_empty(), "{problems:#?}");
     let names = method_names(&elements);
+    (elements, names)
+}
+
+#[test]
+fn instrumented_calls_pair_entries_with_exits_and_exceptions_pass_each_frame_once() {
+    // CallTree under format=x,cpu=times, its classes rewritten and verified (-Xverify:all).
+    let (elements, names) = call_tree_trace("");
     let name = |id: Option<u32>| {
         let (class, method) = &names[&id.unwrap()];
         format!("{class}.{method}")
@@ -493,19 +502,7 @@ fn calls_into_untraced_classes_are_method_calls_each_paired_with_its_return() {
     // callsites=y: CallTree's calls into the JDK (left out by the filters) are methodCall and
     // methodReturn elements, by the callee the call names; the call Integer.parseInt throws
     // out of ends where main catches it.
-    let run = run_java_with(
-        &["-Xverify:all"],
-        Some("format=x,cpu=times,callsites=y,filter=+CallTree*;-*,file=trace.xml"),
-        "CallTree",
-        &["300"],
-        Duration::from_secs(180),
-    );
-    assert!(run.success(), "{}", run.stderr());
-    xmllint(&run);
-    let elements = read_trace(&run.dir.join("trace.xml"));
-    let problems = validate(elements.iter().cloned().map(Ok));
-    assert!(problems.is_empty(), "{problems:#?}");
-    let names = method_names(&elements);
+    let (elements, names) = call_tree_trace(",callsites=y");
     let name = |id: Option<u32>| {
         let (class, method) = &names[&id.unwrap()];
         format!("{class}.{method}")

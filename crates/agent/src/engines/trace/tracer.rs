@@ -574,36 +574,12 @@ impl Tracer {
                 let Some(method) = hooks.site(site).and_then(|site| site.method()) else {
                     continue;
                 };
-                let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
-                let record = self.method(state, method);
-                self.emit(
-                    state,
-                    MethodCount {
-                        count: Some(count),
-                        method_id_ref: Some(record.id),
-                        transient_method_id_ref: None,
-                        collation_value: None,
-                        trace_id_ref: None,
-                        content: NoContent,
-                    },
-                );
+                self.emit_method_count(state, method);
             }
         } else if self.methods {
             for class in self.jvmti.loaded_classes().unwrap_or_default() {
                 for method in self.jvmti.class_methods(class).unwrap_or_default() {
-                    let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
-                    let record = self.method(state, method);
-                    self.emit(
-                        state,
-                        MethodCount {
-                            count: Some(count),
-                            method_id_ref: Some(record.id),
-                            transient_method_id_ref: None,
-                            collation_value: None,
-                            trace_id_ref: None,
-                            content: NoContent,
-                        },
-                    );
+                    self.emit_method_count(state, method);
                 }
                 crate::jni::delete_local_ref(jni, class);
             }
@@ -758,6 +734,23 @@ impl Tracer {
     }
 
     /// The method's record, defining it (and its class) on first use.
+    /// A methodCount: how many times `method` was entered in this trace.
+    fn emit_method_count(&self, state: &mut TraceState, method: jmethodID) {
+        let count = state.entries.get(&(method as usize)).copied().unwrap_or(0);
+        let record = self.method(state, method);
+        self.emit(
+            state,
+            MethodCount {
+                count: Some(count),
+                method_id_ref: Some(record.id),
+                transient_method_id_ref: None,
+                collation_value: None,
+                trace_id_ref: None,
+                content: NoContent,
+            },
+        );
+    }
+
     fn method(&self, state: &mut TraceState, method: jmethodID) -> MethodRecord {
         let known = state.methods.get(&(method as usize)).copied();
         if let Some(record) = known {
