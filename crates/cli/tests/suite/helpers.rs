@@ -65,3 +65,20 @@ pub fn leaf_samples(collapsed: &str) -> std::collections::BTreeMap<String, u64> 
     }
     samples
 }
+
+/// A run refused a file cut at byte `cut`: exit code 2, `refusal` on stderr followed by the
+/// byte offset where reading failed (at most `cut`), no panic and nothing on stdout.
+pub fn assert_refused_at_a_byte(output: &Output, refusal: &str, cut: usize) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("{refusal}: byte ")), "{stderr}");
+    let offset: u64 = stderr
+        .split("byte ")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("no byte offset: {stderr}"));
+    assert!(offset <= cut as u64, "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.stdout.is_empty(), "no partial report");
+}
