@@ -160,7 +160,7 @@ fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> Agen
         let output = Output::create(&options, net.clone())?;
         // cpu=times frames carry no location, as in HPROF: no line numbers.
         let timing = options.cpu == Some(CpuMode::Times);
-        let profile = CpuProfile::new(options.lineno && !timing);
+        let profile = CpuProfile::new(options.lineno && !timing, options.continuous_ms.is_some());
         Some(Mutex::new(Report { profile, output }))
     };
     let engines = plan
@@ -443,6 +443,21 @@ fn dump(context: &Context, jni: *mut JNIEnv) {
     for engine in engine::all() {
         engine.dump(context, &dump);
     }
+    forget_unused_traces(&mut lock(report));
+}
+
+/// After a dump: the stacks nothing refers to any more are forgotten once there are many
+/// (`CpuProfile::forget_unused_traces`), and the output forgets their names.
+fn forget_unused_traces(report: &mut Report) {
+    let mut kept = std::collections::HashSet::new();
+    for engine in engine::all() {
+        engine.traces_kept(&mut kept);
+    }
+    if report.profile.forget_unused_traces(&kept) {
+        if let Err(error) = report.output.forget_names() {
+            report.complain(error);
+        }
+    }
 }
 
 /// What the collector's DUMP PROFILE command writes: each engine's part of a dump, as
@@ -464,7 +479,9 @@ fn dump_profile(context: &Context, jni: *mut JNIEnv) -> Result<(), String> {
             engine.dump(context, &dump);
         }
     }
-    let _ = lock(report).output.flush();
+    let mut report = lock(report);
+    forget_unused_traces(&mut report);
+    let _ = report.output.flush();
     Ok(())
 }
 

@@ -11,8 +11,8 @@ use openprof_format::hprof_binary::{
     AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value,
 };
 use openprof_format::hprof_text::{
-    CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, NATIVE_CODE_SOURCE,
-    VM_THREAD_SOURCE,
+    CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, LABELS_SOURCE,
+    NATIVE_CODE_SOURCE, VM_THREAD_SOURCE,
 };
 
 use crate::heap_walk::{ClassIds, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
@@ -32,7 +32,13 @@ pub struct BinaryOutput {
     classes: HashMap<String, Vec<(u32, u64)>>,
     last_class_serial: u32,
     frames: HashMap<(String, String, Option<String>, FrameLine), u64>,
+    /// The ids the next UTF8 and STACK FRAME records get: never one given before, also after
+    /// the tables above were forgotten.
+    next_string_id: u64,
+    next_frame_id: u64,
     written_traces: HashSet<u32>,
+    /// The CONTROL SETTINGS record's flags and depth, written again where the names start over.
+    settings: (u32, u16),
     /// Class ids handed out in the heap dump being written.
     claimed: HashSet<u64>,
     /// Whether the output is a file (not the collector's connection).
@@ -75,9 +81,10 @@ impl BinaryOutput {
         if cpu_sampling {
             flags |= CPU_SAMPLING_ON;
         }
+        let settings = (flags, depth.min(u16::MAX as u32) as u16);
         writer.record(&Record::ControlSettings {
-            flags,
-            depth: depth.min(u16::MAX as u32) as u16,
+            flags: settings.0,
+            depth: settings.1,
         })?;
         Ok(BinaryOutput {
             writer,
@@ -86,7 +93,10 @@ impl BinaryOutput {
             classes: HashMap::new(),
             last_class_serial: 0,
             frames: HashMap::new(),
+            next_string_id: 1,
+            next_frame_id: 1,
             written_traces: HashSet::new(),
+            settings,
             claimed: HashSet::new(),
             to_file,
             hotspot_dumps: 0,
@@ -174,7 +184,8 @@ impl BinaryOutput {
         if let Some(id) = self.strings.get(text) {
             return Ok(*id);
         }
-        let id = self.strings.len() as u64 + 1;
+        let id = self.next_string_id;
+        self.next_string_id += 1;
         self.writer.record(&Record::Utf8 {
             id,
             text: text.as_bytes().to_vec(),
@@ -234,6 +245,21 @@ impl BinaryOutput {
         Ok(())
     }
 
+    /// Forgets every name, class, frame and trace written so far (the profile forgot the
+    /// stacks that needed them), and says so with a second CONTROL SETTINGS record: no record
+    /// after it refers to one before it, so a reader may forget them too. What is needed again
+    /// is written again, under new ids.
+    pub fn forget_names(&mut self) -> io::Result<()> {
+        self.strings = HashMap::new();
+        self.classes = HashMap::new();
+        self.frames = HashMap::new();
+        self.written_traces = HashSet::new();
+        self.writer.record(&Record::ControlSettings {
+            flags: self.settings.0,
+            depth: self.settings.1,
+        })
+    }
+
     /// STACK FRAME and STACK TRACE records for traces not written before.
     pub fn traces(&mut self, traces: &[Trace]) -> io::Result<()> {
         for trace in traces {
@@ -252,7 +278,8 @@ impl BinaryOutput {
                     frame_ids.push(*id);
                     continue;
                 }
-                let frame_id = self.frames.len() as u64 + 1;
+                let frame_id = self.next_frame_id;
+                self.next_frame_id += 1;
                 let method_name_id = self.string(&frame.method_name)?;
                 let signature_id = self.string("")?;
                 // Native code is written as a native method of a class named after its
@@ -262,6 +289,7 @@ impl BinaryOutput {
                     FrameLine::NativeCode => (frame.class_name.as_str(), NATIVE_CODE_SOURCE),
                     FrameLine::FailedWalk => (FAILED_WALK_SOURCE, FAILED_WALK_SOURCE),
                     FrameLine::VmThread => (VM_THREAD_SOURCE, VM_THREAD_SOURCE),
+                    FrameLine::Labels => (LABELS_SOURCE, LABELS_SOURCE),
                     _ => (
                         frame.class_name.as_str(),
                         frame.source_file.as_deref().unwrap_or("<Unknown Source>"),
@@ -271,7 +299,10 @@ impl BinaryOutput {
                 let class_serial = self.class_serial(class_name)?;
                 let line = match frame.line {
                     FrameLine::Line(line) => line as i32,
-                    FrameLine::Unknown | FrameLine::FailedWalk | FrameLine::VmThread => -1,
+                    FrameLine::Unknown
+                    | FrameLine::FailedWalk
+                    | FrameLine::VmThread
+                    | FrameLine::Labels => -1,
                     FrameLine::Compiled => -2,
                     FrameLine::Native | FrameLine::NativeCode => -3,
                 };

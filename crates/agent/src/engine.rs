@@ -120,6 +120,10 @@ pub trait Engine: Any + Send + Sync {
     /// Writes its part of a dump (on kill -QUIT, at exit, or on a collector's command).
     fn dump(&self, _context: &Context, _dump: &Dump<'_>) {}
 
+    /// Adds the TRACE serials its cumulative tables still refer to after a dump (the profile
+    /// keeps those when it forgets stacks).
+    fn traces_kept(&self, _kept: &mut std::collections::HashSet<u32>) {}
+
     /// At VMDeath, after the agent's thread has stopped and before the last dump.
     fn stop(&self, _context: &Context, _jni: *mut JNIEnv) {}
 

@@ -73,6 +73,11 @@ impl MethodInfo {
     }
 }
 
+/// Methods whose names are kept at most. Past them the cache starts empty again: a JVM that
+/// loads classes without end (generated code, class loaders thrown away) must not grow the
+/// agent's memory without end, and a method still sampled is looked up again.
+const METHODS_KEPT: usize = 20_000;
+
 #[derive(Default)]
 pub struct Methods {
     by_id: HashMap<usize, Arc<MethodInfo>>,
@@ -82,6 +87,9 @@ impl Methods {
     /// The method behind a jmethodID, looked up on first use. A method whose class is gone is
     /// named `<Unknown Class>.<Unknown Method>` rather than failing the sample.
     pub fn get(&mut self, jvmti: Jvmti, method: jmethodID) -> Arc<MethodInfo> {
+        if self.by_id.len() >= METHODS_KEPT && !self.by_id.contains_key(&(method as usize)) {
+            self.by_id = HashMap::new();
+        }
         self.by_id
             .entry(method as usize)
             .or_insert_with(|| Arc::new(look_up(jvmti, method)))

@@ -298,6 +298,15 @@ impl Output {
         }
     }
 
+    /// The profile forgot stacks: a binary output forgets the names it wrote for them (text
+    /// output keeps nothing of its own).
+    pub fn forget_names(&mut self) -> io::Result<()> {
+        match self {
+            Output::Text(_) => Ok(()),
+            Output::Binary(binary) => binary.forget_names(),
+        }
+    }
+
     pub fn flush(&mut self) -> io::Result<()> {
         match self {
             Output::Text(text) => text.writer.flush(),

@@ -3,17 +3,23 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use openprof_format::hprof_text::encode_labels;
 use openprof_format::hprof_text::mpt_samples::{MptSampledValue, MptSamples};
 use openprof_format::hprof_text::{
     CpuEntry, CpuTable, CpuTableKind, Frame, FrameLine, LockEntry, LockTable, LockTableKind, Trace,
     TRACE_SERIAL_START,
 };
 use openprof_format::mpt_stats::ValueKey;
+use openprof_format::options::CONTEXT_CLASS;
 
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::methods::{Location, Methods};
 use crate::native_symbols::NativeSymbols;
 use crate::signals::failure_name;
+
+/// Traces a profile holds before a dump forgets those nothing refers to any more
+/// (`forget_unused_traces`): a JVM whose classes come and go makes new stacks without end.
+const TRACES_KEPT: usize = 20_000;
 
 /// One frame of a sample as it was taken.
 #[derive(Clone, Debug)]
@@ -84,6 +90,11 @@ struct LockKey {
 pub struct CpuProfile {
     /// Line numbers in traces (`lineno=y`); without them frames are told apart by method only.
     lineno: bool,
+    /// Samples taken inside traced calls get their calls' values as labels, in a labels frame
+    /// outermost in their traces (continuous mode).
+    labelled: bool,
+    /// The labels frame of each traced call met (bounded as the calls' numbers are).
+    label_frames: HashMap<u32, Frame>,
     methods: Methods,
     natives: NativeSymbols,
     serial_by_key: HashMap<TraceKey, u32>,
@@ -105,9 +116,11 @@ pub struct CpuProfile {
 }
 
 impl CpuProfile {
-    pub fn new(lineno: bool) -> Self {
+    pub fn new(lineno: bool, labelled: bool) -> Self {
         CpuProfile {
             lineno,
+            labelled,
+            label_frames: HashMap::new(),
             methods: Methods::default(),
             natives: NativeSymbols::default(),
             serial_by_key: HashMap::new(),
@@ -162,6 +175,7 @@ impl CpuProfile {
             jvmti,
             thread,
             frames.map(|(method, location)| SampledFrame::Java(method, location)),
+            0,
         )
     }
 
@@ -174,7 +188,7 @@ impl CpuProfile {
         frames: impl Iterator<Item = SampledFrame>,
         call: u32,
     ) {
-        let serial = self.intern_sampled(jvmti, thread, frames);
+        let serial = self.intern_sampled(jvmti, thread, frames, call);
         let counted = self.counts.entry(serial).or_default();
         counted.0 += 1;
         counted.1 += 1;
@@ -199,7 +213,7 @@ impl CpuProfile {
         intervals: u64,
         call: u32,
     ) -> &'static str {
-        let serial = self.intern_sampled(jvmti, thread, frames);
+        let serial = self.intern_sampled(jvmti, thread, frames, call);
         let top = self.traces[&serial]
             .frames
             .iter()
@@ -275,11 +289,14 @@ impl CpuProfile {
         (new_traces, tables)
     }
 
+    /// The serial number of the TRACE of `frames` (innermost first), taken inside the traced
+    /// call `call` (0: none; with `labelled`, its values are the trace's labels).
     fn intern_sampled(
         &mut self,
         jvmti: Jvmti,
         thread: Option<u32>,
         frames: impl Iterator<Item = SampledFrame>,
+        call: u32,
     ) -> u32 {
         let mut key = TraceKey {
             thread,
@@ -301,6 +318,13 @@ impl CpuProfile {
                 }
                 SampledFrame::VmThread(name) => KeyFrame::Shown(Frame::vm_thread(&name)),
             });
+        }
+        if self.labelled && call != 0 {
+            let labels = self
+                .label_frames
+                .entry(call)
+                .or_insert_with(|| Frame::labels(&encode_labels(&call_labels(call))));
+            key.frames.push(KeyFrame::Shown(labels.clone()));
         }
         if let Some(serial) = self.serial_by_key.get(&key) {
             return *serial;
@@ -355,6 +379,28 @@ impl CpuProfile {
         self.printed.clear();
         self.failed.clear();
         self.dropped = 0;
+    }
+
+    /// After a dump, when the profile holds more than [`TRACES_KEPT`] traces: forgets every
+    /// trace that neither a count since the dump nor `kept` (an engine's cumulative table)
+    /// refers to. Their stacks, sampled again, get new serial numbers and are printed again.
+    /// Returns whether it forgot any.
+    pub fn forget_unused_traces(&mut self, kept: &HashSet<u32>) -> bool {
+        if self.traces.len() <= TRACES_KEPT {
+            return false;
+        }
+        let mut used = kept.clone();
+        used.extend(self.counts.keys());
+        used.extend(self.wall_counts.keys().map(|(serial, _)| *serial));
+        used.extend(self.call_counts.keys().map(|(_, serial, ..)| *serial));
+        used.extend(self.lock_counts.keys().map(|key| key.trace));
+        self.traces.retain(|serial, _| used.contains(serial));
+        self.serial_by_key.retain(|_, serial| used.contains(serial));
+        self.printed.retain(|serial| used.contains(serial));
+        self.traces.shrink_to_fit();
+        self.serial_by_key.shrink_to_fit();
+        self.printed.shrink_to_fit();
+        true
     }
 
     /// Forgets the sample counts since the last dump (CONTROL: clear CPU samples).
@@ -494,6 +540,37 @@ impl CpuProfile {
             values,
         })
     }
+}
+
+/// The labels of a sample taken inside the traced call `call`: each traced call's values,
+/// outermost call first, a value labelled by its specification (`Slow.work(int) 1=100`); a
+/// call of the Context API gives its own name and value (`user=alice`).
+fn call_labels(call: u32) -> Vec<(String, String)> {
+    let mut calls = Vec::new();
+    let mut at = call;
+    // Bounded: an outer call was numbered before the calls made in it.
+    while let Some(values) = crate::traced_calls::values_of(at) {
+        let outer = values.outer;
+        calls.push(values);
+        if outer == 0 || outer >= at {
+            break;
+        }
+        at = outer;
+    }
+    let context = format!("{CONTEXT_CLASS}.");
+    let mut labels = Vec::new();
+    for call in calls.iter().rev() {
+        if call.method.replace('/', ".").starts_with(&context) {
+            if let [(_, name), (_, value), ..] = call.values.as_slice() {
+                labels.push((name.value.clone(), value.value.clone()));
+            }
+            continue;
+        }
+        for (spec, key) in &call.values {
+            labels.push((spec.clone(), key.value.clone()));
+        }
+    }
+    labels
 }
 
 /// The method at the top of a TRACE (what a CPU table's row names), `None` for an empty one.

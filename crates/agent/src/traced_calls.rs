@@ -36,6 +36,9 @@ const MAX_NUMBERED: usize = 100_000;
 pub struct CallValues {
     pub method: String,
     pub values: Vec<(String, ValueKey)>,
+    /// The traced call this one was made in (0: none): a sample's labels are its calls' values,
+    /// outermost first.
+    pub outer: u32,
 }
 
 struct Slot {
@@ -53,12 +56,13 @@ static SLOTS_IN_USE: [Slot; SLOTS] = [FREE; SLOTS];
 /// One past the highest slot ever taken: the handler looks no further.
 static HIGHEST: AtomicUsize = AtomicUsize::new(0);
 
-/// A call's values as the tracer holds them: its site (instrumented method), and per
-/// specification in force (by its number) the value's type and text.
-pub type CallKey<'a> = (u32, &'a [(u32, ValueType, &'a str)]);
+/// A call's values as the tracer holds them: its site (instrumented method), the traced call
+/// it was made in (0: none), and per specification in force (by its number) the value's type
+/// and text.
+pub type CallKey<'a> = (u32, u32, &'a [(u32, ValueType, &'a str)]);
 
-/// A call's key as kept: site, values, and the number given to them.
-type KeptKey = (u32, Vec<(u32, ValueType, String)>, u32);
+/// A call's key as kept: site, outer call, values, and the number given to them.
+type KeptKey = (u32, u32, Vec<(u32, ValueType, String)>, u32);
 
 #[derive(Default)]
 struct Numbers {
@@ -69,9 +73,10 @@ struct Numbers {
     values: Vec<CallValues>,
 }
 
-fn hash_of((site, values): CallKey<'_>) -> u64 {
+fn hash_of((site, outer, values): CallKey<'_>) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     site.hash(&mut hasher);
+    outer.hash(&mut hasher);
     for value in values {
         value.hash(&mut hasher);
     }
@@ -86,16 +91,17 @@ pub fn number_of(key: CallKey<'_>, describe: impl FnOnce() -> CallValues) -> Opt
     let hash = hash_of(key);
     let mut numbers = lock(&NUMBERS);
     let numbers = numbers.get_or_insert_with(Numbers::default);
-    let (site, values) = key;
-    let same = |(known_site, known, _): &&KeptKey| {
+    let (site, outer, values) = key;
+    let same = |(known_site, known_outer, known, _): &&KeptKey| {
         *known_site == site
+            && *known_outer == outer
             && known.len() == values.len()
             && known
                 .iter()
                 .zip(values)
                 .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && a.2 == b.2)
     };
-    if let Some((_, _, number)) = numbers
+    if let Some((_, _, _, number)) = numbers
         .by_key
         .get(&hash)
         .and_then(|seen| seen.iter().find(same))
@@ -115,7 +121,7 @@ pub fn number_of(key: CallKey<'_>, describe: impl FnOnce() -> CallValues) -> Opt
         .by_key
         .entry(hash)
         .or_default()
-        .push((site, owned, number));
+        .push((site, outer, owned, number));
     Some(number)
 }
 
@@ -188,11 +194,12 @@ mod tests {
                 "Slow.work(int) 1".into(),
                 ValueKey::new(ValueType::Int, value),
             )],
+            outer: 0,
         }
     }
 
     fn number(site: u32, value: &str) -> Option<u32> {
-        number_of((site, &[(1, ValueType::Int, value)]), || values(value))
+        number_of((site, 0, &[(1, ValueType::Int, value)]), || values(value))
     }
 
     #[test]
@@ -202,6 +209,11 @@ mod tests {
         assert_ne!(slow, fast);
         assert_eq!(number(1, "100"), Some(slow));
         assert_ne!(number(2, "100"), Some(slow), "another site, another number");
+        let inside = number_of((1, slow, &[(1, ValueType::Int, "100")]), || values("100"));
+        assert!(
+            inside.is_some_and(|inside| inside != slow),
+            "another outer call, another number"
+        );
         assert_eq!(values_of(slow), Some(values("100")));
         assert_eq!(values_of(0), None);
     }

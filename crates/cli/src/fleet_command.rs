@@ -1,6 +1,8 @@
 //! `openprof fleet`: the CPU profile of the fleet's `continuous=` windows that collectors
 //! forwarded to ClickHouse, summed there for the agents and the time range asked for, and
-//! written as any view (a flame graph, folded stacks, pprof, ...).
+//! written as any view (a flame graph, folded stacks, pprof, ...). `--label NAME=VALUE` takes
+//! the samples with that label (a traced call's value, the application's context), in
+//! ClickHouse too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -61,11 +63,20 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     if let Some(service) = &args.service {
         labels.push(format!("service:{service}"));
     }
+    // Sample labels are matched in ClickHouse; the windows it sums keep none.
+    let mut view = args.view.clone();
+    let sample_labels = std::mem::take(&mut view.label);
+    for label in &sample_labels {
+        if !label.contains('=') {
+            bail!("--label {label}: give NAME=VALUE, e.g. user=alice or 'MptSlow.work(int) 1=20'");
+        }
+    }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
     let filter = WindowFilter {
         labels,
+        sample_labels,
         agent: args.agent,
         since: Some(now.saturating_sub(since)),
         until: None,
@@ -73,8 +84,13 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     let stacks = clickhouse.stacks(&filter).map_err(anyhow::Error::msg)?;
     if stacks.is_empty() {
         bail!(
-            "no windows in ClickHouse's {} for these agents in the last {}",
+            "no windows in ClickHouse's {} for these agents{} in the last {}",
             args.database,
+            if filter.sample_labels.is_empty() {
+                ""
+            } else {
+                " and labels"
+            },
             args.since
         );
     }
@@ -83,7 +99,7 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         Event::Cpu,
         stacks,
     );
-    write_view(&profile, &args.output, &args.view)?;
+    write_view(&profile, &args.output, &view)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -40,6 +40,9 @@ pub struct ClickHouse {
 pub struct WindowFilter {
     /// Agents with all these labels (`name:value`, as `label=` gives them).
     pub labels: Vec<String>,
+    /// Samples with all these labels (`name=value`: a traced call's value, the application's
+    /// context).
+    pub sample_labels: Vec<String>,
     pub agent: Option<Uuid>,
     /// Windows received at or after this time (seconds since the epoch).
     pub since: Option<u64>,
@@ -113,7 +116,7 @@ impl ClickHouse {
             format!(
                 "CREATE TABLE IF NOT EXISTS {db}.samples (date Date, time DateTime, \
                  agent String, sequence UInt64, window UInt32, event String, stack UInt64, \
-                 count UInt64) ENGINE = MergeTree PARTITION BY date \
+                 labels Array(String), count UInt64) ENGINE = MergeTree PARTITION BY date \
                  ORDER BY (agent, time, event, stack)"
             ),
         ] {
@@ -177,7 +180,8 @@ impl ClickHouse {
         let mut new_stacks = Vec::new();
         for window in windows {
             let seconds = window.received_ns / 1_000_000_000;
-            for (frames, count) in &window.stacks {
+            for (labelled, count) in &window.stacks {
+                let frames = &labelled.frames;
                 let stack = stack_hash(frames);
                 if !known.contains(&stack) && !new_stacks.contains(&stack) {
                     new_stacks.push(stack);
@@ -195,6 +199,7 @@ impl ClickHouse {
                         "window": window.ordinal,
                         "event": "cpu",
                         "stack": stack,
+                        "labels": labelled.labels,
                         "count": count,
                     })
                     .to_string(),
@@ -231,6 +236,9 @@ impl ClickHouse {
                 "agent IN (SELECT agent FROM {db}.agents WHERE has(labels, {}))",
                 quoted(label)
             ));
+        }
+        for label in &filter.sample_labels {
+            conditions.push(format!("has(labels, {})", quoted(label)));
         }
         if let Some(since) = filter.since {
             conditions.push(format!("time >= toDateTime({since})"));

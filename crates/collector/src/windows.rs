@@ -3,14 +3,15 @@
 //! counts, its frames named, timed by the frame that brought it.
 //!
 //! The stream is fed frame by frame; a record cut between frames waits for the rest. Only what
-//! names stacks is kept (strings, classes, frames, traces: as many as the agent's distinct
-//! stacks), so a decoder that keeps up with an agent for hours holds what its stacks need, not
-//! what its windows held.
+//! names stacks is kept (strings, classes, frames, traces), and only until a CONTROL SETTINGS
+//! record says the agent forgot them: a decoder that keeps up with an agent for hours holds
+//! what the agent holds.
 
 use std::collections::HashMap;
 use std::io::Cursor;
 
 use openprof_format::hprof_binary::{HprofReader, Item, Record};
+use openprof_format::hprof_text::{decode_labels, LABELS_SOURCE};
 
 /// HPROF's binary header: its format name with a NUL, the identifier size, the time.
 const HEADER_TAIL: usize = 4 + 8;
@@ -18,6 +19,15 @@ const HEADER_TAIL: usize = 4 + 8;
 const RECORD_HEAD: usize = 9;
 const TAG_HEAP_DUMP: u8 = 0x0c;
 const TAG_HEAP_DUMP_SEGMENT: u8 = 0x1c;
+
+/// Samples of one stack with one set of labels.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LabelledStack {
+    /// `name=value`, as the trace's labels frame gave them (none outside traced calls).
+    pub labels: Vec<String>,
+    /// Frames outermost first, as `package.Class.method`.
+    pub frames: Vec<String>,
+}
 
 /// One window: CPU samples by stack.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,8 +38,8 @@ pub struct Window {
     pub ordinal: u32,
     /// When the collector received that frame, ns since the epoch.
     pub received_ns: u64,
-    /// Each stack (frames outermost first, as `package.Class.method`) with its samples.
-    pub stacks: Vec<(Vec<String>, u64)>,
+    /// Each stack with its samples.
+    pub stacks: Vec<(LabelledStack, u64)>,
 }
 
 /// Reads an agent's HPROF binary stream into windows, frame by frame.
@@ -42,8 +52,8 @@ pub struct WindowDecoder {
     strings: HashMap<u64, String>,
     /// Class serial → the class's name (string id).
     classes: HashMap<u32, u64>,
-    /// Frame id → (method name id, class serial).
-    frames: HashMap<u64, (u64, u32)>,
+    /// Frame id → (method name id, class serial, source file id).
+    frames: HashMap<u64, (u64, u32, u64)>,
     /// Trace serial → frame ids, innermost first.
     traces: HashMap<u32, Vec<u64>>,
 }
@@ -111,8 +121,15 @@ impl WindowDecoder {
     }
 
     /// Keeps what names stacks; a CPU SAMPLES record comes back as its stacks.
-    fn take(&mut self, record: Option<Record>) -> Option<Vec<(Vec<String>, u64)>> {
+    fn take(&mut self, record: Option<Record>) -> Option<Vec<(LabelledStack, u64)>> {
         match record? {
+            // The agent forgot the stacks written so far: nothing after refers to them.
+            Record::ControlSettings { .. } => {
+                self.strings = HashMap::new();
+                self.classes = HashMap::new();
+                self.frames = HashMap::new();
+                self.traces = HashMap::new();
+            }
             Record::Utf8 { id, text } => {
                 self.strings
                     .insert(id, String::from_utf8_lossy(&text).into_owned());
@@ -128,9 +145,11 @@ impl WindowDecoder {
                 frame_id,
                 method_name_id,
                 class_serial,
+                source_id,
                 ..
             } => {
-                self.frames.insert(frame_id, (method_name_id, class_serial));
+                self.frames
+                    .insert(frame_id, (method_name_id, class_serial, source_id));
             }
             Record::StackTrace {
                 stack_serial,
@@ -140,11 +159,11 @@ impl WindowDecoder {
                 self.traces.insert(stack_serial, frames);
             }
             Record::CpuSamples { traces, .. } => {
-                let mut counts: HashMap<Vec<String>, u64> = HashMap::new();
+                let mut counts: HashMap<LabelledStack, u64> = HashMap::new();
                 for (count, trace) in traces {
                     *counts.entry(self.stack(trace)).or_default() += u64::from(count);
                 }
-                let mut stacks: Vec<(Vec<String>, u64)> = counts.into_iter().collect();
+                let mut stacks: Vec<(LabelledStack, u64)> = counts.into_iter().collect();
                 stacks.sort();
                 return Some(stacks);
             }
@@ -153,30 +172,46 @@ impl WindowDecoder {
         None
     }
 
-    /// A trace's frames, outermost first, as `package.Class.method`.
-    fn stack(&self, trace: u32) -> Vec<String> {
+    /// A trace's frames, outermost first, as `package.Class.method`, and its labels (a labels
+    /// frame is not a frame of the stack).
+    fn stack(&self, trace: u32) -> LabelledStack {
         let Some(frames) = self.traces.get(&trace) else {
-            return vec![format!("<unknown trace {trace}>")];
+            return LabelledStack {
+                labels: Vec::new(),
+                frames: vec![format!("<unknown trace {trace}>")],
+            };
         };
-        frames
-            .iter()
-            .rev()
-            .map(|frame| {
-                let Some(&(method, class)) = self.frames.get(frame) else {
-                    return "<unknown frame>".to_string();
-                };
-                let method = self.strings.get(&method).map_or("?", String::as_str);
-                let class = self
-                    .classes
-                    .get(&class)
-                    .and_then(|name| self.strings.get(name))
-                    .map(|name| name.replace('/', "."));
-                match class {
-                    Some(class) if !class.is_empty() => format!("{class}.{method}"),
-                    _ => method.to_string(),
+        let mut stack = LabelledStack {
+            labels: Vec::new(),
+            frames: Vec::with_capacity(frames.len()),
+        };
+        for frame in frames.iter().rev() {
+            let Some(&(method, class, source)) = self.frames.get(frame) else {
+                stack.frames.push("<unknown frame>".to_string());
+                continue;
+            };
+            let method = self.strings.get(&method).map_or("?", String::as_str);
+            if self.strings.get(&source).map(String::as_str) == Some(LABELS_SOURCE) {
+                stack.labels.extend(
+                    decode_labels(method)
+                        .into_iter()
+                        .map(|(name, value)| format!("{name}={value}")),
+                );
+                continue;
+            }
+            let class = self
+                .classes
+                .get(&class)
+                .and_then(|name| self.strings.get(name))
+                .map(|name| name.replace('/', "."));
+            stack.frames.push(match class {
+                Some(class) if !class.is_empty() && class != LABELS_SOURCE => {
+                    format!("{class}.{method}")
                 }
-            })
-            .collect()
+                _ => method.to_string(),
+            });
+        }
+        stack
     }
 }
 
@@ -257,14 +292,80 @@ mod tests {
                 windows.extend(decoder.feed(body, sequence as u64 + 1, 0).unwrap());
             }
             let stacks: Vec<_> = windows.iter().map(|window| window.stacks.clone()).collect();
-            let heavy = vec!["Split.main".to_string(), "Split.heavy".to_string()];
-            let main = vec!["Split.main".to_string()];
+            let unlabelled = |frames: &[&str]| LabelledStack {
+                labels: Vec::new(),
+                frames: frames.iter().map(|frame| frame.to_string()).collect(),
+            };
+            let heavy = unlabelled(&["Split.main", "Split.heavy"]);
+            let main = unlabelled(&["Split.main"]);
             assert_eq!(
                 stacks,
                 vec![vec![(main, 1), (heavy.clone(), 3)], vec![(heavy, 2)]],
                 "frames of {frame_size} bytes"
             );
         }
+    }
+
+    #[test]
+    fn a_labels_frame_labels_its_samples_and_control_settings_forget_the_names() {
+        let mut writer = HprofWriter::new(Vec::new(), 8, 0).unwrap();
+        let utf8 = |id, text: &str| Record::Utf8 {
+            id,
+            text: text.as_bytes().to_vec(),
+        };
+        let frame = |frame_id, method_name_id, class_serial, source_id| Record::StackFrame {
+            frame_id,
+            method_name_id,
+            signature_id: 0,
+            source_id,
+            class_serial,
+            line: -1,
+        };
+        let class = |class_serial, name_id| Record::LoadClass {
+            class_serial,
+            class_id: u64::from(class_serial),
+            stack_serial: 0,
+            name_id,
+        };
+        for record in [
+            utf8(1, "Split"),
+            utf8(2, "heavy"),
+            utf8(4, LABELS_SOURCE),
+            utf8(5, "user=alice;Split.work(int) 1=20"),
+            class(1, 1),
+            class(2, 4),
+            frame(10, 2, 1, 0),
+            frame(12, 5, 2, 4),
+            Record::StackTrace {
+                stack_serial: 3,
+                thread_serial: 1,
+                frames: vec![10, 12],
+            },
+            Record::CpuSamples {
+                total: 2,
+                traces: vec![(2, 3)],
+            },
+            Record::ControlSettings { flags: 2, depth: 4 },
+            Record::CpuSamples {
+                total: 1,
+                traces: vec![(1, 3)],
+            },
+        ] {
+            writer.record(&record).unwrap();
+        }
+        let windows = WindowDecoder::default()
+            .feed(&writer.finish().unwrap(), 1, 0)
+            .unwrap();
+        let labelled = LabelledStack {
+            labels: vec!["user=alice".into(), "Split.work(int) 1=20".into()],
+            frames: vec!["Split.heavy".into()],
+        };
+        assert_eq!(windows[0].stacks, vec![(labelled, 2)]);
+        assert_eq!(
+            windows[1].stacks[0].0.frames,
+            vec!["<unknown trace 3>".to_string()],
+            "the trace was forgotten"
+        );
     }
 
     #[test]

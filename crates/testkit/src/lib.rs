@@ -80,16 +80,18 @@ pub fn kept_temp_dir(prefix: &str) -> PathBuf {
         .keep()
 }
 
-/// The directory holding the compiled workloads of `java/workloads`.
+/// The directory holding the compiled workloads of `java/workloads` and the API of `java/api`.
 pub fn workload_classes() -> &'static Path {
     static CLASSES: OnceLock<PathBuf> = OnceLock::new();
     CLASSES.get_or_init(|| {
         let output = kept_temp_dir("openprof-classes-");
-        let sources: Vec<PathBuf> = fs::read_dir(workspace_root().join("java/workloads"))
+        // With the workloads, the Java API they may call (java/api).
+        let mut sources: Vec<PathBuf> = fs::read_dir(workspace_root().join("java/workloads"))
             .expect("java/workloads")
             .map(|entry| entry.expect("entry").path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "java"))
             .collect();
+        sources.push(workspace_root().join("java/api/dev/openprof/Context.java"));
         let status = Command::new(jdk().javac().expect("javac"))
             .arg("-d")
             .arg(&output)

@@ -1,5 +1,6 @@
 //! The fleet's CPU profile as pprof, from the windows the collector forwards to ClickHouse:
-//! `GET /api/fleet/pprof?service=S&label=NAME:VALUE&agent=ID&seconds=N`, for scrapers that
+//! `GET /api/fleet/pprof?service=S&label=NAME:VALUE&sample_label=NAME=VALUE&agent=ID&seconds=N`,
+//! for scrapers that
 //! read pprof over HTTP (Parca, Grafana Alloy) and for `go tool pprof URL`. The sum runs in
 //! ClickHouse; opened by the control credential like every route (a bearer token).
 
@@ -58,7 +59,8 @@ pub async fn fleet_pprof(State(web): State<Arc<Web>>, RawQuery(query): RawQuery)
     }
 }
 
-/// The query's agents and time: `service=`, `label=NAME:VALUE` (repeatable), `agent=`,
+/// The query's agents, samples and time: `service=`, `label=NAME:VALUE` (repeatable),
+/// `sample_label=NAME=VALUE` (repeatable), `agent=`,
 /// `seconds=` (default 60: the last minute).
 fn filter_of(query: Option<&str>) -> Result<WindowFilter, ApiError> {
     let mut filter = WindowFilter::default();
@@ -70,6 +72,12 @@ fn filter_of(query: Option<&str>) -> Result<WindowFilter, ApiError> {
             "label" => {
                 return Err(bad_request(format!(
                     "label={value:?}: give NAME:VALUE, as the agent's label= option has it"
+                )))
+            }
+            "sample_label" if value.contains('=') => filter.sample_labels.push(value),
+            "sample_label" => {
+                return Err(bad_request(format!(
+                    "sample_label={value:?}: give NAME=VALUE, e.g. user=alice"
                 )))
             }
             "agent" => {

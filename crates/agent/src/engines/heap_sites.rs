@@ -293,6 +293,10 @@ impl Engine for HeapSites {
         callbacks.ObjectFree = Some(on_object_free);
     }
 
+    fn traces_kept(&self, kept: &mut std::collections::HashSet<u32>) {
+        kept.extend(lock(&self.sites).sites.iter().map(|site| site.trace));
+    }
+
     fn events(&self) -> Vec<jvmtiEvent> {
         vec![JVMTI_EVENT_SAMPLED_OBJECT_ALLOC, JVMTI_EVENT_OBJECT_FREE]
     }

@@ -39,6 +39,9 @@ pub struct HprofIngest {
     profile: Profile,
     /// Each trace's stack, its thread serial and how many Java frames it has.
     traces: HashMap<u32, (StackId, Option<u32>, usize)>,
+    /// The labels of the traces that have a labels frame (continuous mode's windows): the
+    /// frame is taken off the stack and its labels go on the samples.
+    trace_labels: HashMap<u32, Vec<(String, String)>>,
 }
 
 impl HprofIngest {
@@ -46,15 +49,29 @@ impl HprofIngest {
         HprofIngest {
             profile: Profile::new(source),
             traces: HashMap::new(),
+            trace_labels: HashMap::new(),
         }
     }
 
     /// Interns one trace's frames.
     pub fn trace(&mut self, trace: Trace) {
         let java_frames = trace.frames.iter().filter(|frame| frame.is_java()).count();
-        let stack = self
-            .profile
-            .stack_of_frames_leaf_first(trace.frames.iter().map(frame));
+        let labels: Vec<(String, String)> = trace
+            .frames
+            .iter()
+            .filter(|frame| frame.line == FrameLine::Labels)
+            .flat_map(|frame| hprof_text::decode_labels(&frame.method_name))
+            .collect();
+        if !labels.is_empty() {
+            self.trace_labels.insert(trace.serial, labels);
+        }
+        let stack = self.profile.stack_of_frames_leaf_first(
+            trace
+                .frames
+                .iter()
+                .filter(|frame| frame.line != FrameLine::Labels)
+                .map(frame),
+        );
         self.traces
             .insert(trace.serial, (stack, trace.thread, java_frames));
     }
@@ -76,7 +93,19 @@ impl HprofIngest {
                 match table.kind {
                     CpuTableKind::Samples => {
                         listed += row.count;
-                        self.add(stack, thread, Event::Cpu, row.count, row.count);
+                        self.profile.add_sample(Sample {
+                            stack,
+                            event: Event::Cpu,
+                            value: row.count,
+                            count: row.count,
+                            thread,
+                            time_ns: None,
+                            labels: self
+                                .trace_labels
+                                .get(&row.trace)
+                                .cloned()
+                                .unwrap_or_default(),
+                        });
                     }
                     CpuTableKind::Time => {
                         // The table's total is milliseconds of CPU; a row's share of it is its
@@ -99,6 +128,13 @@ impl HprofIngest {
                                 .state
                                 .iter()
                                 .map(|state| (STATE_LABEL.to_string(), state.clone()))
+                                .chain(
+                                    self.trace_labels
+                                        .get(&row.trace)
+                                        .into_iter()
+                                        .flatten()
+                                        .cloned(),
+                                )
                                 .collect(),
                         });
                     }
@@ -283,7 +319,9 @@ pub fn frame(frame: &hprof_text::Frame) -> Frame {
         FrameLine::Line(line) => (FrameKind::Java, Some(line)),
         FrameLine::Unknown | FrameLine::Compiled | FrameLine::Native => (FrameKind::Java, None),
         FrameLine::NativeCode => (FrameKind::Native, None),
-        FrameLine::FailedWalk | FrameLine::VmThread => (FrameKind::Marker, None),
+        FrameLine::FailedWalk | FrameLine::VmThread | FrameLine::Labels => {
+            (FrameKind::Marker, None)
+        }
     };
     Frame {
         name: frame.qualified_method(),

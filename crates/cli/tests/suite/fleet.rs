@@ -361,3 +361,159 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
         text(&missing.stderr)
     );
 }
+
+/// `openprof fleet` as folded stacks: each stack (frames joined by `;`) with its samples.
+fn fleet_folded(url: &str, database: &str, selection: &[&str], dir: &Path) -> Vec<(String, u64)> {
+    let output = dir.join("fleet-folded.collapsed");
+    let mut args = vec![
+        "fleet",
+        "--clickhouse",
+        url,
+        "--database",
+        database,
+        "--since",
+        "1h",
+        "-o",
+        output.to_str().unwrap(),
+    ];
+    args.extend_from_slice(selection);
+    let run = openprof(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            (stack.to_string(), count.parse().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried_in_clickhouse() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "joined_test";
+    let collector = Collector::start_with(
+        &dir.path().join("store"),
+        "127.0.0.1:0",
+        &[
+            "--clickhouse",
+            &url,
+            "--database",
+            database,
+            "--http",
+            "127.0.0.1:0",
+        ],
+    );
+    let specs = dir.path().join("lookup.mpt");
+    std::fs::write(&specs, "MptJoined.lookup(java.lang.String) 1\n").unwrap();
+    let options = agent_options(
+        &collector.address,
+        &format!(
+            "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:joined,mpt=@{}",
+            specs.display()
+        ),
+    );
+    let (mut command, _dir) = java_command(Some(&options), "MptJoined", &["6"]);
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // Wait until the forwarder has every window: then the labelled samples stop growing.
+    let in_lookup = |selection: &[&str]| -> u64 {
+        fleet_folded(&url, database, selection, dir.path())
+            .iter()
+            .filter(|(stack, _)| stack.contains("MptJoined.lookup"))
+            .map(|(_, count)| count)
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let now = in_lookup(&["--service", "joined"]);
+        if now > 0 && now == last {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", collector.log());
+        last = now;
+    }
+    // The calls whose key was "slow" hold the slow branch's frames only.
+    let slow = fleet_folded(
+        &url,
+        database,
+        &["--label", "MptJoined.lookup(java.lang.String) 1=slow"],
+        dir.path(),
+    );
+    let slow_samples: u64 = slow.iter().map(|(_, count)| count).sum();
+    assert!(slow_samples >= 1_000, "{slow:?}");
+    assert!(
+        slow.iter().all(|(stack, _)| !stack.contains("fastBranch")),
+        "{slow:?}"
+    );
+    let in_slow_branch: u64 = slow
+        .iter()
+        .filter(|(stack, _)| stack.contains("MptJoined.slowBranch"))
+        .map(|(_, count)| count)
+        .sum();
+    assert!(
+        in_slow_branch as f64 >= 0.9 * slow_samples as f64,
+        "{slow:?}"
+    );
+    let fast = in_lookup(&["--label", "MptJoined.lookup(java.lang.String) 1=fast"]);
+    let share = slow_samples as f64 / (slow_samples + fast) as f64;
+    assert!((share - 0.8).abs() <= 0.05, "slow share {share:.3}");
+    // CPU of alice's requests: three of every four, both keys alike.
+    let alice = in_lookup(&["--label", "user=alice"]);
+    let bob = in_lookup(&["--label", "user=bob"]);
+    let share = alice as f64 / (alice + bob) as f64;
+    assert!((share - 0.75).abs() <= 0.05, "alice {alice} bob {bob}");
+    // Labels combine: bob's slow calls are a part of both.
+    let bob_slow = in_lookup(&[
+        "--label",
+        "user=bob",
+        "--label",
+        "MptJoined.lookup(java.lang.String) 1=slow",
+    ]);
+    assert!(bob_slow > 0 && bob_slow < bob && bob_slow < slow_samples);
+    // The same selection as pprof over HTTP, read by go tool pprof.
+    let web = collector.web.clone().expect("the web UI's address");
+    let (status, body) = http_get(
+        &web,
+        "/api/fleet/pprof?service=joined&sample_label=user%3Dbob&seconds=3600",
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let pprof = dir.path().join("bob.pb.gz");
+    std::fs::write(&pprof, body).unwrap();
+    let (rows, _total) = parse_top(&go_pprof(dir.path(), &["-top", pprof.to_str().unwrap()]));
+    assert!(
+        rows.iter().any(|row| row.name == "MptJoined.spin"),
+        "{rows:?}"
+    );
+    let (status, _) = http_get(
+        &web,
+        "/api/fleet/pprof?sample_label=nolabel",
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 400);
+    let bad = openprof(&[
+        "fleet",
+        "--clickhouse",
+        &url,
+        "--label",
+        "user",
+        "-o",
+        dir.path().join("bad.html").to_str().unwrap(),
+    ]);
+    assert!(
+        text(&bad.stderr).contains("--label user: give NAME=VALUE"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

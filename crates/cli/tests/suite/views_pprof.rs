@@ -78,6 +78,7 @@ pub(crate) fn go_pprof(dir: &Path, args: &[&str]) -> String {
 }
 
 /// One row of `-top`: a function and its flat and cumulative percentages.
+#[derive(Debug)]
 pub(crate) struct TopRow {
     pub(crate) name: String,
     pub(crate) flat_percent: f64,

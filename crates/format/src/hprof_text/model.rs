@@ -32,6 +32,11 @@ pub enum FrameLine {
     /// on, outermost in its trace: the frame's `method_name` is `[thread name]`, its
     /// `class_name` is empty.
     VmThread,
+    /// Not a frame but the labels of the samples counted on its trace, outermost: the values
+    /// of the traced calls they were taken in and the application's context (continuous mode
+    /// only). The frame's `method_name` holds them encoded as [`encode_labels`] does, its
+    /// `class_name` is empty.
+    Labels,
 }
 
 /// The source file HPROF binary gives a native code frame, to tell it from a Java method's.
@@ -40,6 +45,67 @@ pub const NATIVE_CODE_SOURCE: &str = "<native code>";
 pub const FAILED_WALK_SOURCE: &str = "<failed walk>";
 /// The class and source file HPROF binary gives a JVM thread's root frame.
 pub const VM_THREAD_SOURCE: &str = "<vm thread>";
+
+/// The class and source file HPROF binary gives a labels frame.
+pub const LABELS_SOURCE: &str = "<labels>";
+
+/// Labels as a labels frame holds them: `name=value` pairs joined by `;`, with `%`, `;`, `=`
+/// and line breaks in names and values written as `%XX`.
+pub fn encode_labels(labels: &[(String, String)]) -> String {
+    fn escaped(text: &str, into: &mut String) {
+        for character in text.chars() {
+            match character {
+                '%' | ';' | '=' | '\n' | '\r' => {
+                    into.push_str(&format!("%{:02X}", character as u32))
+                }
+                _ => into.push(character),
+            }
+        }
+    }
+    let mut encoded = String::new();
+    for (at, (name, value)) in labels.iter().enumerate() {
+        if at > 0 {
+            encoded.push(';');
+        }
+        escaped(name, &mut encoded);
+        encoded.push('=');
+        escaped(value, &mut encoded);
+    }
+    encoded
+}
+
+/// The labels [`encode_labels`] encoded; a pair without `=` is a name with an empty value.
+pub fn decode_labels(encoded: &str) -> Vec<(String, String)> {
+    fn unescaped(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut decoded = Vec::with_capacity(bytes.len());
+        let mut at = 0;
+        while at < bytes.len() {
+            let byte = std::str::from_utf8(bytes.get(at + 1..at + 3).unwrap_or_default())
+                .ok()
+                .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+            match (bytes[at], byte) {
+                (b'%', Some(byte)) => {
+                    decoded.push(byte);
+                    at += 3;
+                }
+                (byte, _) => {
+                    decoded.push(byte);
+                    at += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&decoded).into_owned()
+    }
+    encoded
+        .split(';')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) => (unescaped(name), unescaped(value)),
+            None => (unescaped(pair), String::new()),
+        })
+        .collect()
+}
 
 /// One stack frame of a trace.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -88,12 +154,22 @@ impl Frame {
         }
     }
 
-    /// Whether this is a Java method's frame (not native code, a failed walk's mark or a JVM
-    /// thread's root).
+    /// The frame that holds a trace's labels (see [`FrameLine::Labels`]), from their encoding.
+    pub fn labels(encoded: &str) -> Frame {
+        Frame {
+            class_name: String::new(),
+            method_name: encoded.to_string(),
+            source_file: None,
+            line: FrameLine::Labels,
+        }
+    }
+
+    /// Whether this is a Java method's frame (not native code, a failed walk's mark, a JVM
+    /// thread's root or labels).
     pub fn is_java(&self) -> bool {
         !matches!(
             self.line,
-            FrameLine::NativeCode | FrameLine::FailedWalk | FrameLine::VmThread
+            FrameLine::NativeCode | FrameLine::FailedWalk | FrameLine::VmThread | FrameLine::Labels
         )
     }
 
@@ -129,6 +205,7 @@ impl std::fmt::Display for Frame {
             }
             FrameLine::FailedWalk => return write!(f, "{}(failed walk)", self.method_name),
             FrameLine::VmThread => return write!(f, "{}(vm thread)", self.method_name),
+            FrameLine::Labels => return write!(f, "{}(labels)", self.method_name),
         };
         write!(
             f,
@@ -505,5 +582,30 @@ impl TextProfile {
         self.threads_started
             .iter()
             .find(|thread| thread.serial == serial)
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    #[test]
+    fn labels_come_back_as_they_went_in_whatever_they_hold() {
+        let labels = vec![
+            ("user".to_string(), "alice".to_string()),
+            (
+                "MptSlow.lookup(java.lang.String) 1".to_string(),
+                "a;b=c%d\nz".to_string(),
+            ),
+            ("empty".to_string(), String::new()),
+        ];
+        let encoded = encode_labels(&labels);
+        assert!(!encoded.contains('\n'));
+        assert_eq!(encoded.matches(';').count(), 2);
+        assert_eq!(decode_labels(&encoded), labels);
+        let frame = Frame::labels(&encoded);
+        assert!(!frame.is_java());
+        assert_eq!(frame.to_string(), format!("{encoded}(labels)"));
+        assert_eq!(decode_labels("%zz=%4"), vec![("%zz".into(), "%4".into())]);
     }
 }

@@ -200,6 +200,9 @@ fn parse_frame(text: &str, number: usize) -> Result<Frame, TextReadError> {
     if location == "vm thread" {
         return Ok(Frame::vm_thread(qualified));
     }
+    if location == "labels" {
+        return Ok(Frame::labels(qualified));
+    }
     if let Some(library) = location.strip_suffix(":native") {
         return Ok(Frame::native_code(library, qualified));
     }

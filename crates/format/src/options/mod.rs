@@ -152,6 +152,18 @@ pub struct NetAddress {
     pub port: u16,
 }
 
+/// The class whose calls label the samples taken inside them in continuous mode (name and
+/// value: its first two parameters).
+pub const CONTEXT_CLASS: &str = "dev.openprof.Context";
+
+/// The parameter tracing specifications of the Context API's calls.
+const CONTEXT_SPECS: &str = "\
+dev.openprof.Context.run(java.lang.String,java.lang.String,java.lang.Runnable) 1
+dev.openprof.Context.run(java.lang.String,java.lang.String,java.lang.Runnable) 2
+dev.openprof.Context.call(java.lang.String,java.lang.String,java.util.concurrent.Callable) 1
+dev.openprof.Context.call(java.lang.String,java.lang.String,java.util.concurrent.Callable) 2
+";
+
 /// Every option the agent understands, after parsing and checking.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Options {
@@ -379,16 +391,28 @@ impl Options {
     /// The method parameter tracing specifications of `mpt=@FILE`, or none; a fault is named
     /// with the file, line and column.
     pub fn mpt_specs(&self) -> Result<Vec<crate::mpt::MptSpec>, OptionError> {
+        // In continuous mode the application's context labels come from tracing its calls of
+        // the Context API (java/api/dev/openprof/Context.java).
+        let mut specs = if self.continuous_ms.is_some() {
+            crate::mpt::parse_specs(CONTEXT_SPECS)
+                .map_err(|error| bad("continuous", error.to_string()))?
+        } else {
+            Vec::new()
+        };
         let Some(path) = self
             .mpt
             .as_deref()
             .and_then(|value| value.strip_prefix('@'))
         else {
-            return Ok(Vec::new());
+            return Ok(specs);
         };
         let text = std::fs::read_to_string(path)
             .map_err(|error| bad("mpt", format!("can't read {path}: {error}")))?;
-        crate::mpt::parse_specs(&text).map_err(|error| bad("mpt", format!("{path}: {error}")))
+        specs.extend(
+            crate::mpt::parse_specs(&text)
+                .map_err(|error| bad("mpt", format!("{path}: {error}")))?,
+        );
+        Ok(specs)
     }
 
     /// The collector's token: `token=` itself, or the first line of its `@FILE` (so that the
@@ -716,6 +740,21 @@ mod tests {
             assert_eq!(error.option, option, "{text}");
             assert!(error.problem.contains(problem), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn continuous_mode_traces_the_context_api_and_takes_mpt_with_format_b() {
+        let options = Options::parse("cpu=samples,net=h:1,continuous=10s,format=b").unwrap();
+        let specs = options.mpt_specs().unwrap();
+        assert_eq!(specs.len(), 4);
+        assert!(specs
+            .iter()
+            .all(|spec| spec.to_string().contains("Context.")));
+        assert!(Options::parse("cpu=samples,net=h:1,format=b")
+            .unwrap()
+            .mpt_specs()
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

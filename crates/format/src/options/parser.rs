@@ -532,10 +532,10 @@ impl Options {
         if self.mpt.is_some() {
             // Faults in the specifications are named before the JVM starts running.
             self.mpt_specs()?;
-            if self.format == OutputFormat::Binary {
+            if self.format == OutputFormat::Binary && self.continuous_ms.is_none() {
                 return Err(bad(
                     "mpt",
-                    "HPROF's binary format has no record for parameter values; use format=a (an MPT section) or format=x",
+                    "HPROF's binary format has no record for parameter values; use format=a (an MPT section) or format=x, or continuous= (the values label the windows' samples)",
                 ));
             }
         }

@@ -1246,7 +1246,15 @@ impl Mpt {
             .iter()
             .map(|(at, kind, text)| (specs[*at].spec_id, *kind, text.as_str()))
             .collect();
-        let call = traced_calls::number_of((site_id as u32, &key), || CallValues {
+        let kernel_id = THREAD.with(|thread| {
+            let mut thread = thread.borrow_mut();
+            if thread.kernel_id == 0 {
+                thread.kernel_id = crate::signals::current_thread_id();
+            }
+            thread.kernel_id
+        });
+        let outer = traced_calls::current(kernel_id);
+        let call = traced_calls::number_of((site_id as u32, outer, &key), || CallValues {
             method: self
                 .site(site_id)
                 .map(|site| site.label.clone())
@@ -1257,14 +1265,8 @@ impl Mpt {
                     (specs[*at].text.clone(), ValueKey::new(*kind, text.clone()))
                 })
                 .collect(),
+            outer,
         })?;
-        let kernel_id = THREAD.with(|thread| {
-            let mut thread = thread.borrow_mut();
-            if thread.kernel_id == 0 {
-                thread.kernel_id = crate::signals::current_thread_id();
-            }
-            thread.kernel_id
-        });
         Some(traced_calls::enter(kernel_id, call))
     }
 
