@@ -197,7 +197,7 @@ impl ClickHouse {
                         "agent": agent.to_string(),
                         "sequence": window.sequence,
                         "window": window.ordinal,
-                        "event": "cpu",
+                        "event": window.event,
                         "stack": stack,
                         "labels": labelled.labels,
                         "count": count,

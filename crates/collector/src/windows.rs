@@ -29,7 +29,7 @@ pub struct LabelledStack {
     pub frames: Vec<String>,
 }
 
-/// One window: CPU samples by stack.
+/// One window: one event's samples by stack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Window {
     /// The sequence number of the frame its record ended in, and its place among the windows
@@ -38,6 +38,9 @@ pub struct Window {
     pub ordinal: u32,
     /// When the collector received that frame, ns since the epoch.
     pub received_ns: u64,
+    /// What the samples count, as the profile model names its events: `cpu` (samples), `wall`
+    /// (samples, labelled by thread state), ...
+    pub event: &'static str,
     /// Each stack with its samples.
     pub stacks: Vec<(LabelledStack, u64)>,
 }
@@ -97,6 +100,7 @@ impl WindowDecoder {
                         sequence,
                         ordinal: windows.len() as u32,
                         received_ns,
+                        event: "cpu",
                         stacks,
                     });
                 }
