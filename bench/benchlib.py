@@ -56,3 +56,83 @@ def javac_sources(work, classes):
                           f"    return out;\n  }}\n")
             out.write("}\n")
     return sorted(os.path.join(sources, name) for name in os.listdir(sources))
+
+
+class ClickHouseServer:
+    """Debian's clickhouse-server on loopback ports of its own, its config, data and logs in
+    `directory`; stopped by stop() (or at exit of a `with` block)."""
+
+    SERVER = "/usr/sbin/clickhouse-server"
+
+    def __init__(self, directory):
+        import socket
+        import time
+        if not os.path.exists(self.SERVER):
+            sys.exit(f"{os.path.basename(sys.argv[0])}: {self.SERVER} is missing: apt-get install clickhouse-server")
+
+        def free_port():
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                return probe.getsockname()[1]
+
+        self.directory = directory
+        self.http_port, tcp_port = free_port(), free_port()
+        data = os.path.join(directory, "data")
+        os.makedirs(data, exist_ok=True)
+        with open(os.path.join(directory, "config.xml"), "w") as config:
+            config.write(f"""<?xml version="1.0"?>
+<yandex>
+    <logger><level>warning</level><log>{directory}/server.log</log><errorlog>{directory}/server.err.log</errorlog></logger>
+    <http_port>{self.http_port}</http_port>
+    <tcp_port>{tcp_port}</tcp_port>
+    <listen_host>127.0.0.1</listen_host>
+    <path>{data}/</path>
+    <tmp_path>{data}/tmp/</tmp_path>
+    <user_files_path>{data}/user_files/</user_files_path>
+    <format_schema_path>{data}/format_schemas/</format_schema_path>
+    <users_config>/etc/clickhouse-server/users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <mark_cache_size>53687091</mark_cache_size>
+</yandex>
+""")
+        self.process = None
+        self.start()
+        self._time = time
+
+    def start(self):
+        import socket
+        import time
+        self.process = subprocess.Popen([self.SERVER, f"--config-file={self.directory}/config.xml"],
+                                        cwd=self.directory, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.http_port), timeout=1).close()
+                return
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit("clickhouse-server did not listen")
+                time.sleep(0.1)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.http_port}"
+
+    def query(self, sql):
+        """Runs one statement over HTTP; returns the answer's text."""
+        import urllib.request
+        with urllib.request.urlopen(urllib.request.Request(self.url, data=sql.encode())) as answer:
+            return answer.read().decode()
+
+    def stop(self):
+        if self.process:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        self.stop()

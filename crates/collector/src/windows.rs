@@ -1,6 +1,7 @@
-//! Profile windows read back from an agent's HPROF binary stream as it arrives: each CPU
-//! SAMPLES record (one `continuous=` window, or one dump) becomes the samples per stack it
-//! counts, its frames named, timed by the frame that brought it.
+//! Profile windows read back from an agent's HPROF stream as it arrives: each CPU SAMPLES
+//! record of HPROF binary, or each CPU SAMPLES, WALL SAMPLES and lock table of HPROF text (one
+//! `continuous=` window, or one dump), becomes the samples per stack it counts, its frames
+//! named, timed by the frame that brought it.
 //!
 //! The stream is fed frame by frame; a record cut between frames waits for the rest. Only what
 //! names stacks is kept (strings, classes, frames, traces), and only until a CONTROL SETTINGS
@@ -11,7 +12,9 @@ use std::collections::HashMap;
 use std::io::Cursor;
 
 use openprof_format::hprof_binary::{HprofReader, Item, Record};
-use openprof_format::hprof_text::{decode_labels, LABELS_SOURCE};
+use openprof_format::hprof_text::{
+    self, decode_labels, CpuTableKind, FrameLine, LockTableKind, Trace, LABELS_SOURCE,
+};
 
 /// HPROF's binary header: its format name with a NUL, the identifier size, the time.
 const HEADER_TAIL: usize = 4 + 8;
@@ -59,6 +62,17 @@ pub struct WindowDecoder {
     frames: HashMap<u64, (u64, u32, u64)>,
     /// Trace serial → frame ids, innermost first.
     traces: HashMap<u32, Vec<u64>>,
+    /// Set once the stream turned out to be HPROF text.
+    text: Option<TextWindows>,
+}
+
+/// What a decoder of HPROF text keeps between frames.
+#[derive(Default)]
+struct TextWindows {
+    /// Whether the stream's header was read (later parts get one of their own to be read).
+    header_read: bool,
+    /// Each trace printed so far, as its windows name it.
+    traces: HashMap<u32, LabelledStack>,
 }
 
 impl WindowDecoder {
@@ -70,6 +84,21 @@ impl WindowDecoder {
         received_ns: u64,
     ) -> Result<Vec<Window>, String> {
         self.pending.extend_from_slice(body);
+        if self.header.is_none() && self.text.is_none() {
+            // HPROF binary's format name ends with a NUL, HPROF text's first line with a line
+            // break.
+            let nul = self.pending.iter().position(|&byte| byte == 0);
+            let newline = self.pending.iter().position(|&byte| byte == b'\n');
+            if let (None, Some(_)) = (nul, newline) {
+                if !self.pending.starts_with(b"JAVA PROFILE ") {
+                    return Err("the agent's stream is not HPROF".into());
+                }
+                self.text = Some(TextWindows::default());
+            }
+        }
+        if let Some(text) = &mut self.text {
+            return text.feed(&mut self.pending, sequence, received_ns);
+        }
         if self.header.is_none() {
             let Some(nul) = self.pending.iter().position(|&byte| byte == 0) else {
                 return Ok(Vec::new());
@@ -217,6 +246,128 @@ impl WindowDecoder {
         }
         stack
     }
+}
+
+impl TextWindows {
+    /// Reads the records `pending` holds whole (up to its last table's END line) and returns
+    /// their windows; the rest waits for more.
+    fn feed(
+        &mut self,
+        pending: &mut Vec<u8>,
+        sequence: u64,
+        received_ns: u64,
+    ) -> Result<Vec<Window>, String> {
+        let Some(cut) = end_of_last_table(pending) else {
+            return Ok(Vec::new());
+        };
+        let mut part = Vec::with_capacity(cut + 32);
+        if self.header_read {
+            part.extend_from_slice(b"JAVA PROFILE 1.0.1\n--------\n");
+        }
+        part.extend_from_slice(&pending[..cut]);
+        pending.drain(..cut);
+        self.header_read = true;
+        let traces = &mut self.traces;
+        let mut keep = |trace: Trace| {
+            traces.insert(trace.serial, labelled_stack(&trace));
+        };
+        let profile =
+            hprof_text::read_passing_traces(part.as_slice(), &mut |_| {}, Some(&mut keep))
+                .map_err(|error| format!("the agent's HPROF text: {error}"))?;
+        let mut windows = Vec::new();
+        let mut window = |event: &'static str, stacks: HashMap<LabelledStack, u64>| {
+            let mut stacks: Vec<(LabelledStack, u64)> = stacks.into_iter().collect();
+            stacks.sort();
+            windows.push(Window {
+                sequence,
+                ordinal: windows.len() as u32,
+                received_ns,
+                event,
+                stacks,
+            });
+        };
+        let stack = |serial: u32| {
+            self.traces
+                .get(&serial)
+                .cloned()
+                .unwrap_or_else(|| LabelledStack {
+                    labels: Vec::new(),
+                    frames: vec![format!("<unknown trace {serial}>")],
+                })
+        };
+        for table in &profile.cpu_tables {
+            let event = match table.kind {
+                CpuTableKind::Samples => "cpu",
+                CpuTableKind::Wall => "wall",
+                CpuTableKind::Time => continue,
+            };
+            let mut stacks: HashMap<LabelledStack, u64> = HashMap::new();
+            for row in &table.rows {
+                let mut labelled = stack(row.trace);
+                if let Some(state) = &row.state {
+                    labelled.labels.insert(0, format!("state={state}"));
+                }
+                *stacks.entry(labelled).or_default() += row.count;
+            }
+            window(event, stacks);
+        }
+        // Lock tables count nanoseconds waited (each row's share of the table's milliseconds).
+        for table in &profile.lock_tables {
+            let event = match table.kind {
+                LockTableKind::Monitor | LockTableKind::Park => "lock",
+                LockTableKind::Owners => "lock_owner",
+            };
+            let mut stacks: HashMap<LabelledStack, u64> = HashMap::new();
+            for row in &table.rows {
+                let nanoseconds = (row.self_percent / 100.0 * table.total_ms as f64 * 1e6).round();
+                *stacks.entry(stack(row.trace)).or_default() += nanoseconds as u64;
+            }
+            window(event, stacks);
+        }
+        Ok(windows)
+    }
+}
+
+/// Where the last whole table of HPROF text ends (after its `… END` line), if one does.
+fn end_of_last_table(text: &[u8]) -> Option<usize> {
+    let mut end = None;
+    let mut start = 0;
+    for (at, &byte) in text.iter().enumerate() {
+        if byte != b'\n' {
+            continue;
+        }
+        let line = &text[start..at];
+        let is_end = line.ends_with(b" END")
+            && line
+                .iter()
+                .all(|&c| c.is_ascii_uppercase() || c == b' ' || c == b'(' || c == b')');
+        if is_end {
+            end = Some(at + 1);
+        }
+        start = at + 1;
+    }
+    end
+}
+
+/// A TRACE as windows name it: frames outermost first as `package.Class.method`, its labels
+/// frame's labels apart.
+fn labelled_stack(trace: &Trace) -> LabelledStack {
+    let mut stack = LabelledStack {
+        labels: Vec::new(),
+        frames: Vec::with_capacity(trace.frames.len()),
+    };
+    for frame in trace.frames.iter().rev() {
+        if frame.line == FrameLine::Labels {
+            stack.labels.extend(
+                decode_labels(&frame.method_name)
+                    .into_iter()
+                    .map(|(name, value)| format!("{name}={value}")),
+            );
+        } else {
+            stack.frames.push(frame.qualified_method());
+        }
+    }
+    stack
 }
 
 #[cfg(test)]
@@ -370,6 +521,96 @@ mod tests {
             vec!["<unknown trace 3>".to_string()],
             "the trace was forgotten"
         );
+    }
+
+    #[test]
+    fn hprof_text_gives_cpu_and_wall_windows_however_the_stream_is_cut() {
+        use openprof_format::hprof_text::{CpuEntry, CpuTable, Frame, TextWriter};
+        let java = |class: &str, method: &str| Frame {
+            class_name: class.into(),
+            method_name: method.into(),
+            source_file: Some("Split.java".into()),
+            line: FrameLine::Line(3),
+        };
+        let entry = |trace, count, state: Option<&str>| CpuEntry {
+            trace,
+            cost: count,
+            hits: count,
+            state: state.map(str::to_string),
+            method: None,
+        };
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("Thu Nov 26 10:00:00 2026").unwrap();
+        for (serial, frames) in [
+            (300001, vec![java("Split", "heavy"), java("Split", "main")]),
+            (
+                300002,
+                vec![java("Split", "light"), Frame::labels("user=alice")],
+            ),
+        ] {
+            writer
+                .trace(&Trace {
+                    serial,
+                    thread: None,
+                    frames,
+                })
+                .unwrap();
+        }
+        let table = |kind, entries| CpuTable::rank_by_cost(kind, "d".into(), entries, 0.0, 4);
+        writer
+            .cpu_table(&table(
+                CpuTableKind::Samples,
+                vec![entry(300001, 3, None), entry(300002, 1, None)],
+            ))
+            .unwrap();
+        writer
+            .cpu_table(&table(
+                CpuTableKind::Wall,
+                vec![entry(300001, 4, Some("running"))],
+            ))
+            .unwrap();
+        let bytes = writer.into_inner();
+        for frame_size in [1, 7, 64, bytes.len()] {
+            let mut decoder = WindowDecoder::default();
+            let mut windows = Vec::new();
+            for (sequence, body) in bytes.chunks(frame_size).enumerate() {
+                windows.extend(decoder.feed(body, sequence as u64 + 1, 0).unwrap());
+            }
+            let shown: Vec<(&str, Vec<(Vec<String>, String, u64)>)> = windows
+                .iter()
+                .map(|window| {
+                    let stacks = window
+                        .stacks
+                        .iter()
+                        .map(|(stack, count)| {
+                            (stack.labels.clone(), stack.frames.join(";"), *count)
+                        })
+                        .collect();
+                    (window.event, stacks)
+                })
+                .collect();
+            assert_eq!(
+                shown,
+                vec![
+                    (
+                        "cpu",
+                        vec![
+                            (vec![], "Split.main;Split.heavy".into(), 3),
+                            (vec!["user=alice".into()], "Split.light".into(), 1),
+                        ]
+                    ),
+                    (
+                        "wall",
+                        vec![(
+                            vec!["state=running".into()],
+                            "Split.main;Split.heavy".into(),
+                            4
+                        )]
+                    ),
+                ],
+                "frames of {frame_size} bytes"
+            );
+        }
     }
 
     #[test]
