@@ -21,6 +21,25 @@ use crate::signals::failure_name;
 /// (`forget_unused_traces`): a JVM whose classes come and go makes new stacks without end.
 const TRACES_KEPT: usize = 20_000;
 
+/// [`TRACES_KEPT`], or `OPENPROF_TRACES_KEPT` from the environment (a number of at least 1),
+/// read once: fewer bound the memory lower and send stacks again more often.
+fn traces_kept() -> usize {
+    static KEPT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEPT.get_or_init(|| match std::env::var("OPENPROF_TRACES_KEPT") {
+        Err(_) => TRACES_KEPT,
+        Ok(value) => match value.parse::<usize>() {
+            Ok(kept) if kept >= 1 => kept,
+            _ => {
+                eprintln!(
+                    "openprof: OPENPROF_TRACES_KEPT={value} is not a number of at least 1; \
+                     {TRACES_KEPT} are kept"
+                );
+                TRACES_KEPT
+            }
+        },
+    })
+}
+
 /// One frame of a sample as it was taken.
 #[derive(Clone, Debug)]
 pub enum SampledFrame {
@@ -381,12 +400,12 @@ impl CpuProfile {
         self.dropped = 0;
     }
 
-    /// After a dump, when the profile holds more than [`TRACES_KEPT`] traces: forgets every
+    /// After a dump, when the profile holds more than [`traces_kept`] traces: forgets every
     /// trace that neither a count since the dump nor `kept` (an engine's cumulative table)
     /// refers to. Their stacks, sampled again, get new serial numbers and are printed again.
     /// Returns whether it forgot any.
     pub fn forget_unused_traces(&mut self, kept: &HashSet<u32>) -> bool {
-        if self.traces.len() <= TRACES_KEPT {
+        if self.traces.len() <= traces_kept() {
             return false;
         }
         let mut used = kept.clone();

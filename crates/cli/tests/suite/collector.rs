@@ -2107,6 +2107,79 @@ fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
 }
 
 #[test]
+fn continuous_mode_forgets_the_stacks_of_classes_gone_and_names_every_window_whole() {
+    // ClassChurn loads a new class every millisecond or two, each a new stack to sample. With
+    // OPENPROF_TRACES_KEPT=200 the agent holds at most that many stacks past a window: it
+    // forgets them after nearly every window, says so with a CONTROL SETTINGS record, and
+    // writes again the names a later window needs. Every window must still name its stacks.
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let options = agent_options(
+        &collector.address,
+        "cpu=samples,interval=1,format=b,doe=n,continuous=500ms,depth=8",
+    );
+    let (mut command, _dir) = java_command(Some(&options), "ClassChurn", &["6"]);
+    command.env("OPENPROF_TRACES_KEPT", "200");
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let file = export_only_agent(store.path(), "churn.hprof");
+    let bytes = std::fs::read(&file).unwrap();
+    let mut reader =
+        openprof_format::hprof_binary::HprofReader::new(std::io::Cursor::new(&bytes)).unwrap();
+    let mut settings = 0;
+    while let Some(item) = reader.next_item() {
+        if let openprof_format::hprof_binary::Item::Record(
+            openprof_format::hprof_binary::Record::ControlSettings { .. },
+        ) = item.unwrap()
+        {
+            settings += 1;
+        }
+    }
+    assert!(
+        settings >= 4,
+        "{settings} CONTROL SETTINGS records: the stacks were never forgotten"
+    );
+    let windows = openprof_collector::windows::WindowDecoder::default()
+        .feed(&bytes, 1, 0)
+        .unwrap();
+    assert!(windows.len() >= 8, "{} windows", windows.len());
+    let mut in_churn = 0;
+    for window in &windows {
+        for (stack, count) in &window.stacks {
+            assert!(
+                stack
+                    .frames
+                    .iter()
+                    .all(|frame| !frame.starts_with("<unknown")),
+                "a window names a stack it forgot: {stack:?}"
+            );
+            if stack
+                .frames
+                .last()
+                .is_some_and(|leaf| leaf == "ChurnTarget.work")
+            {
+                in_churn += count;
+            }
+        }
+    }
+    // A reader of the whole file (openprof's HPROF binary reader) counts the same samples.
+    let profile =
+        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+    let read: u64 = profile
+        .cpu_tables
+        .iter()
+        .flat_map(|table| &table.rows)
+        .filter(|row| row.method.as_deref() == Some("ChurnTarget.work"))
+        .map(|row| row.count)
+        .sum();
+    assert!(in_churn >= 1_000, "{in_churn} samples in ChurnTarget.work");
+    assert_eq!(read, in_churn);
+}
+
+#[test]
 fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
     // CpuSplit spends three times as much CPU in heavy() as in light(); with continuous=1s
     // the agent ships what it sampled each second, unasked, and no dump at exit (doe=n): every
