@@ -51,6 +51,27 @@ struct Agent {
 
 static AGENT: OnceLock<Agent> = OnceLock::new();
 
+/// The system properties that label the agent: `-Dopenprof.label.NAME=VALUE` adds the label
+/// NAME:VALUE, checked as `label=` is; a label the options give wins over a property's.
+const LABEL_PROPERTY: &str = "openprof.label.";
+
+fn add_property_labels(jvmti: Jvmti, options: &mut Options) -> AgentResult<()> {
+    let mut properties = jvmti.system_properties_with_prefix(LABEL_PROPERTY);
+    properties.sort();
+    for (name, value) in properties {
+        if options.labels.iter().any(|(known, _)| *known == name) {
+            eprintln!(
+                "openprof: label={name}:... is given, so -D{LABEL_PROPERTY}{name} is not used"
+            );
+            continue;
+        }
+        options
+            .add_checked_label(&format!("{name}:{value}"))
+            .map_err(|error| format!("-D{LABEL_PROPERTY}{name}={value}: {error}"))?;
+    }
+    Ok(())
+}
+
 /// Agent_OnLoad: parse and check the options, set everything up, or refuse to start the JVM.
 pub fn on_load(vm: *mut JavaVM, options_text: &str) -> jint {
     match start(vm, options_text, Phase::OnLoad) {
@@ -127,7 +148,13 @@ fn start(vm: *mut JavaVM, options_text: &str, phase: Phase) -> AgentResult<Strin
     result
 }
 
-fn set_up(vm: *mut JavaVM, jvmti: Jvmti, options: Options, phase: Phase) -> AgentResult<String> {
+fn set_up(
+    vm: *mut JavaVM,
+    jvmti: Jvmti,
+    mut options: Options,
+    phase: Phase,
+) -> AgentResult<String> {
+    add_property_labels(jvmti, &mut options)?;
     let plan = Plan::new(&options);
     let needs = plan.needs(&options);
     let mut capabilities = crate::jvmti::jvmtiCapabilities::default();

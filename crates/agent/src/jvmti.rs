@@ -156,6 +156,35 @@ impl Jvmti {
         Some(owned)
     }
 
+    /// The JVM's system properties whose names start with `prefix`, as (name without the
+    /// prefix, value): the `-D` options of the command line (OnLoad and live phases).
+    pub fn system_properties_with_prefix(self, prefix: &str) -> Vec<(String, String)> {
+        let mut count: jint = 0;
+        let mut names: *mut *mut c_char = ptr::null_mut();
+        if call!(self, GetSystemProperties(&mut count, &mut names)).is_err() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for name in self.take_array(names, count) {
+            let Some(owned) = self.take_string(name) else {
+                continue;
+            };
+            let Some(rest) = owned.strip_prefix(prefix) else {
+                continue;
+            };
+            let Ok(c_name) = std::ffi::CString::new(owned.as_str()) else {
+                continue;
+            };
+            let mut value: *mut c_char = ptr::null_mut();
+            if call!(self, GetSystemProperty(c_name.as_ptr(), &mut value)).is_ok() {
+                if let Some(value) = self.take_string(value) {
+                    found.push((rest.to_string(), value));
+                }
+            }
+        }
+        found
+    }
+
     /// Copies an array JVMTI allocated for us and frees it.
     fn take_array<T: Copy>(self, items: *mut T, count: jint) -> Vec<T> {
         if items.is_null() {

@@ -17,7 +17,8 @@ use openprof_format::trace::reader::{read_all, MAX_ATTRIBUTES, MAX_DEPTH};
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Hello, Refusal, Role};
 use openprof_testkit::{
-    java_command, wait_until_ready_keeping_output, wait_with_limit, xmllint_trace,
+    java_command, java_command_with, wait_until_ready_keeping_output, wait_with_limit,
+    xmllint_trace,
 };
 
 use crate::helpers::{openprof, text};
@@ -2190,12 +2191,26 @@ fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
         &collector.address,
         "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:split",
     );
-    let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["5"]);
+    // Labels also come from system properties; a label the options give wins.
+    let (mut command, _dir) = java_command_with(
+        &[
+            "-Dopenprof.label.team=pay",
+            "-Dopenprof.label.service=not-this-one",
+        ],
+        Some(&options),
+        "CpuSplit",
+        &["5"],
+    );
     let output = wait_with_limit(
         command.spawn().expect("start java"),
         Duration::from_secs(120),
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("-Dopenprof.label.service is not used"),
+        "{}",
+        text(&output.stderr)
+    );
     let file = export_only_agent(store.path(), "agent.hprof");
     let bytes = std::fs::read(&file).unwrap();
     let profile =
@@ -2236,8 +2251,28 @@ fn continuous_mode_ships_a_window_a_second_each_with_the_workloads_split() {
     );
     let listed = openprof(&["ls", "--store", store.path().to_str().unwrap()]);
     assert!(
-        text(&listed.stdout).contains("service:split"),
+        text(&listed.stdout).contains("service:split")
+            && text(&listed.stdout).contains("team:pay")
+            && !text(&listed.stdout).contains("not-this-one"),
         "{}",
         text(&listed.stdout)
+    );
+    // A property label is checked as label= is, and a bad one stops the JVM, named.
+    let (mut command, _dir) = java_command_with(
+        &["-Dopenprof.label.team=has space"],
+        Some(&options),
+        "CpuSplit",
+        &["1"],
+    );
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(60),
+    );
+    assert!(!output.status.success());
+    assert!(
+        text(&output.stderr).contains("-Dopenprof.label.team=has space: ")
+            && text(&output.stderr).contains("not allowed in a label's value"),
+        "{}",
+        text(&output.stderr)
     );
 }

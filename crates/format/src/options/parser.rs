@@ -146,6 +146,46 @@ fn parse_label(text: &str) -> Result<(String, String), OptionError> {
     ))
 }
 
+impl Options {
+    /// Adds a label checked as `label=NAME:VALUE` is (`name:value` as one text), refused when
+    /// its name is given already or the labels would be too many or too long.
+    pub fn add_checked_label(&mut self, text: &str) -> Result<(), OptionError> {
+        let (label, value) = parse_label(text)?;
+        self.add_label(label, value)
+    }
+
+    fn add_label(&mut self, label: String, value: String) -> Result<(), OptionError> {
+        if self.labels.iter().any(|(known, _)| *known == label) {
+            return Err(bad(
+                "label",
+                format!("label {label} is given twice; give each label once"),
+            ));
+        }
+        self.labels.push((label, value));
+        // They travel in the agent's hello to a collector, which is kept short.
+        if self.labels.len() > MAX_LABELS {
+            return Err(bad(
+                "label",
+                format!("more than {MAX_LABELS} labels; give at most {MAX_LABELS}"),
+            ));
+        }
+        let text: usize = self
+            .labels
+            .iter()
+            .map(|(label, value)| label.len() + value.len())
+            .sum();
+        if text > MAX_LABELS_TEXT {
+            return Err(bad(
+                "label",
+                format!(
+                    "the labels' names and values come to more than {MAX_LABELS_TEXT} characters; shorten them"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// The labels of an option string (`label=NAME:VALUE` items), in order, read as
 /// [`Options::parse`] reads them; the other options are not looked at, so an option string of
 /// another version of the agent still gives its labels. A malformed label, or a second one of
@@ -345,33 +385,7 @@ impl Options {
                 }
                 "label" => {
                     let (label, label_value) = parse_label(value)?;
-                    if options.labels.iter().any(|(known, _)| *known == label) {
-                        return Err(bad(
-                            name,
-                            format!("label {label} is given twice; give each label once"),
-                        ));
-                    }
-                    options.labels.push((label, label_value));
-                    // They travel in the agent's hello to a collector, which is kept short.
-                    if options.labels.len() > MAX_LABELS {
-                        return Err(bad(
-                            name,
-                            format!("more than {MAX_LABELS} labels; give at most {MAX_LABELS}"),
-                        ));
-                    }
-                    let text: usize = options
-                        .labels
-                        .iter()
-                        .map(|(label, value)| label.len() + value.len())
-                        .sum();
-                    if text > MAX_LABELS_TEXT {
-                        return Err(bad(
-                            name,
-                            format!(
-                                "the labels' names and values come to more than {MAX_LABELS_TEXT} characters; shorten them"
-                            ),
-                        ));
-                    }
+                    options.add_label(label, label_value)?;
                 }
                 "action" => {
                     options.action = Some(match value {
