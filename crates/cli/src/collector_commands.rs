@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use openprof_collector::client::{parse_command, send_control, Endpoint, Trust};
+use openprof_collector::forward::WindowSink;
 use openprof_collector::replay::{replay, ReplayPlan};
 use openprof_collector::server::{
     Server, ServerConfig, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_UNAUTHENTICATED, DEFAULT_QUEUE_BYTES,
@@ -146,14 +147,21 @@ pub struct ServeArgs {
     /// suffixes); agents are told and keep their data.
     #[arg(long, value_parser = parse_bytes)]
     max_store_bytes: Option<u64>,
-    /// Forward the agents' continuous= windows (HPROF binary) to ClickHouse's HTTP interface
-    /// too, e.g. http://127.0.0.1:8123: stored here first, so nothing acknowledged is lost
-    /// while ClickHouse is away (docs/clickhouse.md).
+    /// Forward the agents' continuous= windows (HPROF binary or text) to ClickHouse's HTTP
+    /// interface too, e.g. http://127.0.0.1:8123: stored here first, so nothing acknowledged is
+    /// lost while ClickHouse is away (docs/clickhouse.md).
     #[arg(long, value_name = "URL")]
     pub clickhouse: Option<String>,
     /// The ClickHouse database to forward into (made if missing).
     #[arg(long, default_value = "openprof", requires = "clickhouse")]
     pub database: String,
+    /// Push the agents' continuous= CPU windows to Pyroscope's HTTP ingest API too, as pprof,
+    /// e.g. http://127.0.0.1:4040: stored here first, and how far the pushes got is kept in the
+    /// store (pyroscope-cursor.json), so nothing acknowledged is lost or pushed twice while
+    /// Pyroscope is away or the collector restarts (docs/clickhouse.md, "Pyroscope"). May be
+    /// given with --clickhouse.
+    #[arg(long, value_name = "URL")]
+    pub pyroscope: Option<String>,
     /// Serve the web UI and its JSON API here too (e.g. 127.0.0.1:7912; port 0 picks one),
     /// opened by the control credential (docs/ui.md); over HTTPS with --tls-cert. Off unless
     /// given.
@@ -205,6 +213,19 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    // The forwarders' addresses are checked before the store is made for nothing.
+    let clickhouse = args
+        .clickhouse
+        .as_deref()
+        .map(|url| openprof_collector::clickhouse::ClickHouse::new(url, &args.database))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let pyroscope = args
+        .pyroscope
+        .as_deref()
+        .map(|url| openprof_collector::pyroscope::Pyroscope::new(url, &args.store))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let options = SqliteOptions {
         max_bytes: args.max_store_bytes,
         ..SqliteOptions::default()
@@ -212,24 +233,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let store = SqliteStore::open_with(&args.store, options)
         .with_context(|| format!("can't open the store {}", args.store.display()))?;
     let store: Arc<dyn openprof_collector::store::Store> = Arc::new(store);
-    let clickhouse = args
-        .clickhouse
-        .as_deref()
-        .map(|url| openprof_collector::clickhouse::ClickHouse::new(url, &args.database))
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
     let stop_forwarding = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let web_clickhouse = clickhouse.clone();
-    let forwarder = clickhouse.map(|clickhouse| {
-        let store = store.clone();
-        let stop = stop_forwarding.clone();
-        std::thread::Builder::new()
-            .name("clickhouse".into())
-            .spawn(move || openprof_collector::clickhouse::forward(store, clickhouse, stop))
-    });
-    let forwarder = forwarder
-        .transpose()
-        .context("can't start the ClickHouse forwarder")?;
+    let mut forwarders = Vec::new();
+    if let Some(clickhouse) = clickhouse {
+        let sink = openprof_collector::clickhouse::ClickHouseSink::new(clickhouse);
+        forwarders.push(spawn_forwarder(&store, sink, &stop_forwarding)?);
+    }
+    if let Some(pyroscope) = pyroscope {
+        forwarders.push(spawn_forwarder(&store, pyroscope, &stop_forwarding)?);
+    }
     let mut config = ServerConfig::new(token);
     config.control_token = control_token.clone();
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
@@ -296,10 +309,24 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
         anyhow::Ok(())
     })?;
     stop_forwarding.store(true, std::sync::atomic::Ordering::Relaxed);
-    if let Some(forwarder) = forwarder {
+    for forwarder in forwarders {
         let _ = forwarder.join();
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts a thread forwarding the store's windows to `sink` until `stop`.
+fn spawn_forwarder(
+    store: &Arc<dyn Store>,
+    sink: impl WindowSink + Send + 'static,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let name = sink.name().to_string();
+    let (store, stop) = (store.clone(), stop.clone());
+    std::thread::Builder::new()
+        .name(name.to_ascii_lowercase())
+        .spawn(move || openprof_collector::forward::forward(store, sink, stop))
+        .with_context(|| format!("can't start the {name} forwarder"))
 }
 
 #[derive(Args, Debug)]

@@ -44,6 +44,8 @@ enum Commands {
     #[command(
         after_help = "Agents connect with -agentpath:libopenprof_agent.so=format=x,net=127.0.0.1:7911,token=@FILE.\n\
             The store is one directory: catalog.sqlite and zstd segments of the frames as received.\n\
+            Agents' continuous= windows go on to ClickHouse (--clickhouse) and Pyroscope (--pyroscope),\n\
+            each by a thread of its own (docs/clickhouse.md).\n\
             See docs/protocol.md. Stops on Ctrl-C or SIGTERM; what was acknowledged is on disk."
     )]
     Serve(collector_commands::ServeArgs),

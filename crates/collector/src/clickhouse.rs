@@ -1,31 +1,24 @@
 //! ClickHouse as the fleet's store of profile windows (docs/clickhouse.md): the schema, the
-//! forwarder that reads windows out of the collector's own store as they arrive and inserts
-//! them, and the queries that answer from ClickHouse.
+//! sink the forwarder ([`crate::forward`]) inserts windows with, and the queries that answer
+//! from ClickHouse.
 //!
-//! The collector's own store stays the place that acknowledges: a window reaches ClickHouse
-//! after it was stored locally, so ClickHouse being away loses nothing; the forwarder carries
-//! on from what ClickHouse holds (its highest frame sequence per agent) when it is back.
-//! Several collectors may forward into one database: each forwards the agents connected to it.
+//! The forwarder carries on from what ClickHouse holds (its highest frame sequence per agent)
+//! when it is back after an outage. Several collectors may forward into one database: each
+//! forwards the agents connected to it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::Hasher;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use openprof_format::wire::FrameKind;
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::store::{AgentEntry, Store};
-use crate::windows::{Window, WindowDecoder};
+use crate::forward::WindowSink;
+use crate::store::AgentEntry;
+use crate::windows::Window;
 
 /// How long a query or an insert may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
-/// How often the forwarder looks for new windows.
-const FORWARD_PERIOD: Duration = Duration::from_secs(1);
-/// How long the forwarder waits after ClickHouse failed it.
-const RETRY_AFTER: Duration = Duration::from_secs(2);
 
 /// A ClickHouse database reached over its HTTP interface.
 #[derive(Clone)]
@@ -333,125 +326,46 @@ fn date_of(seconds: u64) -> String {
     format!("{year:04}-{month:02}-{day:02}")
 }
 
-/// One agent as the forwarder follows it.
-#[derive(Default)]
-struct Followed {
-    decoder: WindowDecoder,
-    /// The last frame fed to the decoder.
-    fed: u64,
-    /// The last frame whose windows ClickHouse holds; `None` until asked.
-    forwarded: Option<u64>,
-    recorded: bool,
-    /// Why its stream can't be read, once said.
-    unreadable: bool,
+/// ClickHouse as the forwarder's sink ([`crate::forward`]): the stacks it inserted already are
+/// kept, so that each goes in once while ClickHouse stays up.
+pub struct ClickHouseSink {
+    clickhouse: ClickHouse,
+    /// Stacks inserted since the last failure, by hash.
+    known: HashSet<u64>,
 }
 
-/// Forwards every HPROF binary agent's windows from `store` to `clickhouse` until `stop`.
-pub fn forward(store: Arc<dyn Store>, clickhouse: ClickHouse, stop: Arc<AtomicBool>) {
-    let mut followed: HashMap<Uuid, Followed> = HashMap::new();
-    let mut known = HashSet::new();
-    let mut schema_made = false;
-    let mut failing: Option<String> = None;
-    let mut next = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(100));
-        if Instant::now() < next {
-            continue;
-        }
-        next = Instant::now() + FORWARD_PERIOD;
-        let result = (|| {
-            if !schema_made {
-                clickhouse.create_schema()?;
-                schema_made = true;
-            }
-            let catalog = store.catalog().map_err(|error| error.to_string())?;
-            for agent in catalog.agents.iter().filter(|agent| agent.format == "b") {
-                let state = followed.entry(agent.agent).or_default();
-                forward_agent(&*store, &clickhouse, agent, state, &mut known)?;
-            }
-            Ok::<(), String>(())
-        })();
-        match result {
-            Ok(()) => {
-                if failing.take().is_some() {
-                    tracing::info!("ClickHouse takes windows again");
-                }
-            }
-            Err(why) => {
-                if failing.as_deref() != Some(why.as_str()) {
-                    tracing::warn!("windows wait in the store: {why}");
-                }
-                failing = Some(why);
-                // What was decoded and not inserted is read again from the store.
-                followed.clear();
-                known.clear();
-                schema_made = false;
-                next = Instant::now() + RETRY_AFTER;
-            }
+impl ClickHouseSink {
+    pub fn new(clickhouse: ClickHouse) -> ClickHouseSink {
+        ClickHouseSink {
+            clickhouse,
+            known: HashSet::new(),
         }
     }
 }
 
-fn forward_agent(
-    store: &dyn Store,
-    clickhouse: &ClickHouse,
-    agent: &AgentEntry,
-    state: &mut Followed,
-    known: &mut HashSet<u64>,
-) -> Result<(), String> {
-    if state.unreadable {
-        return Ok(());
+impl WindowSink for ClickHouseSink {
+    fn name(&self) -> &str {
+        "ClickHouse"
     }
-    let forwarded = match state.forwarded {
-        Some(forwarded) => forwarded,
-        None => {
-            let forwarded = clickhouse.forwarded(agent.agent)?;
-            state.forwarded = Some(forwarded);
-            forwarded
-        }
-    };
-    if agent.last_sequence <= state.fed {
-        return Ok(());
+
+    fn prepare(&mut self) -> Result<(), String> {
+        // After a failure ClickHouse may have been emptied: insert every stack again.
+        self.known.clear();
+        self.clickhouse.create_schema()
     }
-    let mut windows = Vec::new();
-    let mut unreadable = None;
-    let decoder = &mut state.decoder;
-    let mut fed = state.fed;
-    store
-        .frames_after(agent.agent, state.fed, &mut |frame| {
-            fed = frame.sequence;
-            if frame.kind != FrameKind::Hprof || unreadable.is_some() {
-                return Ok(());
-            }
-            match decoder.feed(frame.body, frame.sequence, frame.received_ns) {
-                Ok(decoded) => windows.extend(
-                    decoded
-                        .into_iter()
-                        .filter(|window| window.sequence > forwarded),
-                ),
-                Err(why) => unreadable = Some(why),
-            }
-            Ok(())
-        })
-        .map_err(|error| error.to_string())?;
-    if let Some(why) = unreadable {
-        tracing::warn!(
-            "agent {}: its windows are not forwarded: {why}",
-            agent.agent
-        );
-        state.unreadable = true;
-        return Ok(());
+
+    fn resume_point(&mut self, agent: Uuid) -> Result<u64, String> {
+        self.clickhouse.forwarded(agent)
     }
-    if !windows.is_empty() {
-        if !state.recorded {
-            clickhouse.insert_agent(agent)?;
-            state.recorded = true;
-        }
-        clickhouse.insert_windows(agent.agent, &windows, known)?;
-        state.forwarded = windows.last().map(|window| window.sequence);
+
+    fn record_agent(&mut self, agent: &AgentEntry) -> Result<(), String> {
+        self.clickhouse.insert_agent(agent)
     }
-    state.fed = fed;
-    Ok(())
+
+    fn insert_windows(&mut self, agent: &AgentEntry, windows: &[Window]) -> Result<(), String> {
+        self.clickhouse
+            .insert_windows(agent.agent, windows, &mut self.known)
+    }
 }
 
 #[cfg(test)]

@@ -13,12 +13,16 @@
 //! - [`store`]: the [`store::Store`] trait and its embedded backend (SQLite catalog + zstd
 //!   segments).
 //! - [`windows`]: `continuous=` profile windows read back from an agent's HPROF binary stream.
+//! - [`forward`]: the forwarder thread: windows followed in the store, handed to a sink.
 //! - [`clickhouse`]: the fleet's windows forwarded to ClickHouse, and queried there.
+//! - [`pyroscope`]: the fleet's windows pushed to Pyroscope as pprof.
 
 pub mod clickhouse;
 pub mod client;
 pub mod clock;
+pub mod forward;
 pub mod invocations;
+pub mod pyroscope;
 pub mod replay;
 pub mod scan;
 pub mod server;

@@ -576,7 +576,9 @@ mod tests {
             for (sequence, body) in bytes.chunks(frame_size).enumerate() {
                 windows.extend(decoder.feed(body, sequence as u64 + 1, 0).unwrap());
             }
-            let shown: Vec<(&str, Vec<(Vec<String>, String, u64)>)> = windows
+            // Each window as its event and (labels, frames joined by ';', count) per stack.
+            type Shown<'a> = (&'a str, Vec<(Vec<String>, String, u64)>);
+            let shown: Vec<Shown> = windows
                 .iter()
                 .map(|window| {
                     let stacks = window

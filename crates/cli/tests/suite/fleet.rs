@@ -153,7 +153,7 @@ fn http_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Vec<u8>) {
 }
 
 /// The agents a store holds, by id.
-fn agents_in(store: &Path) -> Vec<String> {
+pub(crate) fn agents_in(store: &Path) -> Vec<String> {
     let listed = openprof(&["ls", "--store", store.to_str().unwrap()]);
     text(&listed.stdout)
         .lines()
@@ -164,7 +164,7 @@ fn agents_in(store: &Path) -> Vec<String> {
 }
 
 /// CpuSplit's samples in heavy() and light(), and all of them, in an agent's stored output.
-fn stored_samples(store: &Path, agent: &str) -> (u64, u64, u64) {
+pub(crate) fn stored_samples(store: &Path, agent: &str) -> (u64, u64, u64) {
     let file = export_agent(store, agent, &format!("{agent}.hprof"));
     let bytes = std::fs::read(&file).unwrap();
     let profile =

@@ -12,6 +12,7 @@ mod helpers;
 mod mpt_jvm;
 mod mpt_report;
 mod profile;
+mod pyroscope;
 mod statistics;
 mod token_files;
 mod ui;
