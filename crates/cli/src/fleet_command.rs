@@ -74,9 +74,20 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
+    // The windows' events; the view shows the one asked for, summed in ClickHouse.
+    let event = match view.event.take().as_deref() {
+        None | Some("cpu") => Event::Cpu,
+        Some("wall") => Event::Wall,
+        Some("lock") => Event::Lock,
+        Some("lock_owner") => Event::LockOwner,
+        Some(other) => bail!(
+            "--event {other}: the fleet's windows hold cpu, wall, lock and lock_owner"
+        ),
+    };
     let filter = WindowFilter {
         labels,
         sample_labels,
+        event: Some(event.name().to_string()),
         agent: args.agent,
         since: Some(now.saturating_sub(since)),
         until: None,
@@ -96,7 +107,7 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     }
     let profile = Profile::of_stacks(
         format!("{} at {}", args.database, args.clickhouse),
-        Event::Cpu,
+        event,
         stacks,
     );
     write_view(&profile, &args.output, &view)?;

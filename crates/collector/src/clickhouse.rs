@@ -36,6 +36,8 @@ pub struct WindowFilter {
     /// Samples with all these labels (`name=value`: a traced call's value, the application's
     /// context).
     pub sample_labels: Vec<String>,
+    /// The event summed: `cpu` (when `None`), `wall`, `lock` or `lock_owner`.
+    pub event: Option<String>,
     pub agent: Option<Uuid>,
     /// Windows received at or after this time (seconds since the epoch).
     pub since: Option<u64>,
@@ -220,7 +222,8 @@ impl ClickHouse {
     /// graph's input. Stacks most samples first.
     pub fn stacks(&self, filter: &WindowFilter) -> Result<Vec<(Vec<String>, u64)>, String> {
         let db = &self.database;
-        let mut conditions = vec!["event = 'cpu'".to_string()];
+        let event = filter.event.as_deref().unwrap_or("cpu");
+        let mut conditions = vec![format!("event = {}", quoted(event))];
         if let Some(agent) = filter.agent {
             conditions.push(format!("agent = '{agent}'"));
         }

@@ -517,3 +517,79 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         text(&bad.stderr)
     );
 }
+
+#[test]
+fn hprof_text_windows_bring_wall_clock_states_into_clickhouse() {
+    // WallStates' workers spend known shares of their wall time sleeping, blocked, parked and
+    // computing, and print the shares they measured. An agent writing HPROF text (the format
+    // of wall= windows) streams a window a second; the collector forwards its WALL SAMPLES
+    // with each stack's state as a label, and `openprof fleet --event wall --label state=S`
+    // sums each state in ClickHouse.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "wall_test";
+    let collector = Collector::start_with(
+        &dir.path().join("store"),
+        "127.0.0.1:0",
+        &["--clickhouse", &url, "--database", database],
+    );
+    let options = agent_options(
+        &collector.address,
+        "cpu=samples,interval=2,wall=10,threads=worker-*,depth=16,cutoff=0,format=a,doe=n,\
+         continuous=1s,label=service:wall",
+    );
+    let (mut command, _dir) = java_command(Some(&options), "WallStates", &["4", "40"]);
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let measured: Vec<(String, f64)> = stdout
+        .lines()
+        .find(|line| line.starts_with("sleeping="))
+        .unwrap_or_else(|| panic!("no shares in the workload's output: {stdout}"))
+        .split_whitespace()
+        .map(|pair| {
+            let (state, share) = pair.split_once('=').unwrap();
+            (state.to_string(), share.parse().unwrap())
+        })
+        .collect();
+    let total = |selection: &[&str]| -> u64 {
+        let mut args = vec!["--service", "wall", "--event", "wall"];
+        args.extend_from_slice(selection);
+        fleet_folded(&url, database, &args, dir.path())
+            .iter()
+            .map(|(_, count)| count)
+            .sum()
+    };
+    // Until the forwarder has every window: the total stops growing.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = 0;
+    let all = loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let now = total(&[]);
+        if now > 0 && now == last {
+            break now;
+        }
+        assert!(Instant::now() < deadline, "{}", collector.log());
+        last = now;
+    };
+    assert!(all > 1_000, "{all} wall samples");
+    for (state, share) in measured {
+        let sampled = total(&["--label", &format!("state={state}")]) as f64 / all as f64;
+        assert!(
+            (sampled - share).abs() <= 0.05,
+            "{state}: {sampled:.3} of the wall samples in ClickHouse, {share:.3} measured"
+        );
+    }
+    // The CPU windows of the same text stream are there too.
+    let cpu = fleet_folded(&url, database, &["--service", "wall"], dir.path());
+    assert!(
+        cpu.iter().any(|(stack, _)| stack.contains("WallStates")),
+        "{cpu:?}"
+    );
+}
