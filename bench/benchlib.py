@@ -79,23 +79,13 @@ class ClickHouseServer:
         self.http_port, tcp_port = free_port(), free_port()
         data = os.path.join(directory, "data")
         os.makedirs(data, exist_ok=True)
-        with open(os.path.join(directory, "config.xml"), "w") as config:
-            config.write(f"""<?xml version="1.0"?>
-<yandex>
-    <logger><level>warning</level><log>{directory}/server.log</log><errorlog>{directory}/server.err.log</errorlog></logger>
-    <http_port>{self.http_port}</http_port>
-    <tcp_port>{tcp_port}</tcp_port>
-    <listen_host>127.0.0.1</listen_host>
-    <path>{data}/</path>
-    <tmp_path>{data}/tmp/</tmp_path>
-    <user_files_path>{data}/user_files/</user_files_path>
-    <format_schema_path>{data}/format_schemas/</format_schema_path>
-    <users_config>/etc/clickhouse-server/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <mark_cache_size>53687091</mark_cache_size>
-</yandex>
-""")
+        with open(os.path.join(ROOT, "scripts", "clickhouse-server.xml")) as template:
+            config = template.read()
+        for name, value in [("@DIR@", directory), ("@DATA@", data), ("@HTTP_PORT@", self.http_port),
+                            ("@TCP_PORT@", tcp_port)]:
+            config = config.replace(name, str(value))
+        with open(os.path.join(directory, "config.xml"), "w") as out:
+            out.write(config)
         self.process = None
         self.start()
         self._time = time

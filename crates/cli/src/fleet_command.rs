@@ -80,9 +80,9 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         Some("wall") => Event::Wall,
         Some("lock") => Event::Lock,
         Some("lock_owner") => Event::LockOwner,
-        Some(other) => bail!(
-            "--event {other}: the fleet's windows hold cpu, wall, lock and lock_owner"
-        ),
+        Some(other) => {
+            bail!("--event {other}: the fleet's windows hold cpu, wall, lock and lock_owner")
+        }
     };
     let filter = WindowFilter {
         labels,

@@ -44,26 +44,12 @@ impl ClickHouseServer {
         let (http_port, tcp_port) = (free_port(), free_port());
         let data = dir.join("data");
         std::fs::create_dir_all(&data).unwrap();
-        let config = format!(
-            r#"<?xml version="1.0"?>
-<yandex>
-    <logger><level>warning</level><log>{dir}/server.log</log><errorlog>{dir}/server.err.log</errorlog></logger>
-    <http_port>{http_port}</http_port>
-    <tcp_port>{tcp_port}</tcp_port>
-    <listen_host>127.0.0.1</listen_host>
-    <path>{data}/</path>
-    <tmp_path>{data}/tmp/</tmp_path>
-    <user_files_path>{data}/user_files/</user_files_path>
-    <format_schema_path>{data}/format_schemas/</format_schema_path>
-    <users_config>/etc/clickhouse-server/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <mark_cache_size>53687091</mark_cache_size>
-</yandex>
-"#,
-            dir = dir.display(),
-            data = data.display()
-        );
+        // The one config the tests and the benchmarks fill in (scripts/clickhouse-server.xml).
+        let config = include_str!("../../../../scripts/clickhouse-server.xml")
+            .replace("@DIR@", &dir.display().to_string())
+            .replace("@DATA@", &data.display().to_string())
+            .replace("@HTTP_PORT@", &http_port.to_string())
+            .replace("@TCP_PORT@", &tcp_port.to_string());
         std::fs::write(dir.join("config.xml"), config).unwrap();
         let mut server = ClickHouseServer {
             child: None,
