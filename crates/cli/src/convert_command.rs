@@ -110,28 +110,13 @@ pub struct ConvertArgs {
 pub fn convert(args: ConvertArgs) -> Result<ExitCode> {
     // Bad options are told before a long read.
     let format = output_format(&args.output, &args.view)?;
-    let options = view_options(&args.view)?;
+    view_options(&args.view)?;
     if let [base, new] = args.diff.as_slice() {
-        if !matches!(format, OutputFormat::Collapsed | OutputFormat::Html) {
-            bail!(
-                "a differential view is written as folded stacks (.collapsed) or an HTML flame \
-                 graph (.html), not {}",
-                format.name()
-            );
-        }
+        check_diff_format(format)?;
         let base = read_input(base)?;
         let new = read_input(new)?;
-        check_event(&base, &options)?;
-        check_event(&new, &options)?;
-        let written = if format == OutputFormat::Html {
-            write_file(&args.output, |out| {
-                views::html::write_diff(&new, &base, &options, out)
-            })
-        } else {
-            let diff = views::diff::fold_diff(&base, &new, &options);
-            write_file(&args.output, |out| views::diff::write_collapsed(&diff, out))
-        };
-        return written.map(|()| ExitCode::SUCCESS);
+        write_diff_view(&base, &new, &args.output, &args.view)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let profile = match (&args.stored, &args.input) {
         (Some(id), _) => {
@@ -204,6 +189,34 @@ pub fn write_view(profile: &Profile, output: &Path, args: &ViewArgs) -> Result<(
     let options = view_options(args)?;
     views::check(profile, format, &options).map_err(anyhow::Error::msg)?;
     write_file(output, |out| views::write(profile, format, &options, out))
+}
+
+/// Refuses an output format a differential view is not written in.
+pub fn check_diff_format(format: OutputFormat) -> Result<()> {
+    if !matches!(format, OutputFormat::Collapsed | OutputFormat::Html) {
+        bail!(
+            "a differential view is written as folded stacks (.collapsed) or an HTML flame \
+             graph (.html), not {}",
+            format.name()
+        );
+    }
+    Ok(())
+}
+
+/// Writes `new` against `base` (folded with the same view options) to `output`: an HTML flame
+/// graph coloured by change, or folded stacks with both weights.
+pub fn write_diff_view(base: &Profile, new: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
+    let format = output_format(output, args)?;
+    check_diff_format(format)?;
+    let options = view_options(args)?;
+    check_event(base, &options)?;
+    check_event(new, &options)?;
+    if format == OutputFormat::Html {
+        write_file(output, |out| views::html::write_diff(new, base, &options, out))
+    } else {
+        let diff = views::diff::fold_diff(base, new, &options);
+        write_file(output, |out| views::diff::write_collapsed(&diff, out))
+    }
 }
 
 /// Refuses an event the profile has no samples of.

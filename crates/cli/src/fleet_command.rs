@@ -12,7 +12,7 @@ use clap::Args;
 use openprof_analysis::profile::{Event, Profile};
 use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
 
-use crate::convert_command::{write_view, ViewArgs};
+use crate::convert_command::{write_diff_view, write_view, ViewArgs};
 
 #[derive(Args, Debug)]
 pub struct FleetArgs {
@@ -36,9 +36,26 @@ pub struct FleetArgs {
     /// Only the windows of the last DURATION (e.g. 60s, 15m, 24h, 7d).
     #[arg(long, value_name = "DURATION", default_value = "1h")]
     pub since: String,
-    /// The output file; its extension tells the format unless --format does.
-    #[arg(short = 'o', long = "output")]
-    pub output: PathBuf,
+    /// A differential view: the windows of --since against those of the same length of time
+    /// DURATION earlier (e.g. --since 1h --compare 1d: the last hour against the same hour
+    /// yesterday); written as HTML or folded stacks.
+    #[arg(long, value_name = "DURATION")]
+    pub compare: Option<String>,
+    /// Instead of a view, print the top methods (by self samples) of every BUCKET of the time
+    /// range (e.g. 1m), summed in ClickHouse; --top of them a bucket.
+    #[arg(long, value_name = "BUCKET", conflicts_with = "compare")]
+    pub top_over_time: Option<String>,
+    /// How many methods a bucket of --top-over-time lists.
+    #[arg(long, default_value_t = 5, requires = "top_over_time")]
+    pub top: u32,
+    /// The output file; its extension tells the format unless --format does (not with
+    /// --top-over-time, which prints).
+    #[arg(
+        short = 'o',
+        long = "output",
+        required_unless_present = "top_over_time"
+    )]
+    pub output: Option<PathBuf>,
     #[command(flatten)]
     pub view: ViewArgs,
 }
@@ -92,6 +109,24 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         since: Some(now.saturating_sub(since)),
         until: None,
     };
+    if let Some(bucket) = &args.top_over_time {
+        let bucket = parse_since(bucket).map_err(|_| {
+            anyhow::anyhow!("--top-over-time {bucket}: give a duration such as 10s, 1m or 1h")
+        })?;
+        let rows = clickhouse
+            .top_methods_over_time(&filter, bucket, args.top)
+            .map_err(anyhow::Error::msg)?;
+        println!("{:<20} {:>10}  method", "from (UTC)", event.name());
+        for (start, method, samples) in rows {
+            let time = openprof_collector::clickhouse::utc_text(start);
+            println!("{time:<20} {samples:>10}  {method}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(output) = &args.output else {
+        bail!("-o FILE: the view's output file");
+    };
+    let source = format!("{} at {}", args.database, args.clickhouse);
     let stacks = clickhouse.stacks(&filter).map_err(anyhow::Error::msg)?;
     if stacks.is_empty() {
         bail!(
@@ -105,12 +140,27 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
             args.since
         );
     }
-    let profile = Profile::of_stacks(
-        format!("{} at {}", args.database, args.clickhouse),
-        event,
-        stacks,
-    );
-    write_view(&profile, &args.output, &view)?;
+    let profile = Profile::of_stacks(source.clone(), event, stacks);
+    if let Some(compare) = &args.compare {
+        let earlier = parse_since(compare).map_err(|_| {
+            anyhow::anyhow!("--compare {compare}: give a duration such as 1h or 1d")
+        })?;
+        let base_filter = WindowFilter {
+            since: Some(now.saturating_sub(since + earlier)),
+            until: Some(now.saturating_sub(earlier)),
+            ..filter
+        };
+        let base = clickhouse
+            .stacks(&base_filter)
+            .map_err(anyhow::Error::msg)?;
+        if base.is_empty() {
+            bail!("--compare {compare}: no windows in ClickHouse for these agents then");
+        }
+        let base = Profile::of_stacks(format!("{source}, {compare} earlier"), event, base);
+        write_diff_view(&base, &profile, output, &view)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_view(&profile, output, &view)?;
     Ok(ExitCode::SUCCESS)
 }
 

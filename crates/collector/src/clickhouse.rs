@@ -222,6 +222,60 @@ impl ClickHouse {
     /// graph's input. Stacks most samples first.
     pub fn stacks(&self, filter: &WindowFilter) -> Result<Vec<(Vec<String>, u64)>, String> {
         let db = &self.database;
+        let answer = self.execute(
+            &format!(
+                "SELECT frames, total FROM (SELECT stack, sum(count) AS total FROM {db}.samples \
+                 WHERE {} GROUP BY stack) ANY INNER JOIN (SELECT stack, frames FROM {db}.stacks) \
+                 USING stack ORDER BY total DESC FORMAT JSONEachRow",
+                self.conditions(filter)
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            frames: Vec<String>,
+            total: NumberOrText,
+        }
+        rows(&answer, |row: Row| Ok((row.frames, row.total.value()?)))
+    }
+
+    /// The top methods (by self samples: a stack's leaf) of each `bucket_seconds` of the
+    /// windows `filter` takes, at most `top` a bucket: (bucket's start in seconds since the
+    /// epoch, method, samples), buckets in time order, methods most first. Summed in ClickHouse.
+    pub fn top_methods_over_time(
+        &self,
+        filter: &WindowFilter,
+        bucket_seconds: u64,
+        top: u32,
+    ) -> Result<Vec<(u64, String, u64)>, String> {
+        let db = &self.database;
+        let bucket = bucket_seconds.max(1);
+        let answer = self.execute(
+            &format!(
+                "SELECT bucket, leaf, total FROM (SELECT bucket, leaf, sum(samples) AS total FROM \
+                 (SELECT intDiv(toUInt32(time), {bucket}) * {bucket} AS bucket, stack, \
+                 sum(count) AS samples FROM {db}.samples WHERE {} GROUP BY bucket, stack) \
+                 ANY INNER JOIN (SELECT stack, frames[-1] AS leaf FROM {db}.stacks) USING stack \
+                 GROUP BY bucket, leaf) ORDER BY bucket, total DESC, leaf LIMIT {top} BY bucket \
+                 FORMAT JSONEachRow",
+                self.conditions(filter)
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            bucket: NumberOrText,
+            leaf: String,
+            total: NumberOrText,
+        }
+        rows(&answer, |row: Row| {
+            Ok((row.bucket.value()?, row.leaf, row.total.value()?))
+        })
+    }
+
+    /// The WHERE clause of the windows `filter` takes.
+    fn conditions(&self, filter: &WindowFilter) -> String {
+        let db = &self.database;
         let event = filter.event.as_deref().unwrap_or("cpu");
         let mut conditions = vec![format!("event = {}", quoted(event))];
         if let Some(agent) = filter.agent {
@@ -242,30 +296,24 @@ impl ClickHouse {
         if let Some(until) = filter.until {
             conditions.push(format!("time < toDateTime({until})"));
         }
-        let answer = self.execute(
-            &format!(
-                "SELECT frames, total FROM (SELECT stack, sum(count) AS total FROM {db}.samples \
-                 WHERE {} GROUP BY stack) ANY INNER JOIN (SELECT stack, frames FROM {db}.stacks) \
-                 USING stack ORDER BY total DESC FORMAT JSONEachRow",
-                conditions.join(" AND ")
-            ),
-            "",
-        )?;
-        #[derive(Deserialize)]
-        struct Row {
-            frames: Vec<String>,
-            total: NumberOrText,
-        }
-        answer
-            .lines()
-            .filter(|line| !line.trim().is_empty())
-            .map(|line| {
-                let row: Row = serde_json::from_str(line)
-                    .map_err(|error| format!("ClickHouse answered {line:?}: {error}"))?;
-                Ok((row.frames, row.total.value()?))
-            })
-            .collect()
+        conditions.join(" AND ")
     }
+}
+
+/// The rows of a JSONEachRow answer, each made into what `row` makes of it.
+fn rows<Row: serde::de::DeserializeOwned, T>(
+    answer: &str,
+    row: impl Fn(Row) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
+    answer
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let parsed: Row = serde_json::from_str(line)
+                .map_err(|error| format!("ClickHouse answered {line:?}: {error}"))?;
+            row(parsed)
+        })
+        .collect()
 }
 
 /// ClickHouse writes UInt64 in JSON as text (JavaScript's numbers lose its precision).
@@ -307,6 +355,18 @@ fn now_seconds() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs())
+}
+
+/// A time (seconds since the epoch) as `YYYY-MM-DD HH:MM:SS`, UTC.
+pub fn utc_text(seconds: u64) -> String {
+    let of_day = seconds % 86_400;
+    format!(
+        "{} {:02}:{:02}:{:02}",
+        date_of(seconds),
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60
+    )
 }
 
 /// The UTC date of a time, as ClickHouse's Date reads it.
@@ -374,6 +434,12 @@ impl WindowSink for ClickHouseSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc_text(0), "1970-01-01 00:00:00");
+        assert_eq!(utc_text(1_795_693_323), "2026-11-26 11:42:03");
+    }
 
     #[test]
     fn dates_are_utc_civil_dates() {

@@ -405,6 +405,7 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         ),
     );
     let (mut command, _dir) = java_command(Some(&options), "MptJoined", &["6"]);
+    let started = Instant::now();
     let output = wait_with_limit(
         command.spawn().expect("start java"),
         Duration::from_secs(120),
@@ -501,6 +502,92 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         text(&bad.stderr).contains("--label user: give NAME=VALUE"),
         "{}",
         text(&bad.stderr)
+    );
+    // Top methods over time, summed in ClickHouse by the second: MptJoined.spin is where the
+    // CPU goes in every well-filled bucket.
+    let top = openprof(&[
+        "fleet",
+        "--clickhouse",
+        &url,
+        "--database",
+        database,
+        "--service",
+        "joined",
+        "--since",
+        "1h",
+        "--top-over-time",
+        "1s",
+        "--top",
+        "2",
+    ]);
+    assert!(top.status.success(), "{}", text(&top.stderr));
+    let mut buckets: Vec<(String, u64, String)> = Vec::new();
+    for line in text(&top.stdout).lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let bucket = format!("{} {}", fields[0], fields[1]);
+        if buckets.last().is_none_or(|(last, ..)| *last != bucket) {
+            buckets.push((bucket, fields[2].parse().unwrap(), fields[3].to_string()));
+        }
+    }
+    let full: Vec<_> = buckets
+        .iter()
+        .filter(|(_, samples, _)| *samples >= 100)
+        .collect();
+    assert!(full.len() >= 3, "{}", text(&top.stdout));
+    assert!(
+        full.iter().all(|(_, _, method)| method == "MptJoined.spin"),
+        "{}",
+        text(&top.stdout)
+    );
+    // A differential view of the run's second half against its first, from two queries.
+    let half = started
+        .elapsed()
+        .as_secs()
+        .saturating_sub(4)
+        .max(4)
+        .to_string();
+    let diff = dir.path().join("halves.collapsed");
+    let compared = openprof(&[
+        "fleet",
+        "--clickhouse",
+        &url,
+        "--database",
+        database,
+        "--service",
+        "joined",
+        "--since",
+        &format!("{half}s"),
+        "--compare",
+        &format!("{half}s"),
+        "-o",
+        diff.to_str().unwrap(),
+    ]);
+    assert!(compared.status.success(), "{}", text(&compared.stderr));
+    let both = std::fs::read_to_string(&diff).unwrap();
+    assert!(
+        both.lines().any(|line| {
+            let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+            line.contains("MptJoined.spin") && fields[0] != "0" && fields[1] != "0"
+        }),
+        "{both}"
+    );
+    let nothing_then = openprof(&[
+        "fleet",
+        "--clickhouse",
+        &url,
+        "--database",
+        database,
+        "--service",
+        "joined",
+        "--compare",
+        "1d",
+        "-o",
+        diff.to_str().unwrap(),
+    ]);
+    assert!(
+        text(&nothing_then.stderr).contains("--compare 1d: no windows"),
+        "{}",
+        text(&nothing_then.stderr)
     );
 }
 
