@@ -205,14 +205,21 @@ pub fn check_diff_format(format: OutputFormat) -> Result<()> {
 
 /// Writes `new` against `base` (folded with the same view options) to `output`: an HTML flame
 /// graph coloured by change, or folded stacks with both weights.
-pub fn write_diff_view(base: &Profile, new: &Profile, output: &Path, args: &ViewArgs) -> Result<()> {
+pub fn write_diff_view(
+    base: &Profile,
+    new: &Profile,
+    output: &Path,
+    args: &ViewArgs,
+) -> Result<()> {
     let format = output_format(output, args)?;
     check_diff_format(format)?;
     let options = view_options(args)?;
     check_event(base, &options)?;
     check_event(new, &options)?;
     if format == OutputFormat::Html {
-        write_file(output, |out| views::html::write_diff(new, base, &options, out))
+        write_file(output, |out| {
+            views::html::write_diff(new, base, &options, out)
+        })
     } else {
         let diff = views::diff::fold_diff(base, new, &options);
         write_file(output, |out| views::diff::write_collapsed(&diff, out))
