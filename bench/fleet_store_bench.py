@@ -23,19 +23,15 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
-from benchlib import ROOT, javac_sources, jdk_tool
+from benchlib import ROOT, ClickHouseServer, javac_sources, jdk_tool
 
 OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
 EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "fleet_bench")
-CLICKHOUSE = "/usr/sbin/clickhouse-server"
 TOKEN = "bench-token"
 
 # The JDK's compiler, run the way javac runs it, again and again in one JVM: a real program
@@ -98,50 +94,6 @@ def record(work, seconds, classes):
     return recording
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_clickhouse(work):
-    """A ClickHouse server of our own on loopback ports; returns (process, HTTP URL)."""
-    directory = os.path.join(work, "clickhouse")
-    data = os.path.join(directory, "data")
-    os.makedirs(data)
-    http_port, tcp_port = free_port(), free_port()
-    with open(os.path.join(directory, "config.xml"), "w") as out:
-        out.write(f"""<?xml version="1.0"?>
-<yandex>
-    <logger><level>warning</level><log>{directory}/server.log</log><errorlog>{directory}/server.err.log</errorlog></logger>
-    <http_port>{http_port}</http_port>
-    <tcp_port>{tcp_port}</tcp_port>
-    <listen_host>127.0.0.1</listen_host>
-    <path>{data}/</path>
-    <tmp_path>{data}/tmp/</tmp_path>
-    <user_files_path>{data}/user_files/</user_files_path>
-    <format_schema_path>{data}/format_schemas/</format_schema_path>
-    <users_config>/etc/clickhouse-server/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <mark_cache_size>5368709120</mark_cache_size>
-</yandex>
-""")
-    server = subprocess.Popen([CLICKHOUSE, f"--config-file={directory}/config.xml"], cwd=directory,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{http_port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/?query=SELECT%201", timeout=2).read()
-            return server, url
-        except OSError:
-            if time.time() > deadline or server.poll() is not None:
-                server.kill()
-                sys.exit(f"fleet_store_bench: clickhouse-server did not start; see {directory}/server.err.log")
-            time.sleep(0.2)
-
-
 def directory_bytes(path):
     return sum(os.path.getsize(os.path.join(directory, name))
                for directory, _, names in os.walk(path) for name in names)
@@ -165,20 +117,20 @@ def main():
     for path in (OPENPROF, AGENT):
         if not os.path.isfile(path):
             sys.exit("fleet_store_bench: build first: cargo build --release")
-    if not os.path.isfile(CLICKHOUSE):
-        sys.exit(f"fleet_store_bench: {CLICKHOUSE} is missing (Debian's clickhouse-server)")
+    if not os.path.isfile(ClickHouseServer.SERVER):
+        sys.exit(f"fleet_store_bench: {ClickHouseServer.SERVER} is missing (Debian's clickhouse-server)")
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "openprof-collector", "--example", "fleet_bench"],
                    cwd=ROOT, check=True)
     work = tempfile.mkdtemp(prefix="openprof-fleet-")
     server = None
     try:
         recording = args.recording or record(work, args.record_seconds, args.classes)
-        server, url = start_clickhouse(work)
-        command = [EXAMPLE, "--recording", recording, "--clickhouse", url, "--database", "fleet",
+        server = ClickHouseServer(os.path.join(work, "clickhouse"))
+        command = [EXAMPLE, "--recording", recording, "--clickhouse", server.url, "--database", "fleet",
                    "--store", os.path.join(work, "store"), "--agents", str(args.agents),
                    "--services", str(args.services), "--windows", str(args.windows),
                    "--rounds", str(args.rounds), "--batch", str(args.batch),
-                   "--live-steps", str(args.live_steps), "--server-pid", str(server.pid)]
+                   "--live-steps", str(args.live_steps), "--server-pid", str(server.process.pid)]
         print(" ".join(command), file=sys.stderr, flush=True)
         run = subprocess.run(command, stdout=subprocess.PIPE, text=True)
         if run.returncode != 0:
@@ -189,8 +141,7 @@ def main():
         print_table(args, figures)
     finally:
         if server:
-            server.terminate()
-            server.wait()
+            server.stop()
         if args.keep:
             print(f"kept {work}", file=sys.stderr)
         else:
