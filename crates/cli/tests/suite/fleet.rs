@@ -167,13 +167,14 @@ pub(crate) fn stored_samples(store: &Path, agent: &str) -> (u64, u64, u64) {
     (heavy, light, all)
 }
 
-/// `openprof fleet` as folded stacks: samples by the stack's leaf method.
-fn fleet_by_leaf(
+/// `openprof fleet` as folded stacks: each stack (frames joined by `;`) with its samples, or
+/// what it said on stderr when it found nothing or failed.
+fn try_fleet_folded(
     url: &str,
     database: &str,
     selection: &[&str],
     dir: &Path,
-) -> Option<HashMap<String, u64>> {
+) -> Result<Vec<(String, u64)>, String> {
     let output = dir.join("fleet.collapsed");
     let mut args = vec![
         "fleet",
@@ -189,13 +190,34 @@ fn fleet_by_leaf(
     args.extend_from_slice(selection);
     let run = openprof(&args);
     if !run.status.success() {
-        return None;
+        return Err(text(&run.stderr));
     }
+    Ok(std::fs::read_to_string(&output)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let (stack, count) = line.rsplit_once(' ').unwrap();
+            (stack.to_string(), count.parse().unwrap())
+        })
+        .collect())
+}
+
+/// [`try_fleet_folded`], which must succeed.
+fn fleet_folded(url: &str, database: &str, selection: &[&str], dir: &Path) -> Vec<(String, u64)> {
+    try_fleet_folded(url, database, selection, dir).unwrap_or_else(|stderr| panic!("{stderr}"))
+}
+
+/// `openprof fleet`'s samples by the stack's leaf method; `None` when it found nothing.
+fn fleet_by_leaf(
+    url: &str,
+    database: &str,
+    selection: &[&str],
+    dir: &Path,
+) -> Option<HashMap<String, u64>> {
     let mut by_leaf = HashMap::new();
-    for line in std::fs::read_to_string(&output).unwrap().lines() {
-        let (stack, count) = line.rsplit_once(' ').unwrap();
+    for (stack, count) in try_fleet_folded(url, database, selection, dir).ok()? {
         let leaf = stack.rsplit(';').next().unwrap().to_string();
-        *by_leaf.entry(leaf).or_default() += count.parse::<u64>().unwrap();
+        *by_leaf.entry(leaf).or_default() += count;
     }
     Some(by_leaf)
 }
@@ -346,33 +368,6 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
         "{}",
         text(&missing.stderr)
     );
-}
-
-/// `openprof fleet` as folded stacks: each stack (frames joined by `;`) with its samples.
-fn fleet_folded(url: &str, database: &str, selection: &[&str], dir: &Path) -> Vec<(String, u64)> {
-    let output = dir.join("fleet-folded.collapsed");
-    let mut args = vec![
-        "fleet",
-        "--clickhouse",
-        url,
-        "--database",
-        database,
-        "--since",
-        "1h",
-        "-o",
-        output.to_str().unwrap(),
-    ];
-    args.extend_from_slice(selection);
-    let run = openprof(&args);
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    std::fs::read_to_string(&output)
-        .unwrap()
-        .lines()
-        .map(|line| {
-            let (stack, count) = line.rsplit_once(' ').unwrap();
-            (stack.to_string(), count.parse().unwrap())
-        })
-        .collect()
 }
 
 #[test]
