@@ -122,6 +122,19 @@ impl Collector {
         self.log.lock().unwrap().clone()
     }
 
+    /// The log once it holds `needle`, or as it is after 20 s: the collector logs a
+    /// refused peer on its own task, which may run after the peer has seen the refusal.
+    pub(crate) fn log_with(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let log = self.log();
+            if log.contains(needle) || Instant::now() > deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -463,7 +476,8 @@ fn malformed_frames_close_only_their_own_connection() {
     drop(socket);
 
     the_healthy_agents_trace_is_whole(healthy, stdout, store.path());
-    let log = collector.log();
+    collector.log_with("fragment 1 is malformed");
+    let log = collector.log_with("frame kind 99 is unknown");
     assert!(log.contains("fragment 1 is malformed"), "logged: {log}");
     assert!(log.contains("frame kind 99 is unknown"), "logged: {log}");
 }
@@ -613,7 +627,7 @@ fn a_wrong_credential_is_refused_for_good_and_never_travels() {
     assert!(stderr.contains("not retrying"), "{stderr}");
     assert!(!stderr.contains("did not acknowledge"), "{stderr}");
     assert!(trace_ids(&ls(store.path())).is_empty());
-    let log = collector.log();
+    let log = collector.log_with("wrong agent credential");
     assert!(log.contains("wrong agent credential"), "{log}");
     assert!(
         !log.contains("wrong-token-xyz") && !log.contains(TOKEN) && !log.contains(CONTROL_TOKEN),
@@ -1012,11 +1026,8 @@ fn tls_agents_stream_and_plain_ones_are_turned_away() {
     let document = export(&store, &traces[0], &file);
     validate(&file);
     assert_eq!(method_count(&document, "work"), Some(calls));
-    assert!(
-        collector.log().contains("TLS handshake failed"),
-        "{}",
-        collector.log()
-    );
+    let log = collector.log_with("TLS handshake failed");
+    assert!(log.contains("TLS handshake failed"), "{log}");
     // The command-line clients speak TLS too.
     let address = format!("localhost:{port}");
     let control = openprof(&[
@@ -1789,7 +1800,7 @@ fn a_full_store_refuses_data_and_says_why() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let agent_said = text(&output.stderr);
     assert!(agent_said.contains("the store is full"), "{agent_said}");
-    let log = collector.log();
+    let log = collector.log_with("--max-store-bytes");
     assert!(
         log.contains("the store is full") && log.contains("--max-store-bytes"),
         "{log}"
