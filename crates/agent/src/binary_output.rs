@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::net::{Sink, SINK_BUFFER};
 
 use openprof_format::hprof_binary::{
-    AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value,
+    AllocSite, BasicType, ClassDump, HprofWriter, Record, SubRecord, Value, SITES_INCREMENTAL,
+    SITES_SORTED_BY_ALLOCATION,
 };
 use openprof_format::hprof_text::{
     CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, LABELS_SOURCE,
@@ -353,15 +354,26 @@ impl BinaryOutput {
         for SiteRow { site, .. } in &table.rows {
             let array_type = array_type_of(&site.class_name);
             let class_serial = self.class_serial(&site.class_name)?;
-            records.push(AllocSite {
-                array_type,
-                class_serial,
-                stack_serial: site.trace,
-                live_bytes: clamp32(site.live_bytes),
-                live_instances: clamp32(site.live_objects),
-                allocated_bytes: clamp32(site.allocated_bytes),
-                allocated_instances: clamp32(site.allocated_objects),
-            });
+            let pieces = if table.incremental {
+                pieces32(site.allocated_bytes, site.allocated_objects)
+            } else {
+                vec![(
+                    clamp32(site.allocated_bytes),
+                    clamp32(site.allocated_objects),
+                )]
+            };
+            for (index, (allocated_bytes, allocated_instances)) in pieces.into_iter().enumerate() {
+                let live = index == 0;
+                records.push(AllocSite {
+                    array_type,
+                    class_serial,
+                    stack_serial: site.trace,
+                    live_bytes: if live { clamp32(site.live_bytes) } else { 0 },
+                    live_instances: if live { clamp32(site.live_objects) } else { 0 },
+                    allocated_bytes,
+                    allocated_instances,
+                });
+            }
         }
         self.writer.record(&Record::HeapSummary {
             live_bytes: clamp32(totals.live_bytes),
@@ -369,8 +381,13 @@ impl BinaryOutput {
             allocated_bytes: totals.allocated_bytes,
             allocated_instances: totals.allocated_objects,
         })?;
+        let flags = if table.incremental {
+            SITES_INCREMENTAL | SITES_SORTED_BY_ALLOCATION
+        } else {
+            SITES_AFTER_GC
+        };
         self.writer.record(&Record::AllocSites {
-            flags: SITES_AFTER_GC,
+            flags,
             cutoff: cutoff as f32,
             total_live_bytes: clamp32(totals.live_bytes),
             total_live_instances: clamp32(totals.live_objects),
@@ -421,6 +438,21 @@ impl BinaryOutput {
 
 fn clamp32(value: u64) -> u32 {
     value.min(u32::MAX as u64) as u32
+}
+
+/// A window's allocations at one site as ALLOC SITES entries of at most 4 GiB and 2^32 objects
+/// each (the record's fields are 32 bits; a hot site allocates more than that in seconds):
+/// readers that sum a window's entries by site, as openprof's do, get the whole figure.
+fn pieces32(bytes: u64, objects: u64) -> Vec<(u32, u32)> {
+    let most = u64::from(u32::MAX);
+    let count = bytes.div_ceil(most).max(objects.div_ceil(most)).max(1);
+    (0..count)
+        .map(|index| {
+            // The remainder goes one by one to the first pieces, so none exceeds 32 bits.
+            let share = |total: u64| (total / count + u64::from(index < total % count)) as u32;
+            (share(bytes), share(objects))
+        })
+        .collect()
 }
 
 /// ALLOC SITES' array indicator: 0 for objects, else the basic type of a one-dimensional
@@ -584,5 +616,30 @@ impl HeapSink for BinaryOutput {
         self.claimed.clear();
         self.writer.end_heap_dump()?;
         self.writer.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces32;
+
+    #[test]
+    fn a_windows_figures_split_into_32_bit_pieces_that_sum_to_them() {
+        let most = u64::from(u32::MAX);
+        for (bytes, objects) in [
+            (0, 0),
+            (5, 1),
+            (most, 3),
+            (most + 1, 2),
+            (3 * most - 1, most + 7),
+            (21_474_836_475_000, 9_000_000_000),
+        ] {
+            let pieces = pieces32(bytes, objects);
+            let summed = |pick: fn(&(u32, u32)) -> u32| -> u64 {
+                pieces.iter().map(|piece| u64::from(pick(piece))).sum()
+            };
+            assert_eq!(summed(|piece| piece.0), bytes, "{bytes} bytes");
+            assert_eq!(summed(|piece| piece.1), objects, "{objects} objects");
+        }
     }
 }

@@ -7,10 +7,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use openprof_analysis::profile::{Event, Profile};
+use openprof_analysis::profile::Event;
 use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
+use openprof_collector::windows::WINDOW_EVENTS;
+use openprof_web::fleet_query::{
+    check_agent_label, check_sample_label, window_event, window_event_names, FleetQuery,
+};
 
 use crate::convert_command::{write_diff_view, write_view, ViewArgs};
 
@@ -73,9 +77,7 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         ClickHouse::new(&args.clickhouse, &args.database).map_err(anyhow::Error::msg)?;
     let mut labels = args.agent_labels.clone();
     for label in &labels {
-        if !label.contains(':') {
-            bail!("--agent-label {label}: give NAME:VALUE, as the agent's label= option has it");
-        }
+        check_agent_label(label).map_err(|fault| anyhow!("--agent-label {label}: {fault}"))?;
     }
     if let Some(service) = &args.service {
         labels.push(format!("service:{service}"));
@@ -84,37 +86,37 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     let mut view = args.view.clone();
     let sample_labels = std::mem::take(&mut view.label);
     for label in &sample_labels {
-        if !label.contains('=') {
-            bail!("--label {label}: give NAME=VALUE, e.g. user=alice or 'MptSlow.work(int) 1=20'");
-        }
+        check_sample_label(label).map_err(|fault| anyhow!("--label {label}: {fault}"))?;
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs();
     // The windows' events; the view shows the one asked for, summed in ClickHouse.
-    let event = match view.event.take().as_deref() {
-        None | Some("cpu") => Event::Cpu,
-        Some("wall") => Event::Wall,
-        Some("lock") => Event::Lock,
-        Some("lock_owner") => Event::LockOwner,
-        Some(other) => {
-            bail!("--event {other}: the fleet's windows hold cpu, wall, lock and lock_owner")
-        }
+    let event = match view.event.take() {
+        None => Event::Cpu,
+        Some(name) => window_event(&name).ok_or_else(|| {
+            anyhow!(
+                "--event {name}: the fleet's windows hold {}",
+                window_event_names()
+            )
+        })?,
     };
-    let filter = WindowFilter {
-        labels,
-        sample_labels,
-        event: Some(event.name().to_string()),
-        agent: args.agent,
-        since: Some(now.saturating_sub(since)),
-        until: None,
-    };
+    let query = FleetQuery::new(
+        event,
+        WindowFilter {
+            labels,
+            sample_labels,
+            agent: args.agent,
+            since: Some(now.saturating_sub(since)),
+            ..WindowFilter::default()
+        },
+    );
     if let Some(bucket) = &args.top_over_time {
         let bucket = parse_since(bucket).map_err(|_| {
-            anyhow::anyhow!("--top-over-time {bucket}: give a duration such as 10s, 1m or 1h")
+            anyhow!("--top-over-time {bucket}: give a duration such as 10s, 1m or 1h")
         })?;
         let rows = clickhouse
-            .top_methods_over_time(&filter, bucket, args.top)
+            .top_methods_over_time(&query.filter, bucket, args.top)
             .map_err(anyhow::Error::msg)?;
         println!("{:<20} {:>10}  method", "from (UTC)", event.name());
         for (start, method, samples) in rows {
@@ -127,36 +129,31 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         bail!("-o FILE: the view's output file");
     };
     let source = format!("{} at {}", args.database, args.clickhouse);
-    let stacks = clickhouse.stacks(&filter).map_err(anyhow::Error::msg)?;
-    if stacks.is_empty() {
+    let Some(profile) = query
+        .profile(&clickhouse, source.clone())
+        .map_err(anyhow::Error::msg)?
+    else {
         bail!(
             "no windows in ClickHouse's {} for these agents{} in the last {}",
             args.database,
-            if filter.sample_labels.is_empty() {
+            if query.filter.sample_labels.is_empty() {
                 ""
             } else {
                 " and labels"
             },
             args.since
         );
-    }
-    let profile = Profile::of_stacks(source.clone(), event, stacks);
+    };
     if let Some(compare) = &args.compare {
-        let earlier = parse_since(compare).map_err(|_| {
-            anyhow::anyhow!("--compare {compare}: give a duration such as 1h or 1d")
-        })?;
-        let base_filter = WindowFilter {
-            since: Some(now.saturating_sub(since + earlier)),
-            until: Some(now.saturating_sub(earlier)),
-            ..filter
-        };
-        let base = clickhouse
-            .stacks(&base_filter)
-            .map_err(anyhow::Error::msg)?;
-        if base.is_empty() {
+        let earlier = parse_since(compare)
+            .map_err(|_| anyhow!("--compare {compare}: give a duration such as 1h or 1d"))?;
+        let Some(base) = query
+            .earlier(earlier, now)
+            .profile(&clickhouse, format!("{source}, {compare} earlier"))
+            .map_err(anyhow::Error::msg)?
+        else {
             bail!("--compare {compare}: no windows in ClickHouse for these agents then");
-        }
-        let base = Profile::of_stacks(format!("{source}, {compare} earlier"), event, base);
+        };
         write_diff_view(&base, &profile, output, &view)?;
         return Ok(ExitCode::SUCCESS);
     }

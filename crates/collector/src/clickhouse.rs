@@ -36,7 +36,7 @@ pub struct WindowFilter {
     /// Samples with all these labels (`name=value`: a traced call's value, the application's
     /// context).
     pub sample_labels: Vec<String>,
-    /// The event summed: `cpu` (when `None`), `wall`, `lock` or `lock_owner`.
+    /// The event summed: `cpu` (when `None`), or another of [`crate::windows::WINDOW_EVENTS`].
     pub event: Option<String>,
     pub agent: Option<Uuid>,
     /// Windows received at or after this time (seconds since the epoch).

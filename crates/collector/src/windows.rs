@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::io::Cursor;
 
-use openprof_format::hprof_binary::{HprofReader, Item, Record};
+use openprof_format::hprof_binary::{
+    binary_class_name, BasicType, HprofReader, Item, Record, SITES_INCREMENTAL,
+};
 use openprof_format::hprof_text::{
     self, decode_labels, CpuTableKind, FrameLine, LockTableKind, Trace, LABELS_SOURCE,
 };
@@ -124,12 +126,12 @@ impl WindowDecoder {
             let tag = head[0];
             if tag != TAG_HEAP_DUMP && tag != TAG_HEAP_DUMP_SEGMENT {
                 let record = self.read_record(at, end)?;
-                if let Some(stacks) = self.take(record) {
+                for (event, stacks) in self.take(record) {
                     windows.push(Window {
                         sequence,
                         ordinal: windows.len() as u32,
                         received_ns,
-                        event: "cpu",
+                        event,
                         stacks,
                     });
                 }
@@ -153,9 +155,13 @@ impl WindowDecoder {
         }
     }
 
-    /// Keeps what names stacks; a CPU SAMPLES record comes back as its stacks.
-    fn take(&mut self, record: Option<Record>) -> Option<Vec<(LabelledStack, u64)>> {
-        match record? {
+    /// Keeps what names stacks; a CPU SAMPLES record comes back as its window, an incremental
+    /// ALLOC SITES record as two (bytes and objects allocated).
+    fn take(&mut self, record: Option<Record>) -> Vec<(&'static str, Vec<(LabelledStack, u64)>)> {
+        let Some(record) = record else {
+            return Vec::new();
+        };
+        match record {
             // The agent forgot the stacks written so far: nothing after refers to them.
             Record::ControlSettings { .. } => {
                 self.strings = HashMap::new();
@@ -196,13 +202,37 @@ impl WindowDecoder {
                 for (count, trace) in traces {
                     *counts.entry(self.stack(trace)).or_default() += u64::from(count);
                 }
-                let mut stacks: Vec<(LabelledStack, u64)> = counts.into_iter().collect();
-                stacks.sort();
-                return Some(stacks);
+                return vec![("cpu", sorted(counts))];
+            }
+            Record::AllocSites { flags, sites, .. } if flags & SITES_INCREMENTAL != 0 => {
+                let mut bytes = HashMap::new();
+                let mut objects = HashMap::new();
+                for site in sites {
+                    let class = self.class_name(site.class_serial, site.array_type);
+                    let stack = allocation_stack(self.stack(site.stack_serial), class);
+                    *bytes.entry(stack.clone()).or_default() += u64::from(site.allocated_bytes);
+                    *objects.entry(stack).or_default() += u64::from(site.allocated_instances);
+                }
+                return vec![
+                    (ALLOC_BYTES, sorted(bytes)),
+                    (ALLOC_OBJECTS, sorted(objects)),
+                ];
             }
             _ => {}
         }
-        None
+        Vec::new()
+    }
+
+    /// An allocated class's name in Java source form, by its serial (or, for an array of a
+    /// primitive type, by the site's array type).
+    fn class_name(&self, class_serial: u32, array_type: u8) -> String {
+        if let Some(name) = (self.classes.get(&class_serial)).and_then(|id| self.strings.get(id)) {
+            return binary_class_name(name);
+        }
+        match BasicType::from_code(array_type) {
+            Some(element) if element != BasicType::Object => element.array_name().to_string(),
+            _ => format!("<class serial {class_serial}>"),
+        }
     }
 
     /// A trace's frames, outermost first, as `package.Class.method`, and its labels (a labels
@@ -276,14 +306,12 @@ impl TextWindows {
                 .map_err(|error| format!("the agent's HPROF text: {error}"))?;
         let mut windows = Vec::new();
         let mut window = |event: &'static str, stacks: HashMap<LabelledStack, u64>| {
-            let mut stacks: Vec<(LabelledStack, u64)> = stacks.into_iter().collect();
-            stacks.sort();
             windows.push(Window {
                 sequence,
                 ordinal: windows.len() as u32,
                 received_ns,
                 event,
-                stacks,
+                stacks: sorted(stacks),
             });
         };
         let stack = |serial: u32| {
@@ -311,6 +339,19 @@ impl TextWindows {
             }
             window(event, stacks);
         }
+        // A continuous profile's SITES tables are incremental: each counts its window.
+        for table in profile.sites.iter().filter(|table| table.incremental) {
+            let mut bytes = HashMap::new();
+            let mut objects = HashMap::new();
+            for row in &table.rows {
+                let site = &row.site;
+                let stack = allocation_stack(stack(site.trace), site.class_name.clone());
+                *bytes.entry(stack.clone()).or_default() += site.allocated_bytes;
+                *objects.entry(stack).or_default() += site.allocated_objects;
+            }
+            window(ALLOC_BYTES, bytes);
+            window(ALLOC_OBJECTS, objects);
+        }
         // Lock tables count nanoseconds waited (each row's share of the table's milliseconds).
         for table in &profile.lock_tables {
             let event = match table.kind {
@@ -326,6 +367,33 @@ impl TextWindows {
         }
         Ok(windows)
     }
+}
+
+/// The events of allocation windows, as the profile model names them.
+const ALLOC_BYTES: &str = "alloc_bytes";
+const ALLOC_OBJECTS: &str = "alloc_objects";
+/// Every event a window may count.
+pub const WINDOW_EVENTS: [&str; 6] = [
+    "cpu",
+    "wall",
+    "lock",
+    "lock_owner",
+    ALLOC_BYTES,
+    ALLOC_OBJECTS,
+];
+
+/// A window's stacks, in a stable order.
+fn sorted(counts: HashMap<LabelledStack, u64>) -> Vec<(LabelledStack, u64)> {
+    let mut stacks: Vec<(LabelledStack, u64)> = counts.into_iter().collect();
+    stacks.sort();
+    stacks
+}
+
+/// An allocation's stack: the allocating frames with the allocated class on top, as flame
+/// graphs of allocations show it.
+fn allocation_stack(mut stack: LabelledStack, class: String) -> LabelledStack {
+    stack.frames.push(class);
+    stack
 }
 
 /// Where the last whole table of HPROF text ends (after its `… END` line), if one does.

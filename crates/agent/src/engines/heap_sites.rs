@@ -62,6 +62,9 @@ struct AllocationSite {
     live_bytes: f64,
     allocated_objects: f64,
     allocated_bytes: f64,
+    /// What it allocated since the last profile window (continuous mode).
+    window_objects: f64,
+    window_bytes: f64,
 }
 
 /// A sampled object not yet freed: its site and the objects and bytes it stands for.
@@ -189,6 +192,45 @@ impl HeapSites {
         }
     }
 
+    /// A continuous profile's window: what each site allocated since the last window, as an
+    /// incremental SITES table. No GC is forced (a window every few seconds must not cost a
+    /// full collection each): live figures are as of the JVM's last collection.
+    fn dump_window_sites(&self, context: &Context, dump: &Dump<'_>) {
+        let mut report = lock(dump.report);
+        (dump.collect)(&mut report);
+        let entries = {
+            let mut sites = lock(&self.sites);
+            let entries: Vec<SiteEntry> = sites
+                .sites
+                .iter()
+                .filter(|site| site.window_objects > 0.0)
+                .map(|site| SiteEntry {
+                    trace: site.trace,
+                    class_name: site.class_name.clone(),
+                    live_bytes: site.live_bytes.round() as u64,
+                    live_objects: site.live_objects.round() as u64,
+                    allocated_bytes: site.window_bytes.round() as u64,
+                    allocated_objects: site.window_objects.round() as u64,
+                })
+                .collect();
+            for site in &mut sites.sites {
+                site.window_objects = 0.0;
+                site.window_bytes = 0.0;
+            }
+            entries
+        };
+        let table = openprof_format::hprof_text::SitesTable::window(hprof_date(), entries);
+        let new_traces = report
+            .profile
+            .unprinted_traces(table.rows.iter().map(|row| row.site.trace));
+        if let Err(error) = report.output.sites(&new_traces, &table, 0.0) {
+            report.complain(error);
+        }
+        if context.options.verbose {
+            eprintln!("openprof: allocation window of {} sites", table.rows.len());
+        }
+    }
+
     /// Moves queued allocations and frees into the site table (on the agent's thread or at a
     /// dump), numbering stacks through the report's profile so sites and CPU samples share
     /// TRACEs.
@@ -220,6 +262,8 @@ impl HeapSites {
             let site = &mut sites.sites[index];
             site.allocated_objects += objects;
             site.allocated_bytes += bytes;
+            site.window_objects += objects;
+            site.window_bytes += bytes;
             site.live_objects += objects;
             site.live_bytes += bytes;
             sites.samples += 1;
@@ -306,7 +350,11 @@ impl Engine for HeapSites {
     }
 
     fn dump(&self, context: &Context, dump: &Dump<'_>) {
-        self.dump_sites(context, dump, context.options.cutoff);
+        if context.options.continuous_ms.is_some() {
+            self.dump_window_sites(context, dump);
+        } else {
+            self.dump_sites(context, dump, context.options.cutoff);
+        }
     }
 
     fn in_sessions(&self) -> bool {

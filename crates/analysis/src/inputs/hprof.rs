@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use openprof_format::hprof_text::{
-    self, CpuTableKind, FrameLine, LockTableKind, TextProfile, Trace,
+    self, CpuTableKind, FrameLine, LockTableKind, SitesTable, TextProfile, Trace,
 };
 
 use crate::profile::{
@@ -222,35 +222,54 @@ impl HprofIngest {
                 }
             }
         }
-        for table in &hprof.sites {
-            for row in &table.rows {
-                let site = &row.site;
-                let class = Frame {
-                    name: site.class_name.clone(),
-                    file: None,
-                    line: None,
-                    kind: FrameKind::AllocatedClass,
-                };
-                let (stack, thread) = self.stack_of_trace(hprof, site.trace, Some(class), depth);
-                for (event, value, count) in [
-                    (Event::LiveBytes, site.live_bytes, site.live_objects),
-                    (Event::LiveObjects, site.live_objects, site.live_objects),
-                    (
-                        Event::AllocBytes,
-                        site.allocated_bytes,
-                        site.allocated_objects,
-                    ),
-                    (
-                        Event::AllocObjects,
-                        site.allocated_objects,
-                        site.allocated_objects,
-                    ),
-                ] {
-                    self.add(stack, thread, event, value, count);
-                }
-            }
+        // A complete SITES table counts from the start, so the last one holds the run; a
+        // continuous profile's incremental tables each count their window, so allocations are
+        // their sum, and live figures only a complete table has.
+        let last_complete = hprof.sites.iter().rev().find(|table| !table.incremental);
+        let has_windows = hprof.sites.iter().any(|table| table.incremental);
+        if let Some(table) = last_complete {
+            self.add_sites(hprof, table, !has_windows, depth);
+        }
+        for table in hprof.sites.iter().filter(|table| table.incremental) {
+            self.add_sites(hprof, table, true, depth);
         }
         self.profile
+    }
+
+    /// A SITES table's live figures, and its allocations where `allocations`.
+    fn add_sites(
+        &mut self,
+        hprof: &TextProfile,
+        table: &SitesTable,
+        allocations: bool,
+        depth: Option<u32>,
+    ) {
+        for row in &table.rows {
+            let site = &row.site;
+            let class = Frame {
+                name: site.class_name.clone(),
+                file: None,
+                line: None,
+                kind: FrameKind::AllocatedClass,
+            };
+            let (stack, thread) = self.stack_of_trace(hprof, site.trace, Some(class), depth);
+            if !table.incremental {
+                self.add(
+                    stack,
+                    thread,
+                    Event::LiveBytes,
+                    site.live_bytes,
+                    site.live_objects,
+                );
+                let objects = site.live_objects;
+                self.add(stack, thread, Event::LiveObjects, objects, objects);
+            }
+            if allocations {
+                let (bytes, objects) = (site.allocated_bytes, site.allocated_objects);
+                self.add(stack, thread, Event::AllocBytes, bytes, objects);
+                self.add(stack, thread, Event::AllocObjects, objects, objects);
+            }
+        }
     }
 
     fn add(

@@ -18,7 +18,7 @@ use crate::views_pprof::{go_pprof, parse_top};
 const SERVER: &str = "/usr/sbin/clickhouse-server";
 
 /// A ClickHouse server of the test's own: its config, data and logs in `dir`.
-struct ClickHouseServer {
+pub(crate) struct ClickHouseServer {
     child: Option<Child>,
     dir: PathBuf,
     http_port: u16,
@@ -26,7 +26,7 @@ struct ClickHouseServer {
 
 impl ClickHouseServer {
     /// None (and why, on stderr) where the server is not installed.
-    fn start(dir: &Path) -> Option<ClickHouseServer> {
+    pub(crate) fn start(dir: &Path) -> Option<ClickHouseServer> {
         if !Path::new(SERVER).exists() {
             eprintln!(
                 "skipped: {SERVER} is missing; scripts/test installs Debian's clickhouse-server \
@@ -60,7 +60,7 @@ impl ClickHouseServer {
         Some(server)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.http_port)
     }
 
@@ -660,4 +660,135 @@ fn hprof_text_windows_bring_wall_clock_states_into_clickhouse() {
         cpu.iter().any(|(stack, _)| stack.contains("WallStates")),
         "{cpu:?}"
     );
+}
+
+#[test]
+fn allocation_windows_carry_each_windows_allocations_into_clickhouse() {
+    // AllocSplit allocates, every round, a byte[1400] in big() and a byte[600] in small():
+    // 69.7 % of the bytes and half the objects are big()'s, in every window alike. A continuous
+    // agent with heap=sites writes each window's allocations as an incremental SITES table (in
+    // HPROF binary and in text); the collector forwards them as alloc_bytes and alloc_objects
+    // windows with the allocated class on top of each stack.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "alloc_test";
+    let store = dir.path().join("store");
+    let collector = Collector::start_with(
+        &store,
+        "127.0.0.1:0",
+        &["--clickhouse", &url, "--database", database],
+    );
+    for format in ["b", "a"] {
+        let service = format!("alloc-{format}");
+        let options = agent_options(
+            &collector.address,
+            &format!("heap=sites,format={format},doe=n,continuous=1s,label=service:{service}"),
+        );
+        let (mut command, _dir) = java_command(Some(&options), "AllocSplit", &["5"]);
+        let output = wait_with_limit(
+            command.spawn().expect("start java"),
+            Duration::from_secs(120),
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let by_method = |event: &str| -> HashMap<String, u64> {
+            let mut by_method = HashMap::new();
+            let selection = ["--service", service.as_str(), "--event", event];
+            let folded = try_fleet_folded(&url, database, &selection, dir.path());
+            for (stack, count) in folded.unwrap_or_default() {
+                let frames: Vec<&str> = stack.split(';').collect();
+                // The allocated class is the leaf; the allocating method is under it.
+                let (class, method) = (frames[frames.len() - 1], frames[frames.len() - 2]);
+                *by_method.entry(format!("{method} {class}")).or_default() += count;
+            }
+            by_method
+        };
+        // Until the forwarder has every window: the total stops growing.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = 0;
+        let bytes = loop {
+            std::thread::sleep(Duration::from_secs(2));
+            let bytes = by_method("alloc_bytes");
+            let now: u64 = bytes.values().sum();
+            if now > 0 && now == last {
+                break bytes;
+            }
+            assert!(Instant::now() < deadline, "{}", collector.log());
+            last = now;
+        };
+        let share = |figures: &HashMap<String, u64>| {
+            let big = figures.get("AllocSplit.big byte[]").copied().unwrap_or(0) as f64;
+            let small = figures.get("AllocSplit.small byte[]").copied().unwrap_or(0) as f64;
+            assert!(big > 0.0 && small > 0.0, "format={format}: {figures:?}");
+            big / (big + small)
+        };
+        let byte_share = share(&bytes);
+        assert!(
+            (byte_share - 0.697).abs() <= 0.05,
+            "format={format}: big() has {byte_share:.3} of the bytes: {bytes:?}"
+        );
+        let objects = by_method("alloc_objects");
+        let object_share = share(&objects);
+        assert!(
+            (object_share - 0.5).abs() <= 0.05,
+            "format={format}: big() has {object_share:.3} of the objects: {objects:?}"
+        );
+        // Each window counts its own allocations: about 5 windows, none empty of big().
+        let windows = clickhouse_windows(&url, database, &service);
+        assert!(
+            (4..=8).contains(&windows),
+            "format={format}: {windows} allocation windows"
+        );
+        // The whole stream, read back by `openprof convert`, sums the same windows.
+        let agents = agents_in(&store);
+        let agent = agents.last().unwrap();
+        let file = export_agent(&store, agent, &format!("{agent}.hprof"));
+        let folded = dir.path().join("alloc.collapsed");
+        let converted = openprof(&[
+            "convert",
+            file.to_str().unwrap(),
+            "--event",
+            "alloc_bytes",
+            "--total",
+            "-o",
+            folded.to_str().unwrap(),
+        ]);
+        assert!(converted.status.success(), "{}", text(&converted.stderr));
+        let whole: u64 = std::fs::read_to_string(&folded)
+            .unwrap()
+            .lines()
+            .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(whole, bytes.values().sum::<u64>(), "format={format}");
+    }
+}
+
+/// How many windows of allocations ClickHouse holds for a service's agents.
+fn clickhouse_windows(url: &str, database: &str, service: &str) -> u64 {
+    let query = format!(
+        "SELECT uniqExact(agent, sequence, window) FROM {database}.samples WHERE \
+         event = 'alloc_bytes' AND agent IN (SELECT agent FROM {database}.agents WHERE \
+         service = '{service}')"
+    );
+    let encoded: String = query
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' => (byte as char).to_string(),
+            _ => format!("%{byte:02X}"),
+        })
+        .collect();
+    use std::io::{Read, Write};
+    // HTTP/1.0: ClickHouse answers it whole, not in chunks.
+    let mut stream = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+    write!(stream, "GET /?query={encoded} HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{response}"
+    );
+    body.trim().parse().unwrap_or_else(|_| panic!("{response}"))
 }

@@ -10,7 +10,7 @@ pub mod reader;
 pub mod records;
 pub mod writer;
 
-pub use profile::{binary_class_name, read_profile};
+pub use profile::{binary_class_name, read_profile, SITES_INCREMENTAL, SITES_SORTED_BY_ALLOCATION};
 pub use reader::{Header, HprofError, HprofReader};
 pub use records::*;
 pub use writer::HprofWriter;

@@ -23,7 +23,10 @@ use crate::java_names::class_name_from_signature;
 const PROGRESS_STEP: u64 = 1 << 20;
 
 /// ALLOC SITES flag: sites sorted by allocated bytes rather than live bytes.
-const SITES_SORTED_BY_ALLOCATION: u16 = 0x2;
+pub const SITES_SORTED_BY_ALLOCATION: u16 = 0x2;
+/// ALLOC SITES' flag: the allocations since the previous incremental record, not since the
+/// start (HPROF's "incremental vs. complete").
+pub const SITES_INCREMENTAL: u16 = 0x1;
 
 /// A class name as an HPROF binary file writes it, in Java source form. HotSpot writes JVM
 /// internal names (`java/lang/String`, `[I`, `[LKeep$Node;`), HPROF wrote source names
@@ -409,6 +412,7 @@ impl State {
             } else {
                 SitesOrder::LiveBytes
             },
+            incremental: flags & SITES_INCREMENTAL != 0,
             totals: Some(SiteTotals {
                 live_bytes: (*total_live_bytes).into(),
                 live_objects: (*total_live_instances).into(),

@@ -519,7 +519,7 @@ fn parse<R: BufRead>(
                 rows,
             });
         } else if line.starts_with("SITES BEGIN") {
-            let (ordered_by, date) = sites::parse_sites_header(line, number)?;
+            let (ordered_by, incremental, date) = sites::parse_sites_header(line, number)?;
             let mut rows = Vec::new();
             lines.section("SITES END", number, |row, number| {
                 if !sites::is_sites_column_line(row) {
@@ -532,6 +532,7 @@ fn parse<R: BufRead>(
                 ordered_by,
                 totals: None,
                 rows,
+                incremental,
             });
         } else if line.starts_with("HEAP DUMP BEGIN") {
             let mut dump = heap_dump::HeapDumpReader::begin(line, number)?;

@@ -64,6 +64,10 @@ pub struct SitesTable {
     /// text has `None`; one ranked here, or read from HPROF binary, has them.
     pub totals: Option<SiteTotals>,
     pub rows: Vec<SiteRow>,
+    /// Whether the table counts what was allocated since the previous incremental table (a
+    /// continuous profile's window: HPROF binary's "incremental" flag, `, incremental` in the
+    /// text header) rather than since the start.
+    pub incremental: bool,
 }
 
 impl SitesTable {
@@ -114,6 +118,58 @@ impl SitesTable {
             ordered_by: SitesOrder::LiveBytes,
             totals: Some(totals),
             rows,
+            incremental: false,
+        }
+    }
+
+    /// A window's table: `sites` hold what each site allocated in the window, every one with
+    /// allocations is listed (no cutoff: a window is short, and its short-lived garbage is what
+    /// it is read for), most allocated bytes first, each row's share that of the window's bytes.
+    pub fn window(date: String, sites: Vec<SiteEntry>) -> SitesTable {
+        let mut sites: Vec<SiteEntry> = sites
+            .into_iter()
+            .filter(|site| site.allocated_objects > 0 || site.allocated_bytes > 0)
+            .collect();
+        let mut totals = SiteTotals::default();
+        for site in &sites {
+            totals.live_bytes = totals.live_bytes.saturating_add(site.live_bytes);
+            totals.live_objects = totals.live_objects.saturating_add(site.live_objects);
+            totals.allocated_bytes = totals.allocated_bytes.saturating_add(site.allocated_bytes);
+            totals.allocated_objects = totals
+                .allocated_objects
+                .saturating_add(site.allocated_objects);
+        }
+        sites.sort_by(|a, b| {
+            b.allocated_bytes
+                .cmp(&a.allocated_bytes)
+                .then(a.trace.cmp(&b.trace))
+                .then(a.class_name.cmp(&b.class_name))
+        });
+        let mut accum = 0.0;
+        let rows = sites
+            .into_iter()
+            .enumerate()
+            .map(|(index, site)| {
+                let ratio = if totals.allocated_bytes == 0 {
+                    0.0
+                } else {
+                    site.allocated_bytes as f64 / totals.allocated_bytes as f64
+                };
+                accum += ratio;
+                SiteRow {
+                    rank: index as u32 + 1,
+                    self_percent: ratio * 100.0,
+                    accum_percent: accum * 100.0,
+                    site,
+                }
+            })
+            .collect();
+        SitesTable {
+            date,
+            ordered_by: SitesOrder::AllocatedBytes,
+            totals: Some(totals),
+            rows,
+            incremental: true,
         }
     }
 }
@@ -123,8 +179,13 @@ impl<W: Write> TextWriter<W> {
     pub fn sites(&mut self, table: &SitesTable) -> io::Result<()> {
         writeln!(
             self.out,
-            "SITES BEGIN (ordered by {}) {}",
+            "SITES BEGIN (ordered by {}{}) {}",
             table.ordered_by.text(),
+            if table.incremental {
+                INCREMENTAL_MARK
+            } else {
+                ""
+            },
             table.date
         )?;
         writeln!(
@@ -155,15 +216,23 @@ impl<W: Write> TextWriter<W> {
     }
 }
 
-/// `SITES BEGIN (ordered by live bytes) date`: the order and the date.
+/// What a window's SITES header adds after its order.
+const INCREMENTAL_MARK: &str = ", incremental";
+
+/// `SITES BEGIN (ordered by live bytes) date`: the order, whether the table is incremental, and
+/// the date.
 pub(super) fn parse_sites_header(
     line: &str,
     number: usize,
-) -> Result<(SitesOrder, String), TextReadError> {
+) -> Result<(SitesOrder, bool, String), TextReadError> {
     let rest = line
         .strip_prefix("SITES BEGIN (ordered by ")
         .ok_or_else(|| malformed(number, format!("not a SITES header: '{line}'")))?;
     let (order, date) = cut(rest, ")", number, "SITES BEGIN")?;
+    let (order, incremental) = match order.strip_suffix(INCREMENTAL_MARK) {
+        Some(order) => (order, true),
+        None => (order, false),
+    };
     let order = match order {
         "live bytes" => SitesOrder::LiveBytes,
         "allocated bytes" => SitesOrder::AllocatedBytes,
@@ -174,7 +243,7 @@ pub(super) fn parse_sites_header(
             ))
         }
     };
-    Ok((order, date.trim().to_string()))
+    Ok((order, incremental, date.trim().to_string()))
 }
 
 /// The two column lines under a SITES header.
@@ -290,6 +359,35 @@ mod tests {
              2  8.83% 52.95%    223472 13967    223472 13967 301927 com.sun.tools.javac.util.List\n\
              SITES END\n"
         );
+    }
+
+    #[test]
+    fn a_windows_table_lists_every_allocating_site_and_reads_back_incremental() {
+        let sites = vec![
+            site(300001, "A", (100, 1), (0, 0)),
+            site(300002, "B", (0, 0), (600, 6)),
+            site(300003, "C", (50, 1), (1400, 1)),
+        ];
+        let table = SitesTable::window("d".into(), sites);
+        let order: Vec<&str> = (table.rows.iter())
+            .map(|row| row.site.class_name.as_str())
+            .collect();
+        assert_eq!(
+            order,
+            ["C", "B"],
+            "by allocated bytes, nothing without allocations"
+        );
+        assert!((table.rows[0].self_percent - 70.0).abs() < 1e-9);
+        let text = text_of(|writer| writer.sites(&table));
+        assert!(
+            text.starts_with("SITES BEGIN (ordered by allocated bytes, incremental) d\n"),
+            "{text}"
+        );
+        let read = profile_of(&text).unwrap();
+        assert!(read.sites[0].incremental);
+        assert_eq!(read.sites[0].rows.len(), 2);
+        let complete = text_of(|writer| writer.sites(&SitesTable::rank("d".into(), vec![], 0.0)));
+        assert!(!profile_of(&complete).unwrap().sites[0].incremental);
     }
 
     #[test]
