@@ -376,7 +376,7 @@ fn run(args: &Args) -> Result<(), String> {
             totals.samples += batch_samples;
             totals.calls += 1;
             let (began, cpu) = (Instant::now(), thread_cpu_ns());
-            clickhouse.insert_windows(agent.id, batch, &mut known)?;
+            clickhouse.insert_windows(&[(agent.id, batch)], &mut known)?;
             totals.clickhouse += began.elapsed();
             totals.clickhouse_cpu_ns += thread_cpu_ns() - cpu;
             let (began, cpu) = (Instant::now(), thread_cpu_ns());

@@ -6,16 +6,20 @@
 //! when it is back after an outage. Several collectors may forward into one database: each
 //! forwards the agents connected to it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::hash::Hasher;
 use std::time::Duration;
 
 use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::forward::WindowSink;
-use crate::store::AgentEntry;
-use crate::windows::Window;
+use openprof_format::mpt_stats::ValueType;
+use openprof_format::trace::attrs::AttrValue;
+
+use crate::elements::ElementRow;
+use crate::forward::{AgentBatch, WindowSink};
+use crate::store::{AgentEntry, Catalog, TraceEntry};
+use crate::windows::{ValueCalls, Window};
 
 /// How long a query or an insert may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -100,9 +104,23 @@ impl ClickHouse {
         for statement in [
             format!("CREATE DATABASE IF NOT EXISTS {db}"),
             format!(
-                "CREATE TABLE IF NOT EXISTS {db}.agents (agent String, host String, pid UInt32, \
-                 service String, labels Array(String), seen DateTime) \
-                 ENGINE = ReplacingMergeTree(seen) ORDER BY agent"
+                "CREATE TABLE IF NOT EXISTS {db}.nodes (node String, host String, seen DateTime) \
+                 ENGINE = ReplacingMergeTree(seen) ORDER BY node"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.processes (process String, node String, \
+                 pid UInt32, name String, seen DateTime) \
+                 ENGINE = ReplacingMergeTree(seen) ORDER BY process"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.agents (agent String, process String, \
+                 host String, pid UInt32, format String, service String, labels Array(String), \
+                 seen DateTime) ENGINE = ReplacingMergeTree(seen) ORDER BY agent"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.traces (trace String, agent String, \
+                 elements UInt64, ended UInt8, seen DateTime) \
+                 ENGINE = ReplacingMergeTree(seen) ORDER BY trace"
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {db}.stacks (stack UInt64, frames Array(String)) \
@@ -114,28 +132,85 @@ impl ClickHouse {
                  labels Array(String), count UInt64) ENGINE = MergeTree PARTITION BY date \
                  ORDER BY (agent, time, event, stack)"
             ),
+            // Inserted before a batch's samples, and so again when the samples failed: the
+            // key makes a row inserted twice one, and queries read it FINAL.
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.traced_values (date Date, time DateTime, \
+                 agent String, sequence UInt64, window UInt32, method String, spec String, \
+                 value_type String, value String, calls UInt64, wall_total_ns UInt64, \
+                 cpu_total_ns UInt64, wall_max_ns UInt64, cpu_max_ns UInt64) \
+                 ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (agent, sequence, window, method, spec, value_type, value)"
+            ),
+            // An element received twice (the same collationValue) is one, as on export.
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.trace_elements (date Date, time DateTime, \
+                 agent String, trace String, sequence UInt64, collation UInt64, element String, \
+                 attribute_names Array(String), attribute_values Array(String), xml String) \
+                 ENGINE = ReplacingMergeTree PARTITION BY date \
+                 ORDER BY (agent, trace, collation, element)"
+            ),
         ] {
             self.execute(&statement, "")?;
         }
         Ok(())
     }
 
-    /// The highest frame sequence of `agent` whose windows ClickHouse holds (0: none).
+    /// The highest frame sequence of `agent` whose windows (or trace elements) ClickHouse
+    /// holds (0: none). Traced values are not asked: they go in before their batch's samples.
     pub fn forwarded(&self, agent: Uuid) -> Result<u64, String> {
-        let answer = self.execute(
-            &format!(
-                "SELECT max(sequence) FROM {}.samples WHERE agent = '{agent}' FORMAT TSV",
-                self.database
-            ),
-            "",
-        )?;
-        answer
-            .trim()
-            .parse()
-            .map_err(|_| format!("ClickHouse answered {answer:?} for an agent's last window"))
+        let mut highest = 0;
+        for table in ["samples", "trace_elements"] {
+            let answer = self.execute(
+                &format!(
+                    "SELECT max(sequence) FROM {}.{table} WHERE agent = '{agent}' FORMAT TSV",
+                    self.database
+                ),
+                "",
+            )?;
+            let sequence: u64 = answer.trim().parse().map_err(|_| {
+                format!("ClickHouse answered {answer:?} for an agent's last window")
+            })?;
+            highest = highest.max(sequence);
+        }
+        Ok(highest)
     }
 
-    /// Records an agent: its host, pid, labels, and its `service` label.
+    /// Records an agent's node and process (where `catalog` has them: an agent writing a trace
+    /// names them) and the agent: its host, pid, format, labels, and its `service` label.
+    pub fn insert_hierarchy(&self, agent: &AgentEntry, catalog: &Catalog) -> Result<(), String> {
+        let db = &self.database;
+        let process = agent
+            .process
+            .and_then(|process| (catalog.processes.iter()).find(|entry| entry.process == process));
+        if let Some(process) = process {
+            if let Some(node) = (catalog.nodes.iter()).find(|node| node.node == process.node) {
+                let row = serde_json::json!({
+                    "node": node.node.to_string(),
+                    "host": node.hostname,
+                    "seen": now_seconds(),
+                });
+                self.execute(
+                    &format!("INSERT INTO {db}.nodes FORMAT JSONEachRow"),
+                    &format!("{row}\n"),
+                )?;
+            }
+            let row = serde_json::json!({
+                "process": process.process.to_string(),
+                "node": process.node.to_string(),
+                "pid": process.pid,
+                "name": process.name.clone().unwrap_or_default(),
+                "seen": now_seconds(),
+            });
+            self.execute(
+                &format!("INSERT INTO {db}.processes FORMAT JSONEachRow"),
+                &format!("{row}\n"),
+            )?;
+        }
+        self.insert_agent(agent)
+    }
+
+    /// Records an agent: its host, pid, format, labels, and its `service` label.
     pub fn insert_agent(&self, agent: &AgentEntry) -> Result<(), String> {
         let labels: Vec<String> = agent
             .labels
@@ -149,8 +224,10 @@ impl ClickHouse {
             .map_or("", |(_, value)| value.as_str());
         let row = serde_json::json!({
             "agent": agent.agent.to_string(),
+            "process": agent.process.map(|process| process.to_string()).unwrap_or_default(),
             "host": agent.hostname,
             "pid": agent.pid,
+            "format": agent.format,
             "service": service,
             "labels": labels,
             "seen": now_seconds(),
@@ -162,19 +239,44 @@ impl ClickHouse {
         .map(|_| ())
     }
 
-    /// Inserts windows of one agent: their stacks first (`known`: stacks inserted already, by
-    /// hash), then their samples in one insert, which ClickHouse takes whole or not at all.
+    /// Inserts windows of agents: their stacks first (`known`: stacks inserted already, by
+    /// hash), their traced values, then their samples in one insert, which ClickHouse takes
+    /// whole or not at all.
     pub fn insert_windows(
         &self,
-        agent: Uuid,
-        windows: &[Window],
+        batch: &[(Uuid, &[Window])],
         known: &mut HashSet<u64>,
     ) -> Result<(), String> {
         let mut stacks = String::new();
         let mut samples = String::new();
+        let mut values = String::new();
         let mut new_stacks = Vec::new();
-        for window in windows {
+        let windows = (batch.iter())
+            .flat_map(|(agent, windows)| windows.iter().map(move |window| (agent, window)));
+        for (agent, window) in windows {
             let seconds = window.received_ns / 1_000_000_000;
+            for value in &window.values {
+                values.push_str(
+                    &serde_json::json!({
+                        "date": date_of(seconds),
+                        "time": seconds,
+                        "agent": agent.to_string(),
+                        "sequence": window.sequence,
+                        "window": window.ordinal,
+                        "method": value.method,
+                        "spec": value.spec,
+                        "value_type": value.value_type,
+                        "value": value.value,
+                        "calls": value.calls,
+                        "wall_total_ns": value.wall_total_ns,
+                        "cpu_total_ns": value.cpu_total_ns,
+                        "wall_max_ns": value.wall_max_ns,
+                        "cpu_max_ns": value.cpu_max_ns,
+                    })
+                    .to_string(),
+                );
+                values.push('\n');
+            }
             for (labelled, count) in &window.stacks {
                 let frames = &labelled.frames;
                 let stack = stack_hash(frames);
@@ -208,6 +310,15 @@ impl ClickHouse {
                 &stacks,
             )?;
         }
+        if !values.is_empty() {
+            self.execute(
+                &format!(
+                    "INSERT INTO {}.traced_values FORMAT JSONEachRow",
+                    self.database
+                ),
+                &values,
+            )?;
+        }
         if !samples.is_empty() {
             self.execute(
                 &format!("INSERT INTO {}.samples FORMAT JSONEachRow", self.database),
@@ -216,6 +327,172 @@ impl ClickHouse {
         }
         known.extend(new_stacks);
         Ok(())
+    }
+
+    /// Inserts trace elements of agents in one insert, which ClickHouse takes whole or not at
+    /// all.
+    pub fn insert_elements(&self, batch: &[(Uuid, &[ElementRow])]) -> Result<(), String> {
+        let mut rows = String::new();
+        let elements = (batch.iter())
+            .flat_map(|(agent, elements)| elements.iter().map(move |element| (agent, element)));
+        for (agent, element) in elements {
+            let seconds = element.received_ns / 1_000_000_000;
+            let (names, values): (Vec<&str>, Vec<&str>) = (element.attributes.iter())
+                .map(|(name, value)| (name.as_str(), value.as_str()))
+                .unzip();
+            rows.push_str(
+                &serde_json::json!({
+                    "date": date_of(seconds),
+                    "time": seconds,
+                    "agent": agent.to_string(),
+                    "trace": element.trace.map(|trace| trace.to_string()).unwrap_or_default(),
+                    "sequence": element.sequence,
+                    "collation": element.collation.map_or(0, |value| value.min(u128::from(u64::MAX)) as u64),
+                    "element": element.element,
+                    "attribute_names": names,
+                    "attribute_values": values,
+                    "xml": element.xml,
+                })
+                .to_string(),
+            );
+            rows.push('\n');
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO {}.trace_elements FORMAT JSONEachRow",
+                self.database
+            ),
+            &rows,
+        )
+        .map(|_| ())
+    }
+
+    /// Records traces: their agent, elements stored and whether they ended.
+    pub fn insert_traces(&self, traces: &[TraceEntry]) -> Result<(), String> {
+        let mut rows = String::new();
+        for trace in traces {
+            rows.push_str(
+                &serde_json::json!({
+                    "trace": trace.trace.to_string(),
+                    "agent": trace.agent.to_string(),
+                    "elements": trace.elements,
+                    "ended": u8::from(trace.ended),
+                    "seen": now_seconds(),
+                })
+                .to_string(),
+            );
+            rows.push('\n');
+        }
+        self.execute(
+            &format!("INSERT INTO {}.traces FORMAT JSONEachRow", self.database),
+            &rows,
+        )
+        .map(|_| ())
+    }
+
+    /// The traced values of the agents and time `filter` takes (`method`: of that method only,
+    /// `package.Class.method(types)`, whatever its class's loader), summed over windows in
+    /// ClickHouse, the slowest in all first.
+    pub fn traced_values(
+        &self,
+        filter: &WindowFilter,
+        method: Option<&str>,
+    ) -> Result<Vec<ValueCalls>, String> {
+        let db = &self.database;
+        let mut conditions = self.agent_conditions(filter);
+        if let Some(method) = method {
+            // A method of a class loaded by several loaders is named with its loader.
+            let with_loader = format!("{method} [loader ");
+            conditions.push(format!(
+                "(method = {} OR substring(method, 1, {}) = {})",
+                quoted(method),
+                with_loader.len(),
+                quoted(&with_loader)
+            ));
+        }
+        let answer = self.execute(
+            &format!(
+                "SELECT method, spec, value_type, value, sum(calls) AS calls, \
+                 sum(wall_total_ns) AS wall_total_ns, sum(cpu_total_ns) AS cpu_total_ns, \
+                 max(wall_max_ns) AS wall_max_ns, max(cpu_max_ns) AS cpu_max_ns \
+                 FROM {db}.traced_values FINAL WHERE {} \
+                 GROUP BY method, spec, value_type, value \
+                 ORDER BY wall_total_ns DESC, method, spec, value FORMAT JSONEachRow",
+                conditions.join(" AND ")
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            method: String,
+            spec: String,
+            value_type: String,
+            value: String,
+            calls: NumberOrText,
+            wall_total_ns: NumberOrText,
+            cpu_total_ns: NumberOrText,
+            wall_max_ns: NumberOrText,
+            cpu_max_ns: NumberOrText,
+        }
+        rows(&answer, |row: Row| {
+            // Back to the one spelling the format has (the field is &'static).
+            let value_type = ValueType::parse_value(&row.value_type)
+                .map(ValueType::as_str)
+                .map_err(|why| format!("ClickHouse's traced_values: {why}"))?;
+            Ok(ValueCalls {
+                method: row.method,
+                spec: row.spec,
+                value_type,
+                value: row.value,
+                calls: row.calls.value()?,
+                wall_total_ns: row.wall_total_ns.value()?,
+                cpu_total_ns: row.cpu_total_ns.value()?,
+                wall_max_ns: row.wall_max_ns.value()?,
+                cpu_max_ns: row.cpu_max_ns.value()?,
+            })
+        })
+    }
+
+    /// Calls per method in the traces of the agents and time `filter` takes: the methodEntry
+    /// elements, named by their trace's methodDef and classDef, counted in ClickHouse; the
+    /// `top` most called, as (`package.Class.method`, calls).
+    pub fn method_calls(
+        &self,
+        filter: &WindowFilter,
+        top: u32,
+    ) -> Result<Vec<(String, u64)>, String> {
+        let db = &self.database;
+        let attribute =
+            |name: &str| format!("attribute_values[indexOf(attribute_names, '{name}')]");
+        let answer = self.execute(
+            &format!(
+                "SELECT concat(class, '.', method) AS name, sum(calls) AS total FROM \
+                 (SELECT trace, class_id, method, calls FROM \
+                 (SELECT trace, {method_ref} AS method_id, count() AS calls \
+                 FROM {db}.trace_elements FINAL WHERE element = 'methodEntry' AND {conditions} \
+                 GROUP BY trace, method_id) ANY LEFT JOIN \
+                 (SELECT trace, {method_id} AS method_id, {name} AS method, \
+                 {class_ref} AS class_id FROM {db}.trace_elements FINAL \
+                 WHERE element = 'methodDef') USING (trace, method_id)) ANY LEFT JOIN \
+                 (SELECT trace, {class_id} AS class_id, {name} AS class \
+                 FROM {db}.trace_elements FINAL WHERE element = 'classDef') \
+                 USING (trace, class_id) GROUP BY name ORDER BY total DESC, name LIMIT {top} \
+                 FORMAT JSONEachRow",
+                method_ref = attribute("methodIdRef"),
+                method_id = attribute("methodId"),
+                class_ref = attribute("classIdRef"),
+                class_id = attribute("classId"),
+                name = attribute("name"),
+                conditions = self.agent_conditions(filter).join(" AND "),
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            name: String,
+            total: NumberOrText,
+        }
+        rows(&answer, |row: Row| Ok((row.name, row.total.value()?)))
     }
 
     /// The samples per stack of the windows `filter` takes, summed in ClickHouse: a flame
@@ -275,9 +552,20 @@ impl ClickHouse {
 
     /// The WHERE clause of the windows `filter` takes.
     fn conditions(&self, filter: &WindowFilter) -> String {
-        let db = &self.database;
         let event = filter.event.as_deref().unwrap_or("cpu");
         let mut conditions = vec![format!("event = {}", quoted(event))];
+        conditions.extend(self.agent_conditions(filter));
+        for label in &filter.sample_labels {
+            conditions.push(format!("has(labels, {})", quoted(label)));
+        }
+        conditions.join(" AND ")
+    }
+
+    /// The conditions on agents and time of `filter` (true where it has none), for any table
+    /// with `agent` and `time`.
+    fn agent_conditions(&self, filter: &WindowFilter) -> Vec<String> {
+        let db = &self.database;
+        let mut conditions = vec!["1".to_string()];
         if let Some(agent) = filter.agent {
             conditions.push(format!("agent = '{agent}'"));
         }
@@ -287,16 +575,13 @@ impl ClickHouse {
                 quoted(label)
             ));
         }
-        for label in &filter.sample_labels {
-            conditions.push(format!("has(labels, {})", quoted(label)));
-        }
         if let Some(since) = filter.since {
             conditions.push(format!("time >= toDateTime({since})"));
         }
         if let Some(until) = filter.until {
             conditions.push(format!("time < toDateTime({until})"));
         }
-        conditions.join(" AND ")
+        conditions
     }
 }
 
@@ -395,6 +680,8 @@ pub struct ClickHouseSink {
     clickhouse: ClickHouse,
     /// Stacks inserted since the last failure, by hash.
     known: HashSet<u64>,
+    /// Each trace's elements and whether it ended, as last recorded.
+    traces: HashMap<Uuid, (u64, bool)>,
 }
 
 impl ClickHouseSink {
@@ -402,6 +689,7 @@ impl ClickHouseSink {
         ClickHouseSink {
             clickhouse,
             known: HashSet::new(),
+            traces: HashMap::new(),
         }
     }
 }
@@ -414,6 +702,7 @@ impl WindowSink for ClickHouseSink {
     fn prepare(&mut self) -> Result<(), String> {
         // After a failure ClickHouse may have been emptied: insert every stack again.
         self.known.clear();
+        self.traces.clear();
         self.clickhouse.create_schema()
     }
 
@@ -421,13 +710,46 @@ impl WindowSink for ClickHouseSink {
         self.clickhouse.forwarded(agent)
     }
 
-    fn record_agent(&mut self, agent: &AgentEntry) -> Result<(), String> {
-        self.clickhouse.insert_agent(agent)
+    fn record_agent(&mut self, agent: &AgentEntry, catalog: &Catalog) -> Result<(), String> {
+        self.clickhouse.insert_hierarchy(agent, catalog)
     }
 
-    fn insert_windows(&mut self, agent: &AgentEntry, windows: &[Window]) -> Result<(), String> {
-        self.clickhouse
-            .insert_windows(agent.agent, windows, &mut self.known)
+    fn takes_traces(&self) -> bool {
+        true
+    }
+
+    fn record_traces(&mut self, traces: &[TraceEntry]) -> Result<(), String> {
+        let changed: Vec<TraceEntry> = (traces.iter())
+            .filter(|trace| self.traces.get(&trace.trace) != Some(&(trace.elements, trace.ended)))
+            .cloned()
+            .collect();
+        if changed.is_empty() {
+            return Ok(());
+        }
+        self.clickhouse.insert_traces(&changed)?;
+        for trace in changed {
+            self.traces
+                .insert(trace.trace, (trace.elements, trace.ended));
+        }
+        Ok(())
+    }
+
+    fn insert(&mut self, batch: &[AgentBatch]) -> Result<(), String> {
+        let windows: Vec<(Uuid, &[Window])> = (batch.iter())
+            .filter(|taken| !taken.windows.is_empty())
+            .map(|taken| (taken.agent.agent, taken.windows.as_slice()))
+            .collect();
+        if !windows.is_empty() {
+            self.clickhouse.insert_windows(&windows, &mut self.known)?;
+        }
+        let elements: Vec<(Uuid, &[ElementRow])> = (batch.iter())
+            .filter(|taken| !taken.elements.is_empty())
+            .map(|taken| (taken.agent.agent, taken.elements.as_slice()))
+            .collect();
+        if !elements.is_empty() {
+            self.clickhouse.insert_elements(&elements)?;
+        }
+        Ok(())
     }
 }
 

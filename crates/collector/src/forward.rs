@@ -1,7 +1,8 @@
 //! The forwarder thread of `openprof serve --clickhouse` and `--pyroscope`: it follows every
 //! HPROF agent's frames (binary or text) in the collector's own store, decodes the profile
 //! windows in them and hands a [`WindowSink`] those it does not hold yet, retrying while the
-//! sink is away.
+//! sink is away. A sink that keeps traces also gets format=x agents' trace elements, and the
+//! node → process → agent → trace hierarchy above them.
 //!
 //! The collector's own store stays the place that acknowledges: a window reaches a sink after
 //! it was stored locally, so a sink being away loses nothing; when it is back, the forwarder
@@ -15,11 +16,15 @@ use std::time::{Duration, Instant};
 use openprof_format::wire::FrameKind;
 use uuid::Uuid;
 
-use crate::store::{AgentEntry, Store};
+use crate::elements::{element_rows, ElementRow};
+use crate::store::{AgentEntry, Catalog, Store, TraceEntry};
 use crate::windows::{Window, WindowDecoder};
 
 /// How often the forwarder looks for new windows.
 const FORWARD_PERIOD: Duration = Duration::from_secs(1);
+/// How many windows and elements a pass gathers before it hands them over (more wait for the
+/// next pass); one agent catching up is handed over whole.
+const BATCH_ROWS: usize = 100_000;
 /// How long the forwarder waits after its sink failed it.
 const RETRY_AFTER: Duration = Duration::from_secs(2);
 /// How often the forwarder looks at its stop flag while it waits.
@@ -36,13 +41,32 @@ pub trait WindowSink {
     /// The highest frame sequence of `agent` all of whose windows the sink holds (0: none):
     /// the forwarder hands it only windows above it.
     fn resume_point(&mut self, agent: Uuid) -> Result<u64, String>;
-    /// Records an agent before its first windows go in, where the sink keeps agents apart.
-    fn record_agent(&mut self, _agent: &AgentEntry) -> Result<(), String> {
+    /// Records an agent (with its node and process, which `catalog` holds) before its first
+    /// windows or elements go in, where the sink keeps agents apart.
+    fn record_agent(&mut self, _agent: &AgentEntry, _catalog: &Catalog) -> Result<(), String> {
         Ok(())
     }
-    /// Takes windows of one agent, in the order of its stream, all above its resume point.
-    /// On `Err` the forwarder starts over from [`WindowSink::resume_point`].
-    fn insert_windows(&mut self, agent: &AgentEntry, windows: &[Window]) -> Result<(), String>;
+    /// Whether it keeps format=x agents' trace elements; if not, those agents are not followed.
+    fn takes_traces(&self) -> bool {
+        false
+    }
+    /// Records the traces of the agents followed, as the store has them now (elements, ended):
+    /// called every pass, so a sink inserts only what changed.
+    fn record_traces(&mut self, _traces: &[TraceEntry]) -> Result<(), String> {
+        Ok(())
+    }
+    /// Takes what a pass gathered: for each agent, its windows (and trace elements, where the
+    /// sink takes traces) in the order of its stream, all above its resume point. Batched
+    /// across agents, so that a store built for few large inserts gets them. On `Err` the
+    /// forwarder starts over from [`WindowSink::resume_point`].
+    fn insert(&mut self, batch: &[AgentBatch]) -> Result<(), String>;
+}
+
+/// What one pass took from the store for one agent.
+pub struct AgentBatch<'a> {
+    pub agent: &'a AgentEntry,
+    pub windows: Vec<Window>,
+    pub elements: Vec<ElementRow>,
 }
 
 /// One agent as the forwarder follows it.
@@ -64,6 +88,7 @@ pub fn forward(store: Arc<dyn Store>, mut sink: impl WindowSink, stop: Arc<Atomi
     let mut prepared = false;
     let mut failing: Option<String> = None;
     let mut next = Instant::now();
+    let mut pass = 0usize;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(STOP_POLL);
         if Instant::now() < next {
@@ -78,12 +103,42 @@ pub fn forward(store: Arc<dyn Store>, mut sink: impl WindowSink, stop: Arc<Atomi
             let catalog = store
                 .catalog()
                 .map_err(|error| format!("the store's catalog: {error}"))?;
-            // HPROF text and binary have windows; traces (format x) have none.
-            let hprof_agents =
-                (catalog.agents.iter()).filter(|agent| matches!(agent.format.as_str(), "a" | "b"));
-            for agent in hprof_agents {
+            // HPROF text and binary have windows; traces (format x) have elements.
+            let takes_traces = sink.takes_traces();
+            let agents: Vec<&AgentEntry> = (catalog.agents.iter())
+                .filter(|agent| {
+                    matches!(agent.format.as_str(), "a" | "b")
+                        || (takes_traces && agent.format == "x")
+                })
+                .collect();
+            // Each pass starts at another agent, so that a full batch delays no one for long.
+            pass += 1;
+            let mut batch = Vec::new();
+            let mut rows = 0;
+            for index in 0..agents.len() {
+                if rows >= BATCH_ROWS {
+                    break;
+                }
+                let agent = agents[(pass + index) % agents.len()];
                 let state = followed.entry(agent.agent).or_default();
-                forward_agent(&*store, &mut sink, agent, state)?;
+                if let Some(taken) = read_agent(&*store, &mut sink, agent, state)? {
+                    rows += taken.windows.len() + taken.elements.len();
+                    if !state.recorded {
+                        sink.record_agent(agent, &catalog)?;
+                        state.recorded = true;
+                    }
+                    batch.push(taken);
+                }
+            }
+            if !batch.is_empty() {
+                sink.insert(&batch)?;
+            }
+            if takes_traces {
+                let traces: Vec<TraceEntry> = (catalog.traces.iter())
+                    .filter(|trace| followed.contains_key(&trace.agent))
+                    .cloned()
+                    .collect();
+                sink.record_traces(&traces)?;
             }
             Ok::<(), String>(())
         })();
@@ -107,15 +162,17 @@ pub fn forward(store: Arc<dyn Store>, mut sink: impl WindowSink, stop: Arc<Atomi
     }
 }
 
-/// Hands `sink` the windows of `agent` stored since the forwarder last looked.
-fn forward_agent(
+/// The windows (or trace elements) of `agent` stored since the forwarder last looked and not
+/// in the sink yet, if there are any. The state moves on as if the sink took them: when it
+/// does not, the forwarder forgets every state and starts over.
+fn read_agent<'a>(
     store: &dyn Store,
     sink: &mut impl WindowSink,
-    agent: &AgentEntry,
+    agent: &'a AgentEntry,
     state: &mut Followed,
-) -> Result<(), String> {
+) -> Result<Option<AgentBatch<'a>>, String> {
     if state.unreadable {
-        return Ok(());
+        return Ok(None);
     }
     let forwarded = match state.forwarded {
         Some(forwarded) => forwarded,
@@ -126,25 +183,38 @@ fn forward_agent(
         }
     };
     if agent.last_sequence <= state.fed {
-        return Ok(());
+        return Ok(None);
     }
     let mut windows = Vec::new();
+    let mut elements = Vec::new();
     let mut unreadable = None;
     let decoder = &mut state.decoder;
     let mut fed = state.fed;
     store
         .frames_after(agent.agent, state.fed, &mut |frame| {
             fed = frame.sequence;
-            if frame.kind != FrameKind::Hprof || unreadable.is_some() {
+            if unreadable.is_some() {
                 return Ok(());
             }
-            match decoder.feed(frame.body, frame.sequence, frame.received_ns) {
-                Ok(decoded) => windows.extend(
-                    decoded
-                        .into_iter()
-                        .filter(|window| window.sequence > forwarded),
-                ),
-                Err(why) => unreadable = Some(why),
+            match frame.kind {
+                FrameKind::Hprof => {
+                    match decoder.feed(frame.body, frame.sequence, frame.received_ns) {
+                        Ok(decoded) => windows.extend(
+                            decoded
+                                .into_iter()
+                                .filter(|window| window.sequence > forwarded),
+                        ),
+                        Err(why) => unreadable = Some(why),
+                    }
+                }
+                // Fragments are whole in their frame: only those above the sink's are read.
+                FrameKind::Fragment if frame.sequence > forwarded => {
+                    match element_rows(frame.body, frame.sequence, frame.received_ns) {
+                        Ok(rows) => elements.extend(rows),
+                        Err(why) => unreadable = Some(why),
+                    }
+                }
+                _ => {}
             }
             Ok(())
         })
@@ -156,16 +226,18 @@ fn forward_agent(
             sink.name()
         );
         state.unreadable = true;
-        return Ok(());
-    }
-    if !windows.is_empty() {
-        if !state.recorded {
-            sink.record_agent(agent)?;
-            state.recorded = true;
-        }
-        sink.insert_windows(agent, &windows)?;
-        state.forwarded = windows.last().map(|window| window.sequence);
+        return Ok(None);
     }
     state.fed = fed;
-    Ok(())
+    if windows.is_empty() && elements.is_empty() {
+        return Ok(None);
+    }
+    let last_window = windows.last().map(|window| window.sequence);
+    let last_element = elements.last().map(|element| element.sequence);
+    state.forwarded = last_window.max(last_element);
+    Ok(Some(AgentBatch {
+        agent,
+        windows,
+        elements,
+    }))
 }

@@ -12,14 +12,18 @@
 //! - [`invocations`]: calls between agents joined (a caller's methodCall, the callee's entry).
 //! - [`store`]: the [`store::Store`] trait and its embedded backend (SQLite catalog + zstd
 //!   segments).
-//! - [`windows`]: `continuous=` profile windows read back from an agent's HPROF binary stream.
-//! - [`forward`]: the forwarder thread: windows followed in the store, handed to a sink.
-//! - [`clickhouse`]: the fleet's windows forwarded to ClickHouse, and queried there.
+//! - [`windows`]: `continuous=` profile windows read back from an agent's HPROF stream.
+//! - [`elements`]: format=x agents' trace elements as rows (tag, attributes, XML).
+//! - [`forward`]: the forwarder thread: windows and elements followed in the store, handed to
+//!   a sink.
+//! - [`clickhouse`]: the fleet's windows, traced values, trace elements and hierarchy forwarded
+//!   to ClickHouse, and queried there.
 //! - [`pyroscope`]: the fleet's windows pushed to Pyroscope as pprof.
 
 pub mod clickhouse;
 pub mod client;
 pub mod clock;
+pub mod elements;
 pub mod forward;
 pub mod invocations;
 pub mod pyroscope;

@@ -19,7 +19,7 @@ use openprof_analysis::views::{self, OutputFormat, ViewOptions};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::forward::WindowSink;
+use crate::forward::{AgentBatch, WindowSink};
 use crate::store::AgentEntry;
 use crate::windows::Window;
 
@@ -202,7 +202,18 @@ impl WindowSink for Pyroscope {
         Ok(self.pushed_up_to(agent).sequence.saturating_sub(1))
     }
 
-    fn insert_windows(&mut self, agent: &AgentEntry, windows: &[Window]) -> Result<(), String> {
+    fn insert(&mut self, batch: &[AgentBatch]) -> Result<(), String> {
+        for taken in batch {
+            self.push_windows(taken.agent, &taken.windows)?;
+        }
+        Ok(())
+    }
+}
+
+impl Pyroscope {
+    /// Pushes the cpu windows of one agent, each label set of each window a series of its own,
+    /// skipping what the cursor says was pushed.
+    fn push_windows(&mut self, agent: &AgentEntry, windows: &[Window]) -> Result<(), String> {
         let pushed = self.pushed_up_to(agent.agent);
         let application = application_name(agent);
         let agent_labels = agent_labels(agent);
@@ -420,6 +431,7 @@ mod tests {
                 stack(&["user=alice"], "C.c", 1),
                 stack(&["user=bob"], "D.d", 0),
             ],
+            values: Vec::new(),
         };
         let sets: Vec<(Vec<String>, usize)> = label_sets(&window)
             .into_iter()

@@ -17,6 +17,7 @@ use openprof_format::hprof_binary::{
 use openprof_format::hprof_text::{
     self, decode_labels, CpuTableKind, FrameLine, LockTableKind, Trace, LABELS_SOURCE,
 };
+use openprof_format::mpt_stats::{MptTable, ValueKey, ValueStats};
 
 /// HPROF's binary header: its format name with a NUL, the identifier size, the time.
 const HEADER_TAIL: usize = 4 + 8;
@@ -48,6 +49,28 @@ pub struct Window {
     pub event: &'static str,
     /// Each stack with its samples.
     pub stacks: Vec<(LabelledStack, u64)>,
+    /// An `mpt` window's calls per traced value (its `stacks` are empty).
+    pub values: Vec<ValueCalls>,
+}
+
+/// The calls of one traced method that recorded one value under one specification in one
+/// window (method parameter tracing, HPROF text's MPT record).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ValueCalls {
+    /// `package.Class.method(types)`.
+    pub method: String,
+    /// The specification's text.
+    pub spec: String,
+    /// The value's type (`int`, `string`, `error`, ...) and text.
+    pub value_type: &'static str,
+    pub value: String,
+    /// Calls finished in the window, and their wall and CPU time in nanoseconds.
+    pub calls: u64,
+    pub wall_total_ns: u64,
+    pub cpu_total_ns: u64,
+    /// The slowest call since the run started (a maximum does not split into windows).
+    pub wall_max_ns: u64,
+    pub cpu_max_ns: u64,
 }
 
 /// Reads an agent's HPROF binary stream into windows, frame by frame.
@@ -75,6 +98,9 @@ struct TextWindows {
     header_read: bool,
     /// Each trace printed so far, as its windows name it.
     traces: HashMap<u32, LabelledStack>,
+    /// The last MPT record's figures per method, specification and value: the agent's count
+    /// from the start, so a window's are the difference.
+    mpt_seen: HashMap<(String, String, ValueKey), ValueStats>,
 }
 
 impl WindowDecoder {
@@ -133,6 +159,7 @@ impl WindowDecoder {
                         received_ns,
                         event,
                         stacks,
+                        values: Vec::new(),
                     });
                 }
             }
@@ -312,6 +339,7 @@ impl TextWindows {
                 received_ns,
                 event,
                 stacks: sorted(stacks),
+                values: Vec::new(),
             });
         };
         let stack = |serial: u32| {
@@ -365,6 +393,19 @@ impl TextWindows {
             }
             window(event, stacks);
         }
+        for (_, tables) in &profile.mpt_dumps {
+            let values = self.mpt_window(tables);
+            if !values.is_empty() {
+                windows.push(Window {
+                    sequence,
+                    ordinal: windows.len() as u32,
+                    received_ns,
+                    event: MPT,
+                    stacks: Vec::new(),
+                    values,
+                });
+            }
+        }
         Ok(windows)
     }
 }
@@ -395,6 +436,42 @@ fn allocation_stack(mut stack: LabelledStack, class: String) -> LabelledStack {
     stack.frames.push(class);
     stack
 }
+
+impl TextWindows {
+    /// What an MPT record adds to the last one: the values with calls since, each with its
+    /// calls and times since.
+    fn mpt_window(&mut self, tables: &[MptTable]) -> Vec<ValueCalls> {
+        let mut values = Vec::new();
+        for table in tables {
+            for row in &table.rows {
+                let key = (table.method.clone(), table.spec.clone(), row.key.clone());
+                let before = self
+                    .mpt_seen
+                    .insert(key, row.clone())
+                    .unwrap_or_else(|| ValueStats::new(row.key.clone()));
+                let calls = row.calls.saturating_sub(before.calls);
+                if calls == 0 {
+                    continue;
+                }
+                values.push(ValueCalls {
+                    method: table.method.clone(),
+                    spec: table.spec.clone(),
+                    value_type: row.key.value_type.as_str(),
+                    value: row.key.value.clone(),
+                    calls,
+                    wall_total_ns: row.wall_total_ns.saturating_sub(before.wall_total_ns),
+                    cpu_total_ns: row.cpu_total_ns.saturating_sub(before.cpu_total_ns),
+                    wall_max_ns: row.wall_max_ns,
+                    cpu_max_ns: row.cpu_max_ns,
+                });
+            }
+        }
+        values
+    }
+}
+
+/// The event of a window of traced values.
+pub const MPT: &str = "mpt";
 
 /// Where the last whole table of HPROF text ends (after its `… END` line), if one does.
 fn end_of_last_table(text: &[u8]) -> Option<usize> {
@@ -677,6 +754,55 @@ mod tests {
                             4
                         )]
                     ),
+                ],
+                "frames of {frame_size} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn traced_values_come_out_as_each_windows_calls() {
+        use openprof_format::hprof_text::TextWriter;
+        use openprof_format::mpt_stats::ValueType;
+        let key = |value: &str| ValueKey::new(ValueType::String, value);
+        let mut table = MptTable::new("A.lookup(java.lang.String)", "A.lookup(java.lang.String) 1");
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("Thu Nov 26 10:00:00 2026").unwrap();
+        table.record(key("slow"), 4_000, 3_000);
+        table.record(key("slow"), 6_000, 5_000);
+        table.record(key("fast"), 1_000, 1_000);
+        writer.mpt(std::slice::from_ref(&table), Some("d")).unwrap();
+        // The next window: three more slow calls, no fast one.
+        for _ in 0..3 {
+            table.record(key("slow"), 10_000, 9_000);
+        }
+        writer.mpt(std::slice::from_ref(&table), Some("d")).unwrap();
+        let bytes = writer.into_inner();
+        for frame_size in [1, 7, 64, bytes.len()] {
+            let mut decoder = WindowDecoder::default();
+            let mut windows = Vec::new();
+            for (sequence, body) in bytes.chunks(frame_size).enumerate() {
+                windows.extend(decoder.feed(body, sequence as u64 + 1, 0).unwrap());
+            }
+            let shown: Vec<Vec<(String, u64, u64, u64)>> = (windows.iter())
+                .map(|window| {
+                    assert_eq!(window.event, MPT);
+                    (window.values.iter())
+                        .map(|value| {
+                            let figures = (value.calls, value.wall_total_ns, value.wall_max_ns);
+                            (value.value.clone(), figures.0, figures.1, figures.2)
+                        })
+                        .collect()
+                })
+                .collect();
+            assert_eq!(
+                shown,
+                vec![
+                    vec![
+                        ("slow".to_string(), 2, 10_000, 6_000),
+                        ("fast".to_string(), 1, 1_000, 1_000)
+                    ],
+                    vec![("slow".to_string(), 3, 30_000, 10_000)],
                 ],
                 "frames of {frame_size} bytes"
             );
