@@ -11,7 +11,6 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use openprof_analysis::profile::Event;
 use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
-use openprof_collector::windows::WINDOW_EVENTS;
 use openprof_web::fleet_query::{
     check_agent_label, check_sample_label, window_event, window_event_names, FleetQuery,
 };
@@ -49,15 +48,28 @@ pub struct FleetArgs {
     /// range (e.g. 1m), summed in ClickHouse; --top of them a bucket.
     #[arg(long, value_name = "BUCKET", conflicts_with = "compare")]
     pub top_over_time: Option<String>,
-    /// How many methods a bucket of --top-over-time lists.
-    #[arg(long, default_value_t = 5, requires = "top_over_time")]
-    pub top: u32,
+    /// How many methods a bucket of --top-over-time lists (default 5), or --calls lists
+    /// (default 20).
+    #[arg(long)]
+    pub top: Option<u32>,
+    /// Instead of a view, print the values that method parameter tracing recorded (HPROF
+    /// text agents: calls, wall and CPU time per method, specification and value), summed in
+    /// ClickHouse, the most wall time first.
+    #[arg(long, conflicts_with_all = ["compare", "top_over_time", "calls"])]
+    pub values: bool,
+    /// With --values: only this method's, as `package.Class.method(types)`.
+    #[arg(long, requires = "values")]
+    pub method: Option<String>,
+    /// Instead of a view, print the methods called most in the traces (format=x agents with
+    /// cpu=times), their methodEntry elements counted in ClickHouse.
+    #[arg(long, conflicts_with_all = ["compare", "top_over_time"])]
+    pub calls: bool,
     /// The output file; its extension tells the format unless --format does (not with
-    /// --top-over-time, which prints).
+    /// --top-over-time, --values or --calls, which print).
     #[arg(
         short = 'o',
         long = "output",
-        required_unless_present = "top_over_time"
+        required_unless_present_any = ["top_over_time", "values", "calls"]
     )]
     pub output: Option<PathBuf>,
     #[command(flatten)]
@@ -111,12 +123,48 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
             ..WindowFilter::default()
         },
     );
+    if args.top.is_some() && args.top_over_time.is_none() && !args.calls {
+        bail!("--top: how many methods --top-over-time or --calls lists");
+    }
+    if args.values {
+        let values = clickhouse
+            .traced_values(&query.filter, args.method.as_deref())
+            .map_err(anyhow::Error::msg)?;
+        println!(
+            "{:>8} {:>13} {:>13} {:>13}  specification  value",
+            "calls", "wall mean ms", "wall max ms", "cpu mean ms"
+        );
+        let ms = |total: u64, calls: u64| total as f64 / calls.max(1) as f64 / 1e6;
+        for value in values {
+            println!(
+                "{:>8} {:>13.3} {:>13.3} {:>13.3}  {}  {} {}",
+                value.calls,
+                ms(value.wall_total_ns, value.calls),
+                ms(value.wall_max_ns, 1),
+                ms(value.cpu_total_ns, value.calls),
+                value.spec,
+                value.value_type,
+                value.value
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.calls {
+        let calls = clickhouse
+            .method_calls(&query.filter, args.top.unwrap_or(20))
+            .map_err(anyhow::Error::msg)?;
+        println!("{:>10}  method", "calls");
+        for (method, count) in calls {
+            println!("{count:>10}  {method}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     if let Some(bucket) = &args.top_over_time {
         let bucket = parse_since(bucket).map_err(|_| {
             anyhow!("--top-over-time {bucket}: give a duration such as 10s, 1m or 1h")
         })?;
         let rows = clickhouse
-            .top_methods_over_time(&query.filter, bucket, args.top)
+            .top_methods_over_time(&query.filter, bucket, args.top.unwrap_or(5))
             .map_err(anyhow::Error::msg)?;
         println!("{:<20} {:>10}  method", "from (UTC)", event.name());
         for (start, method, samples) in rows {

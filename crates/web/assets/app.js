@@ -15,6 +15,8 @@
       if (value === undefined || value === null || value === false) continue;
       if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else if (key === "dataset") Object.assign(node.dataset, value);
+      // Through the CSSOM: the page's policy refuses style attributes.
+      else if (key === "style") node.style.cssText = String(value);
       else node.setAttribute(key, value === true ? "" : String(value));
     }
     for (const child of children.flat()) {
@@ -492,6 +494,82 @@
     if (match) showResource(sourceOf(match[1], match[2]), event.data.openprofFrame).catch((error) => say(error.message, true));
   });
 
+  // ---- the fleet's profile, from ClickHouse -----------------------------------------------------
+  // The windows agents in continuous mode send, summed in ClickHouse for the agents, samples and
+  // time asked for: the flame graph page in a frame (with "compare", the differential page
+  // against the same time that many seconds earlier) and the top methods of each time bucket.
+  async function showFleetProfile() {
+    const heading = el("h2", {}, "Fleet profile (ClickHouse)");
+    const session = await sessionComing;
+    if (!session.clickhouse) {
+      view.replaceChildren(heading, el("p", { class: "muted", id: "fp-absent" },
+        "This collector forwards no windows to ClickHouse: start it with openprof serve --clickhouse URL (docs/clickhouse.md)."));
+      return;
+    }
+    const service = el("input", { id: "fp-service", placeholder: "service", size: 14 });
+    const labels = el("input", { id: "fp-labels", placeholder: "agent labels: team:pay zone:eu", size: 28 });
+    const event = el("select", { id: "fp-event" }, (session.fleetEvents || ["cpu"]).map((name) => el("option", { value: name }, name)));
+    const seconds = el("input", { id: "fp-seconds", type: "number", min: 1, value: 900, size: 7 });
+    const compare = el("input", { id: "fp-compare", type: "number", min: 1, placeholder: "none", size: 8,
+      title: "a differential flame graph against the same time this many seconds earlier" });
+    const sampleLabels = el("textarea", { id: "fp-sample-labels", rows: 2, cols: 60,
+      placeholder: "sample labels, one a line: user=alice, or Shop.lookup(java.lang.String) 1=slow" });
+    const bucket = el("input", { id: "fp-bucket", type: "number", min: 1, value: 60, size: 6 });
+    const top = el("input", { id: "fp-top", type: "number", min: 1, max: 100, value: 5, size: 4 });
+    // `data-state` on the status: "loading", then "ready" or "failed" once the frame and the table are there.
+    const status = el("span", { id: "fp-status", class: "muted" });
+    const problem = el("p", { class: "error", id: "fp-error", hidden: true });
+    const frame = el("iframe", { class: "flame", id: "fp-frame", title: "the fleet's flame graph", hidden: true });
+    const topHolder = el("div", { id: "fp-top-holder" });
+    const params = () => ({
+      service: service.value.trim(),
+      label: labels.value.split(/[\s,]+/).filter((label) => label),
+      sample_label: sampleLabels.value.split("\n").map((label) => label.trim()).filter((label) => label),
+      event: event.value,
+      seconds: seconds.value.trim(),
+    });
+    const drawTop = async () => {
+      const result = await api("/api/fleet/top?" + query(Object.assign(params(), { bucket: bucket.value.trim(), top: top.value.trim() })));
+      const most = Math.max(1, ...result.buckets.flatMap((one) => one.methods.map((method) => method.value)));
+      const rows = result.buckets.flatMap((one) => one.methods.map((method, rank) => el("tr", { dataset: { time: one.time, method: method.method, value: method.value } },
+        cell(rank === 0 ? one.time : ""), cell(method.method), cell(number(method.value), true),
+        el("td", { class: "bars" }, el("span", { style: "width:" + Math.max(1, Math.round(200 * method.value / most)) + "px" })))));
+      topHolder.replaceChildren(el("h3", {}, "Top methods over time (" + result.event + ", by self weight, buckets of " + result.bucketSeconds + " s)"),
+        rows.length ? table(["From (UTC)", "Method", { label: result.event, num: 1 }, ""], rows, "fleet-top")
+          : el("p", { class: "muted", id: "fp-top-empty" }, "No windows in this time."));
+    };
+    const load = async () => {
+      status.dataset.state = "loading";
+      status.textContent = "asking ClickHouse…";
+      problem.hidden = true;
+      const framed = new Promise((resolve) => frame.addEventListener("load", resolve, { once: true }));
+      frame.hidden = false;
+      frame.src = "/view/fleet/flame?" + query(Object.assign(params(), { compare: compare.value.trim() }));
+      const tabled = drawTop().then(() => null, (error) => { topHolder.replaceChildren(); return error.message; });
+      await framed;
+      // A refusal (a bad parameter, no windows) comes as JSON instead of the page: said beside the form.
+      let frameProblem = null;
+      if (!(frame.contentWindow && frame.contentWindow.openprofFlame)) {
+        const text = frame.contentDocument && frame.contentDocument.body ? frame.contentDocument.body.textContent : "";
+        try { frameProblem = JSON.parse(text).error; } catch (e) { frameProblem = text || "the flame graph did not load"; }
+        frame.hidden = true;
+      }
+      const problems = [...new Set([frameProblem, await tabled].filter((text) => text))];
+      problem.textContent = problems.join("; ");
+      problem.hidden = !problems.length;
+      status.textContent = "";
+      status.dataset.state = problems.length ? "failed" : "ready";
+    };
+    const form = el("form", { id: "fp-form", onsubmit: (e) => { e.preventDefault(); load().catch((error) => say(error.message, true)); } },
+      el("div", { class: "controls" }, el("label", {}, "Service ", service), el("label", {}, "Agent labels ", labels), el("label", {}, "Event ", event),
+        el("label", {}, "Last ", seconds, " s"), el("label", {}, "Compare with ", compare, " s earlier")),
+      el("div", { class: "controls" }, el("label", {}, "Sample labels ", sampleLabels)),
+      el("div", { class: "controls" }, el("label", {}, "Top over time: buckets of ", bucket, " s,"), el("label", {}, "top ", top),
+        el("button", { type: "submit", id: "fp-load" }, "Load"), status));
+    view.replaceChildren(heading, el("p", { class: "muted" }, "What the agents in continuous mode sent, summed in ClickHouse across the collectors that forward there."),
+      form, problem, frame, topHolder);
+  }
+
   // ---- snapshots and actions -------------------------------------------------------------------
   async function showSnapshots() {
     const result = await api("/api/snapshots");
@@ -538,6 +616,7 @@
     for (const link of document.querySelectorAll(".bar nav a")) link.classList.toggle("current", link.id === "nav-" + parts[0]);
     try {
       if (parts[0] === "agent" || parts[0] === "trace" || parts[0] === "snapshot") await showSource(parts[0], parts[1], parts[2] || "flame");
+      else if (parts[0] === "fleet-profile") await showFleetProfile();
       else if (parts[0] === "snapshots") await showSnapshots();
       else if (parts[0] === "actions") await showActions();
       else await showFleet();
@@ -550,6 +629,11 @@
     await api("/logout", { body: {} }).catch(() => {});
     window.location = "/login";
   });
-  api("/api/session").then((session) => { document.getElementById("who").textContent = session.name; }).catch(() => {});
+  // Who is logged in, and whether the fleet's profile from ClickHouse is there to show.
+  const sessionComing = api("/api/session").catch(() => ({}));
+  sessionComing.then((session) => {
+    document.getElementById("who").textContent = session.name || "";
+    document.getElementById("nav-fleet-profile").hidden = !session.clickhouse;
+  });
   route();
 })();

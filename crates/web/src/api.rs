@@ -51,6 +51,12 @@ const APP_POLICY: &str = "default-src 'self'; img-src 'self' data:; frame-src 's
 /// fetches nothing; only the app may frame it.
 const VIEW_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
                            style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'";
+/// The headers of a flame graph page, a source's or the fleet's.
+pub(crate) const VIEW_HEADERS: [(header::HeaderName, &str); 3] = [
+    (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+    (header::CONTENT_SECURITY_POLICY, VIEW_POLICY),
+    (header::CACHE_CONTROL, "no-store"),
+];
 
 pub fn page(html: String) -> Response {
     (
@@ -86,6 +92,11 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/session", get(session))
         .route("/api/fleet", get(fleet))
         .route("/api/fleet/pprof", get(crate::fleet_profile::fleet_pprof))
+        .route("/api/fleet/top", get(crate::fleet_profile::fleet_top))
+        .route(
+            "/view/fleet/flame",
+            get(crate::fleet_profile::fleet_flame_page),
+        )
         .route("/api/profile", get(profile_data))
         .route("/api/methods", get(methods))
         .route("/api/statistics", get(statistics))
@@ -418,12 +429,7 @@ const JSON: [(header::HeaderName, &str); 3] = [
 
 /// The flame graph and call tree page, the views' own, for the app's frame.
 async fn flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
-    let headers = [
-        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-        (header::CONTENT_SECURITY_POLICY, VIEW_POLICY),
-        (header::CACHE_CONTROL, "no-store"),
-    ];
-    view(web, query, "flame", &[], headers, |web, request, _| {
+    view(web, query, "flame", &[], VIEW_HEADERS, |web, request, _| {
         let (profile, base, options) = resolve(web, request)?;
         let mut html = Vec::new();
         let written = match &base {
@@ -674,8 +680,15 @@ fn statistics_of(
     }
 }
 
-async fn session(Extension(caller): Extension<Caller>) -> Json<Value> {
-    Json(json!({ "name": caller.name, "address": caller.address.ip().to_string() }))
+/// Who the caller is, and what this UI can show: `clickhouse` says whether the fleet's routes
+/// on ClickHouse answer (`serve --clickhouse`), `fleetEvents` which events they sum.
+async fn session(State(web): State<Arc<Web>>, Extension(caller): Extension<Caller>) -> Json<Value> {
+    Json(json!({
+        "name": caller.name,
+        "address": caller.address.ip().to_string(),
+        "clickhouse": web.config.clickhouse.is_some(),
+        "fleetEvents": openprof_collector::windows::WINDOW_EVENTS,
+    }))
 }
 
 /// The fleet: nodes → processes → agents → traces, each agent with its live state.

@@ -9,7 +9,8 @@
 //! - [`profiles`]: profiles read from the store (an agent's HPROF output, a trace, a
 //!   snapshot's period), cached while the store has nothing newer.
 //! - [`api`]: the JSON API and the pages; [`fleet`]: the fleet's filter; [`fleet_profile`]:
-//!   the fleet's profile as pprof, summed in ClickHouse.
+//!   the fleet's profile summed in ClickHouse (pprof, the flame graph page, top methods over
+//!   time), asking the question [`fleet_query`] holds, which `openprof fleet` asks too.
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
@@ -21,6 +22,7 @@ pub mod auth;
 pub mod control;
 pub mod fleet;
 pub mod fleet_profile;
+pub mod fleet_query;
 pub mod https;
 pub mod profiles;
 pub mod snapshots;
@@ -49,8 +51,8 @@ pub struct WebConfig {
     /// Serve HTTPS with this configuration (the collector's certificate and key) instead of
     /// plain HTTP; the session cookie is then `Secure`.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
-    /// The ClickHouse database the collector forwards windows into, for the fleet's pprof
-    /// endpoint (`openprof serve --clickhouse`).
+    /// The ClickHouse database the collector forwards windows into, for the fleet's routes on
+    /// ClickHouse (`openprof serve --clickhouse`).
     pub clickhouse: Option<openprof_collector::clickhouse::ClickHouse>,
 }
 

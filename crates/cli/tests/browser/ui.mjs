@@ -10,6 +10,12 @@
 //   snapshot AGENT NAME          take a snapshot
 //   diff                         compare the first and the last snapshot
 //   actions                      the action log
+//   fleet-profile PLAN           the fleet's profile from ClickHouse: PLAN is JSON, {searches:
+//                                [REGEX], loads: [{service, sampleLabels, event, seconds, compare,
+//                                bucket, top, shot, refused: STATUS}]}; each load fills the form
+//                                (refused: the status it expects instead of a page), loads, and reads
+//                                the flame graph's total and search shares and the top table;
+//                                {absent: true}: a collector without ClickHouse, no such section
 // With --screenshots DIR each page is saved there as ui-*.png.
 //
 // OPENPROF_BROWSER_DEPS: the directory whose node_modules holds playwright-core (default: this
@@ -35,14 +41,17 @@ const browser = await chromium.launch({
 const result = { errors: [], requests: [] };
 const page = await browser.newPage({ viewport: { width: 1280, height: 860 } });
 page.on("pageerror", (error) => result.errors.push(String(error)));
+// A status a step provokes on purpose, whose console message is no error of the page's.
+let provoked = null;
 page.on("console", (message) => {
   // Refusals the scenario provokes on purpose are not the page's errors.
-  const refusal = scenario === "refused" && message.text().includes("status of 401");
+  const refusal = (scenario === "refused" && message.text().includes("status of 401"))
+    || (provoked !== null && message.text().includes("status of " + provoked));
   if (message.type() === "error" && !refusal) result.errors.push(message.text());
 });
 page.on("request", (request) => { if (!request.url().startsWith(base)) result.requests.push(request.url()); });
 page.on("dialog", (dialog) => dialog.accept());
-const shot = async (file) => { if (screenshots) await page.screenshot({ path: path.join(screenshots, file) }); };
+const shot = async (file, fullPage) => { if (screenshots) await page.screenshot({ path: path.join(screenshots, file), fullPage: Boolean(fullPage) }); };
 
 async function login() {
   await page.goto(base + "/login");
@@ -250,6 +259,55 @@ try {
     await page.waitForSelector("#actions");
     result.actions = await page.$$eval("#actions tbody tr", (rows) => rows.map((row) => [...row.cells].map((cell) => cell.textContent)));
     await shot("ui-actions.png");
+  } else if (scenario === "fleet-profile") {
+    const plan = JSON.parse(rest[0]);
+    await login();
+    if (plan.absent) {
+      // Without ClickHouse the page links no such section, and says why when asked for it.
+      await page.waitForFunction(() => document.getElementById("who").textContent !== "");
+      result.navShown = await page.isVisible("#nav-fleet-profile");
+      await page.goto(base + "/#/fleet-profile");
+      result.absentText = await page.textContent("#fp-absent");
+    } else {
+      await page.waitForSelector("#nav-fleet-profile", { state: "visible" });
+      result.navShown = true;
+      await page.click("#nav-fleet-profile");
+      await page.waitForSelector("#fp-form");
+      result.events = await page.$$eval("#fp-event option", (options) => options.map((option) => option.value));
+      result.loads = [];
+      for (const load of plan.loads) {
+        await page.fill("#fp-service", load.service || "");
+        await page.fill("#fp-sample-labels", (load.sampleLabels || []).join("\n"));
+        await page.selectOption("#fp-event", load.event || "cpu");
+        await page.fill("#fp-seconds", String(load.seconds));
+        await page.fill("#fp-compare", load.compare ? String(load.compare) : "");
+        await page.fill("#fp-bucket", String(load.bucket || 60));
+        await page.fill("#fp-top", String(load.top || 5));
+        provoked = load.refused || null;
+        await page.click("#fp-load");
+        await page.waitForSelector('#fp-status[data-state="ready"], #fp-status[data-state="failed"]', { state: "attached", timeout: 60000 });
+        const seen = { state: await page.getAttribute("#fp-status", "data-state"), error: await page.textContent("#fp-error") };
+        if (seen.state === "ready") {
+          const frame = await flameFrame("#fp-frame");
+          seen.title = await frame.title();
+          seen.total = Number(await frame.$eval("#total", (element) => element.dataset.total));
+          seen.baseTotal = await frame.evaluate(() => window.openprofFlame.baseTotal);
+          seen.shares = {};
+          for (const text of plan.searches) {
+            await frame.fill("#search", text);
+            seen.shares[text] = Number(await frame.$eval("#matched", (element) => element.dataset.share));
+          }
+          await frame.fill("#search", "");
+          seen.top = await page.$$eval("#fleet-top tbody tr", (rows) => rows.map((row) => ({
+            time: row.dataset.time, method: row.dataset.method, value: Number(row.dataset.value),
+          })));
+        }
+        provoked = null;
+        // The whole page: the flame graph and the table below it.
+        if (load.shot) await shot(load.shot, true);
+        result.loads.push(seen);
+      }
+    }
   } else {
     throw new Error("unknown scenario " + scenario);
   }

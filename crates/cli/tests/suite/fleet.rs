@@ -792,3 +792,200 @@ fn clickhouse_windows(url: &str, database: &str, service: &str) -> u64 {
     );
     body.trim().parse().unwrap_or_else(|_| panic!("{response}"))
 }
+
+/// `openprof fleet` printing (`--values`, `--calls`): its stdout, which must be a success.
+fn fleet_printed(url: &str, database: &str, selection: &[&str]) -> String {
+    let mut args = vec!["fleet", "--clickhouse", url, "--database", database];
+    args.extend_from_slice(selection);
+    let run = openprof(&args);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    text(&run.stdout)
+}
+
+/// One ClickHouse answer as text (HTTP/1.0: ClickHouse answers it whole, not in chunks).
+fn clickhouse_answer(url: &str, query: &str) -> String {
+    use std::io::{Read, Write};
+    let encoded: String = query
+        .bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' => (byte as char).to_string(),
+            _ => format!("%{byte:02X}"),
+        })
+        .collect();
+    let mut stream = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
+    write!(stream, "GET /?query={encoded} HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(" 200 "), "{query}: {response}");
+    body.trim().to_string()
+}
+
+#[test]
+fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_queried_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "traced_test";
+    let store = dir.path().join("store");
+    let collector = Collector::start_with(
+        &store,
+        "127.0.0.1:0",
+        &["--clickhouse", &url, "--database", database],
+    );
+
+    // Traced values: MptJoined calls lookup(key) with "slow" and "fast" alternately, every
+    // four requests, under Context.run("user", ...) three of alice's to one of bob's; slow
+    // lookups take four times the CPU of fast ones. An HPROF text agent writes its MPT record
+    // (figures from the start) every window; the collector stores each window's difference.
+    let specs = dir.path().join("lookup.mpt");
+    std::fs::write(&specs, "MptJoined.lookup(java.lang.String) 1\n").unwrap();
+    let options = agent_options(
+        &collector.address,
+        &format!(
+            "cpu=samples,interval=10,format=a,doe=y,continuous=1s,label=service:values,mpt=@{}",
+            specs.display()
+        ),
+    );
+    let (mut command, _dir) = java_command(Some(&options), "MptJoined", &["5"]);
+    let output = wait_with_limit(
+        command.spawn().expect("start java"),
+        Duration::from_secs(120),
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    let requests: u64 = stdout
+        .trim()
+        .strip_prefix("requests=")
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    // Rows: calls, wall mean, wall max, CPU mean (ms), then the spec, the value's type and
+    // the value.
+    let values = |selection: &[&str]| -> HashMap<String, (u64, f64)> {
+        let mut args = vec!["--values", "--service", "values"];
+        args.extend_from_slice(selection);
+        let printed = fleet_printed(&url, database, &args);
+        printed
+            .lines()
+            .skip(1)
+            .map(|line| {
+                let fields: Vec<&str> = line.split_whitespace().collect();
+                let calls: u64 = fields[0].parse().unwrap();
+                let cpu_mean: f64 = fields[3].parse().unwrap();
+                let value = fields[fields.len() - 1].to_string();
+                (value, (calls, cpu_mean))
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let lookups = loop {
+        let lookups = values(&["--method", "MptJoined.lookup(java.lang.String)"]);
+        let calls: u64 = lookups.values().map(|(calls, _)| calls).sum();
+        if calls == requests {
+            break lookups;
+        }
+        assert!(
+            Instant::now() < deadline && calls < requests,
+            "{calls} lookups stored, {requests} made: {lookups:?}\n{}\n{}",
+            fleet_printed(&url, database, &["--values"]),
+            collector.log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    let (slow, fast) = (lookups["slow"], lookups["fast"]);
+    assert!(slow.0.abs_diff(fast.0) <= 4, "{lookups:?}");
+    let ratio = slow.1 / fast.1;
+    assert!(
+        (3.0..=5.0).contains(&ratio),
+        "slow/fast CPU {ratio:.2}: {lookups:?}"
+    );
+    // The application's context is traced too: alice's requests are three of four.
+    let all = values(&[]);
+    let (alice, bob) = (all["alice"].0, all["bob"].0);
+    assert_eq!(alice + bob, requests, "{all:?}");
+    assert!(
+        (alice as f64 / requests as f64 - 0.75).abs() <= 0.01,
+        "{all:?}"
+    );
+    // Each window holds its own calls: several windows, whose calls add up to the run's.
+    let windows = clickhouse_answer(
+        &url,
+        &format!(
+            "SELECT uniqExact(agent, sequence, window) FROM {database}.traced_values FINAL \
+             WHERE method LIKE 'MptJoined.lookup(%'"
+        ),
+    );
+    let windows: u64 = windows.parse().unwrap();
+    assert!(windows >= 3, "{windows} windows of traced values");
+
+    // Trace elements: Calls calls work() exactly 5,000 times; an agent writing a trace
+    // (format=x) streams its elements, and ClickHouse counts the methodEntry elements by
+    // method, named through the trace's methodDef and classDef.
+    let options = agent_options(&collector.address, "format=x,cpu=times,filter=+Calls");
+    let (mut command, _dir) = java_command(Some(&options), "Calls", &["5000", "3"]);
+    let child = command.spawn().expect("start java");
+    let pid = child.id();
+    let output = wait_with_limit(child, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let listing = text(&openprof(&["ls", "--store", store.to_str().unwrap()]).stdout);
+    let (trace, elements) = listing
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("trace "))
+        .find_map(|rest| {
+            let (trace, rest) = rest.split_once(':')?;
+            let elements = rest
+                .split_whitespace()
+                .find_map(|word| word.parse::<u64>().ok())?;
+            Some((trace.to_string(), elements))
+        })
+        .unwrap_or_else(|| panic!("no trace in {listing}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let stored = clickhouse_answer(
+            &url,
+            &format!(
+                "SELECT count() FROM {database}.trace_elements FINAL WHERE trace = '{trace}' \
+                 AND collation > 0"
+            ),
+        );
+        let ended = clickhouse_answer(
+            &url,
+            &format!("SELECT max(ended) FROM {database}.traces FINAL WHERE trace = '{trace}'"),
+        );
+        if stored.parse::<u64>().unwrap() == elements && ended == "1" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{stored} of {elements} elements in ClickHouse, ended {ended}\n{}",
+            collector.log()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let calls = fleet_printed(&url, database, &["--calls", "--top", "50"]);
+    let work = calls
+        .lines()
+        .find(|line| line.trim_end().ends_with(" Calls.work"))
+        .unwrap_or_else(|| panic!("no Calls.work in {calls}"));
+    assert_eq!(work.split_whitespace().next(), Some("5000"), "{calls}");
+    // The hierarchy above the trace: its agent, process (the JVM's pid) and node.
+    let process = clickhouse_answer(
+        &url,
+        &format!(
+            "SELECT pid, node FROM {database}.processes FINAL WHERE process IN \
+             (SELECT process FROM {database}.agents FINAL WHERE agent IN \
+             (SELECT agent FROM {database}.traces FINAL WHERE trace = '{trace}')) FORMAT TSV"
+        ),
+    );
+    let (stored_pid, node) = process
+        .split_once('\t')
+        .unwrap_or_else(|| panic!("no process: {process:?}"));
+    assert_eq!(stored_pid, pid.to_string());
+    let nodes = clickhouse_answer(
+        &url,
+        &format!("SELECT count() FROM {database}.nodes FINAL WHERE node = '{node}'"),
+    );
+    assert_eq!(nodes, "1");
+}

@@ -16,6 +16,7 @@ mod pyroscope;
 mod statistics;
 mod token_files;
 mod ui;
+mod ui_fleet;
 mod views;
 mod views_html;
 mod views_jfr;

@@ -39,7 +39,7 @@ pub(crate) fn http(
 }
 
 /// One request over `stream` (`Connection: close`): the status, the head and the body.
-fn exchange(
+pub(crate) fn exchange(
     mut stream: impl Read + Write,
     web: &str,
     method: &str,
@@ -103,7 +103,7 @@ pub(crate) fn api_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Stri
 }
 
 /// Runs one scenario of the browser script and returns what it saw.
-fn drive(web: &str, args: &[&str]) -> Value {
+pub(crate) fn drive(web: &str, args: &[&str]) -> Value {
     let mut command = Command::new("node");
     command
         .arg(workspace_root().join("crates/cli/tests/browser/ui.mjs"))

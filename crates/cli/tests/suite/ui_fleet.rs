@@ -1,0 +1,287 @@
+//! The web UI's fleet profile on ClickHouse (`openprof serve --clickhouse URL --http ADDR`): a
+//! JVM running MptJoined in continuous mode streams to a collector that forwards its windows
+//! into a real ClickHouse server. In headless Chromium (Playwright, `tests/browser/ui.mjs`) the
+//! form of the "Fleet profile" page, filled with the slow key's sample label, loads the flame
+//! graph ClickHouse summed (slowBranch's frames, never fastBranch's) and the top methods over
+//! time; user alice's requests are three quarters of the labelled samples; the differential page
+//! of two ranges loads, and a service without windows is told beside the form. Over HTTP: the
+//! differential page, bad parameters refused by name, no credential, and a collector without
+//! ClickHouse, whose page has no fleet profile.
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use openprof_testkit::{java_command, wait_with_limit};
+use serde_json::{json, Value};
+
+use crate::collector::{agent_options, Collector, CONTROL_TOKEN};
+use crate::fleet::ClickHouseServer;
+use crate::helpers::text;
+use crate::ui::{api_get, drive, exchange};
+
+/// The sample label of MptJoined's lookup(key) calls with the key "slow".
+const SLOW_KEY: &str = "MptJoined.lookup(java.lang.String) 1=slow";
+
+/// GET `path` from the web UI with the control credential (or none): status, head and body.
+fn get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
+    let stream = TcpStream::connect(web).expect("connect to the web UI");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    exchange(stream, web, "GET", path, bearer, None)
+}
+
+/// The samples `/api/fleet/top` counts for the service in the last hour: every leaf of every
+/// bucket (MptJoined's stacks end in a handful of methods).
+fn samples_in_clickhouse(web: &str) -> u64 {
+    let (status, body) = api_get(
+        web,
+        "/api/fleet/top?service=joined&seconds=3600&bucket=3600&top=100",
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let top: Value = serde_json::from_str(&body).unwrap_or_else(|error| panic!("{error}: {body}"));
+    top["buckets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|bucket| bucket["methods"].as_array().unwrap())
+        .map(|method| method["value"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let collector = Collector::start_with(
+        &dir.path().join("store"),
+        "127.0.0.1:0",
+        &[
+            "--clickhouse",
+            &url,
+            "--database",
+            "ui_fleet",
+            "--http",
+            "127.0.0.1:0",
+        ],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    // MptJoined as the fleet test runs it: lookup(key)'s key traced, alice's and bob's requests
+    // labelled by the application, a window a second.
+    let specs = dir.path().join("lookup.mpt");
+    std::fs::write(&specs, "MptJoined.lookup(java.lang.String) 1\n").unwrap();
+    let options = agent_options(
+        &collector.address,
+        &format!(
+            "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:joined,mpt=@{}",
+            specs.display()
+        ),
+    );
+    let (mut command, _java_dir) = java_command(Some(&options), "MptJoined", &["6"]);
+    let started = Instant::now();
+    let jvm = command.spawn().expect("start java");
+
+    // While it runs: what needs no windows.
+    // Bad parameters are refused by name, before ClickHouse is asked.
+    for (path, named) in [
+        ("/view/fleet/flame?compare=0", "compare=\"0\""),
+        ("/view/fleet/flame?event=cpu_time", "event=\"cpu_time\""),
+        ("/view/fleet/flame?label=team", "label=\"team\""),
+        (
+            "/view/fleet/flame?seconds=5&since=1",
+            "seconds= with since=",
+        ),
+        ("/view/fleet/flame?since=9&until=3", "until=3"),
+        ("/api/fleet/top?bucket=0", "bucket=\"0\""),
+        ("/api/fleet/top?top=1000", "top=\"1000\""),
+        ("/api/fleet/top?sample_label=user", "sample_label=\"user\""),
+        ("/api/fleet/top?compare=60", "compare= is not a parameter"),
+    ] {
+        let (status, _, body) = get(&web, path, Some(CONTROL_TOKEN));
+        assert_eq!(status, 400, "{path}: {body}");
+        let message = serde_json::from_str::<Value>(&body).unwrap()["error"].clone();
+        assert!(
+            message.as_str().unwrap().contains(named),
+            "{path}: {message}"
+        );
+    }
+    // No credential: the API answers 401, the page sends the browser to log in.
+    let (status, _, body) = get(&web, "/api/fleet/top?service=joined", None);
+    assert_eq!(status, 401, "{body}");
+    let (status, head, _) = get(&web, "/view/fleet/flame?service=joined", None);
+    assert_eq!(status, 303, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("location: /login"),
+        "{head}"
+    );
+    let (status, _, body) = get(&web, "/view/fleet/flame?service=joined", Some("not-it"));
+    assert_eq!(status, 303, "{body}");
+    // A collector without ClickHouse says so on every fleet route, and its page has no fleet
+    // profile.
+    let plain = Collector::start_with(
+        &dir.path().join("plain-store"),
+        "127.0.0.1:0",
+        &["--http", "127.0.0.1:0"],
+    );
+    let plain_web = plain.web.clone().expect("the web UI's address");
+    for path in [
+        "/view/fleet/flame?service=joined",
+        "/api/fleet/top?service=joined",
+        "/api/fleet/pprof?service=joined",
+    ] {
+        let (status, _, body) = get(&plain_web, path, Some(CONTROL_TOKEN));
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(
+            body.contains("forwards no windows to ClickHouse (openprof serve --clickhouse URL)"),
+            "{path}: {body}"
+        );
+    }
+    let (_, session) = api_get(&plain_web, "/api/session", Some(CONTROL_TOKEN));
+    assert_eq!(
+        serde_json::from_str::<Value>(&session).unwrap()["clickhouse"],
+        false
+    );
+    let absent = drive(&plain_web, &["fleet-profile", r#"{"absent": true}"#]);
+    assert_eq!(absent["navShown"], false, "{absent:#}");
+    assert!(
+        absent["absentText"]
+            .as_str()
+            .unwrap()
+            .contains("forwards no windows to ClickHouse"),
+        "{absent:#}"
+    );
+    drop(plain);
+
+    let output = wait_with_limit(jvm, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // Until the forwarder has every window: ClickHouse's count stops growing.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = 0;
+    loop {
+        std::thread::sleep(Duration::from_secs(2));
+        let now = samples_in_clickhouse(&web);
+        if now > 0 && now == last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ClickHouse holds {now} samples\n{}",
+            collector.log()
+        );
+        last = now;
+    }
+
+    // The differential page of the run's second half (up to now) against its first, over HTTP.
+    let half = started.elapsed().as_secs().saturating_sub(4).max(4);
+    let (status, head, body) = get(
+        &web,
+        &format!("/view/fleet/flame?service=joined&seconds={half}&compare={half}"),
+        Some(CONTROL_TOKEN),
+    );
+    assert_eq!(status, 200, "{body}");
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(head.contains("frame-ancestors 'self'"), "{head}");
+    assert!(
+        body.contains("<html") && body.contains("MptJoined"),
+        "{head}"
+    );
+
+    // The page, in a browser.
+    let plan = json!({
+        "searches": ["MptJoined\\.slowBranch", "MptJoined\\.fastBranch"],
+        "loads": [
+            {"service": "joined", "sampleLabels": [SLOW_KEY], "seconds": 3600, "bucket": 1,
+             "top": 2, "shot": "ui-fleet-profile.png"},
+            {"service": "joined", "sampleLabels": ["user=alice"], "seconds": 3600},
+            {"service": "joined", "sampleLabels": ["user=bob"], "seconds": 3600},
+            // The last hour against the hour up to 2 s ago: both hold the run.
+            {"service": "joined", "seconds": 3600, "compare": 2},
+            {"service": "nobody", "seconds": 3600, "refused": 404},
+        ],
+    });
+    let seen = drive(&web, &["fleet-profile", &plan.to_string()]);
+    let loads = seen["loads"].as_array().unwrap();
+    assert!(
+        seen["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|event| event == "wall"),
+        "{seen:#}"
+    );
+    // The slow key's calls: slowBranch's frames, never fastBranch's.
+    let slow = &loads[0];
+    assert_eq!(slow["state"], "ready", "{seen:#}");
+    assert!(slow["total"].as_f64().unwrap() >= 1_000.0, "{slow:#}");
+    assert!(
+        slow["shares"]["MptJoined\\.slowBranch"].as_f64().unwrap() >= 90.0,
+        "{slow:#}"
+    );
+    assert_eq!(
+        slow["shares"]["MptJoined\\.fastBranch"].as_f64(),
+        Some(0.0),
+        "{slow:#}"
+    );
+    // The page says what it shows.
+    assert!(
+        slow["title"].as_str().unwrap().contains(SLOW_KEY),
+        "{slow:#}"
+    );
+    // Its top methods by the second: spin() first in every well-filled second.
+    let top = slow["top"].as_array().unwrap();
+    let mut firsts: Vec<&Value> = Vec::new();
+    for row in top {
+        if firsts
+            .last()
+            .is_none_or(|first| first["time"] != row["time"])
+        {
+            firsts.push(row);
+        }
+    }
+    let full: Vec<&&Value> = firsts
+        .iter()
+        .filter(|row| row["value"].as_u64().unwrap() >= 100)
+        .collect();
+    assert!(full.len() >= 3, "{top:#?}");
+    assert!(
+        full.iter().all(|row| row["method"] == "MptJoined.spin"),
+        "{top:#?}"
+    );
+    assert!(
+        top.iter().all(
+            |row| row["method"].as_str().unwrap().starts_with("MptJoined.")
+                || row["value"].as_u64().unwrap() < 100
+        ),
+        "{top:#?}"
+    );
+    // Three of every four requests are alice's.
+    let (alice, bob) = (&loads[1], &loads[2]);
+    assert_eq!(alice["state"], "ready", "{seen:#}");
+    assert_eq!(bob["state"], "ready", "{seen:#}");
+    let (alice, bob) = (
+        alice["total"].as_f64().unwrap(),
+        bob["total"].as_f64().unwrap(),
+    );
+    let share = alice / (alice + bob);
+    assert!(
+        (share - 0.75).abs() <= 0.05,
+        "alice {alice} bob {bob}: {share:.3}"
+    );
+    // A differential page, with its base.
+    let diff = &loads[3];
+    assert_eq!(diff["state"], "ready", "{seen:#}");
+    assert!(diff["baseTotal"].as_f64().unwrap() > 0.0, "{diff:#}");
+    assert!(diff["total"].as_f64().unwrap() > 0.0, "{diff:#}");
+    // A service without windows is told beside the form, not drawn empty.
+    let nobody = &loads[4];
+    assert_eq!(nobody["state"], "failed", "{seen:#}");
+    assert!(
+        nobody["error"].as_str().unwrap().contains("no windows"),
+        "{nobody:#}"
+    );
+}
