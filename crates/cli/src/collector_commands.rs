@@ -155,6 +155,11 @@ pub struct ServeArgs {
     /// The ClickHouse database to forward into (made if missing).
     #[arg(long, default_value = "openprof", requires = "clickhouse")]
     pub database: String,
+    /// Keep this many days of data in ClickHouse, today included: the collector drops older
+    /// days' partitions of windows, traced values and trace elements, checking hourly (TTL
+    /// where ClickHouse has none; docs/clickhouse.md, "Retention"). Off unless given.
+    #[arg(long, value_name = "DAYS", requires = "clickhouse", value_parser = clap::value_parser!(u32).range(1..))]
+    pub retention_days: Option<u32>,
     /// Push the agents' continuous= CPU windows to Pyroscope's HTTP ingest API too, as pprof,
     /// e.g. http://127.0.0.1:4040: stored here first, and how far the pushes got is kept in the
     /// store (pyroscope-cursor.json), so nothing acknowledged is lost or pushed twice while
@@ -237,7 +242,10 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     let web_clickhouse = clickhouse.clone();
     let mut forwarders = Vec::new();
     if let Some(clickhouse) = clickhouse {
-        let sink = openprof_collector::clickhouse::ClickHouseSink::new(clickhouse);
+        let mut sink = openprof_collector::clickhouse::ClickHouseSink::new(clickhouse);
+        if let Some(days) = args.retention_days {
+            sink = sink.with_retention(days);
+        }
         forwarders.push(spawn_forwarder(&store, sink, &stop_forwarding)?);
     }
     if let Some(pyroscope) = pyroscope {

@@ -21,6 +21,10 @@ use crate::forward::{AgentBatch, WindowSink};
 use crate::store::{AgentEntry, Catalog, TraceEntry};
 use crate::windows::{ValueCalls, Window};
 
+/// How often retention drops the days past it.
+const RETENTION_PERIOD: Duration = Duration::from_secs(3600);
+/// The tables partitioned by day, which retention drops day by day.
+const DAILY_TABLES: [&str; 3] = ["samples", "traced_values", "trace_elements"];
 /// How long a query or an insert may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -390,6 +394,41 @@ impl ClickHouse {
         .map(|_| ())
     }
 
+    /// Drops the days before `first_kept` (`YYYY-MM-DD`) from the tables partitioned by day:
+    /// retention on a ClickHouse without TTL (18.16). Returns what it dropped, `table day`.
+    pub fn drop_days_before(&self, first_kept: &str) -> Result<Vec<String>, String> {
+        let db = &self.database;
+        let tables: Vec<String> = DAILY_TABLES.iter().map(|table| quoted(table)).collect();
+        let answer = self.execute(
+            &format!(
+                "SELECT DISTINCT table, partition FROM system.parts WHERE database = {} AND \
+                 active AND table IN ({}) AND partition < {} ORDER BY table, partition \
+                 FORMAT TSV",
+                quoted(db),
+                tables.join(", "),
+                quoted(first_kept)
+            ),
+            "",
+        )?;
+        let mut dropped = Vec::new();
+        for line in answer.lines().filter(|line| !line.is_empty()) {
+            let Some((table, day)) = line.split_once('\t') else {
+                return Err(format!("ClickHouse answered {line:?} for a partition"));
+            };
+            // A partition of a Date column reads back as the day, e.g. 2026-11-26.
+            let is_day = day.len() == 10 && day.bytes().all(|b| b.is_ascii_digit() || b == b'-');
+            if !is_day || !DAILY_TABLES.contains(&table) {
+                return Err(format!("ClickHouse answered {line:?} for a partition"));
+            }
+            self.execute(
+                &format!("ALTER TABLE {db}.{table} DROP PARTITION {}", quoted(day)),
+                "",
+            )?;
+            dropped.push(format!("{table} {day}"));
+        }
+        Ok(dropped)
+    }
+
     /// The traced values of the agents and time `filter` takes (`method`: of that method only,
     /// `package.Class.method(types)`, whatever its class's loader), summed over windows in
     /// ClickHouse, the slowest in all first.
@@ -682,6 +721,9 @@ pub struct ClickHouseSink {
     known: HashSet<u64>,
     /// Each trace's elements and whether it ended, as last recorded.
     traces: HashMap<Uuid, (u64, bool)>,
+    /// Days of data kept (the rest is dropped by day), and when it was last enforced.
+    retention_days: Option<u32>,
+    retention_checked: Option<std::time::Instant>,
 }
 
 impl ClickHouseSink {
@@ -690,7 +732,16 @@ impl ClickHouseSink {
             clickhouse,
             known: HashSet::new(),
             traces: HashMap::new(),
+            retention_days: None,
+            retention_checked: None,
         }
+    }
+
+    /// Keeps `days` days of windows, values and elements (today included): older days are
+    /// dropped within an hour of their turn.
+    pub fn with_retention(mut self, days: u32) -> ClickHouseSink {
+        self.retention_days = Some(days);
+        self
     }
 }
 
@@ -716,6 +767,28 @@ impl WindowSink for ClickHouseSink {
 
     fn takes_traces(&self) -> bool {
         true
+    }
+
+    fn maintain(&mut self) -> Result<(), String> {
+        let Some(days) = self.retention_days else {
+            return Ok(());
+        };
+        let due =
+            (self.retention_checked).is_none_or(|checked| checked.elapsed() >= RETENTION_PERIOD);
+        if !due {
+            return Ok(());
+        }
+        self.retention_checked = Some(std::time::Instant::now());
+        let dropped = self.clickhouse.drop_days_before(&date_of(
+            now_seconds().saturating_sub(u64::from(days.saturating_sub(1)) * 86_400),
+        ))?;
+        if !dropped.is_empty() {
+            tracing::info!(
+                "ClickHouse: dropped the days before the last {days} (--retention-days): {}",
+                dropped.join(", ")
+            );
+        }
+        Ok(())
     }
 
     fn record_traces(&mut self, traces: &[TraceEntry]) -> Result<(), String> {

@@ -55,6 +55,10 @@ pub trait WindowSink {
     fn record_traces(&mut self, _traces: &[TraceEntry]) -> Result<(), String> {
         Ok(())
     }
+    /// Housekeeping between passes (retention); errors are logged and the forwarding goes on.
+    fn maintain(&mut self) -> Result<(), String> {
+        Ok(())
+    }
     /// Takes what a pass gathered: for each agent, its windows (and trace elements, where the
     /// sink takes traces) in the order of its stream, all above its resume point. Batched
     /// across agents, so that a store built for few large inserts gets them. On `Err` the
@@ -142,6 +146,11 @@ pub fn forward(store: Arc<dyn Store>, mut sink: impl WindowSink, stop: Arc<Atomi
             }
             Ok::<(), String>(())
         })();
+        if result.is_ok() {
+            if let Err(why) = sink.maintain() {
+                tracing::warn!("{}: {why}", sink.name());
+            }
+        }
         match result {
             Ok(()) => {
                 if failing.take().is_some() {

@@ -772,25 +772,7 @@ fn clickhouse_windows(url: &str, database: &str, service: &str) -> u64 {
          event = 'alloc_bytes' AND agent IN (SELECT agent FROM {database}.agents WHERE \
          service = '{service}')"
     );
-    let encoded: String = query
-        .bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' => (byte as char).to_string(),
-            _ => format!("%{byte:02X}"),
-        })
-        .collect();
-    use std::io::{Read, Write};
-    // HTTP/1.0: ClickHouse answers it whole, not in chunks.
-    let mut stream = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
-    write!(stream, "GET /?query={encoded} HTTP/1.0\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(
-        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
-        "{response}"
-    );
-    body.trim().parse().unwrap_or_else(|_| panic!("{response}"))
+    clickhouse_answer(url, &query).parse().unwrap()
 }
 
 /// `openprof fleet` printing (`--values`, `--calls`): its stdout, which must be a success.
@@ -813,7 +795,12 @@ fn clickhouse_answer(url: &str, query: &str) -> String {
         })
         .collect();
     let mut stream = TcpStream::connect(url.strip_prefix("http://").unwrap()).unwrap();
-    write!(stream, "GET /?query={encoded} HTTP/1.0\r\n\r\n").unwrap();
+    // POST: ClickHouse takes only reads over GET.
+    write!(
+        stream,
+        "POST /?query={encoded} HTTP/1.0\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
@@ -988,4 +975,102 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
         &format!("SELECT count() FROM {database}.nodes FINAL WHERE node = '{node}'"),
     );
     assert_eq!(nodes, "1");
+}
+
+#[test]
+fn retention_drops_the_days_past_it_from_clickhouse() {
+    // ClickHouse 18.16 has no TTL: `--retention-days` drops whole days' partitions.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "retention_test";
+    let store = dir.path().join("store");
+    let schema_made = |collector: &Collector| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while clickhouse_answer(&url, &format!("EXISTS TABLE {database}.trace_elements")) != "1" {
+            assert!(Instant::now() < deadline, "{}", collector.log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    let collector = Collector::start_with(
+        &store,
+        "127.0.0.1:0",
+        &["--clickhouse", &url, "--database", database],
+    );
+    schema_made(&collector);
+    drop(collector);
+    // Rows of an old day and of today, in each table partitioned by day.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for (date, time) in [
+        ("2020-01-01".to_string(), 1_577_880_000),
+        (String::new(), now),
+    ] {
+        let date = if date.is_empty() {
+            format!("toDate({time})")
+        } else {
+            format!("toDate('{date}')")
+        };
+        for (table, columns) in [
+            ("samples", "agent, event, count"),
+            ("traced_values", "agent, method, calls"),
+            ("trace_elements", "agent, element, collation"),
+        ] {
+            clickhouse_answer(
+                &url,
+                &format!(
+                    "INSERT INTO {database}.{table} (date, time, {columns}) \
+                     SELECT {date}, toDateTime({time}), 'a', 'x', 1"
+                ),
+            );
+        }
+    }
+    let days = |table: &str| {
+        clickhouse_answer(
+            &url,
+            &format!(
+                "SELECT groupArray(toString(day)) FROM (SELECT DISTINCT date AS day FROM \
+                 {database}.{table} ORDER BY day)"
+            ),
+        )
+    };
+    assert!(
+        days("samples").contains("2020-01-01"),
+        "{}",
+        days("samples")
+    );
+    // A bad number of days is refused by name.
+    let refused = openprof(&["serve", "--clickhouse", &url, "--retention-days", "0"]);
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("--retention-days"),
+        "{}",
+        text(&refused.stderr)
+    );
+    let collector = Collector::start_with(
+        &store,
+        "127.0.0.1:0",
+        &[
+            "--clickhouse",
+            &url,
+            "--database",
+            database,
+            "--retention-days",
+            "30",
+        ],
+    );
+    let log = collector.log_with("--retention-days");
+    assert!(log.contains("samples 2020-01-01"), "{log}");
+    for table in ["samples", "traced_values", "trace_elements"] {
+        let kept = days(table);
+        assert!(!kept.contains("2020-01-01"), "{table}: {kept}");
+        assert!(
+            kept.contains(&clickhouse_answer(&url, "SELECT toString(today())")),
+            "{table}: {kept}"
+        );
+    }
 }
