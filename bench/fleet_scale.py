@@ -137,6 +137,7 @@ def main():
     print(f"{len(jvms)} JVMs started in {time.time() - started:.1f} s", flush=True)
     time.sleep(max(0, args.outage_at - (time.time() - started)))
     CLICKHOUSE.stop()
+    killed_at = int(time.time())
     print(f"ClickHouse killed at {time.time() - started:.1f} s", flush=True)
     time.sleep(args.outage)
     CLICKHOUSE.start()
@@ -174,6 +175,14 @@ def main():
     if twice != "0":
         failed.append(f"{twice} rows stored twice")
     logs = "".join(open(store + ".log").read() for store in stores)
+    # The forwarders batch a pass's windows of all their agents: count the INSERTs since the
+    # restart against the windows received since the kill (all inserted after the restart).
+    inserts = CLICKHOUSE.query("SELECT value FROM system.events WHERE event = 'InsertQuery'").strip()
+    since_kill = CLICKHOUSE.query(
+        f"SELECT uniqExact(agent, sequence, window) FROM {DATABASE}.samples "
+        f"WHERE time >= toDateTime({killed_at})").strip()
+    print(f"{inserts} INSERT statements since ClickHouse restarted, for {since_kill} windows received "
+          f"since it was killed (stacks, samples and agents each have their own INSERTs)")
     print(f"the collectors logged the outage: {'windows wait in the store' in logs}, "
           f"the recovery: {'takes windows again' in logs}")
 

@@ -1,8 +1,9 @@
-//! `openprof fleet`: the CPU profile of the fleet's `continuous=` windows that collectors
+//! `openprof fleet`: the profile of the fleet's `continuous=` windows that collectors
 //! forwarded to ClickHouse, summed there for the agents and the time range asked for, and
 //! written as any view (a flame graph, folded stacks, pprof, ...). `--label NAME=VALUE` takes
 //! the samples with that label (a traced call's value, the application's context), in
-//! ClickHouse too.
+//! ClickHouse too. `--values` and `--calls` print the traced values and the calls per method
+//! from traces instead, also summed there.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -182,12 +182,15 @@ enum Commands {
             figure. On a terminal, dumps of 64 MiB or more show a progress bar."
     )]
     Heap(heap_command::HeapArgs),
-    /// The fleet's CPU profile: the continuous= windows that collectors forwarded to ClickHouse
+    /// The fleet's profile: the continuous= windows that collectors forwarded to ClickHouse
     /// (`openprof serve --clickhouse`), summed there for a service, labels or an agent over a
-    /// time range, written as a flame graph or any view `convert` writes.
+    /// time range (CPU by default, or --event), written as a flame graph or any view `convert`
+    /// writes; or its traced values (--values), or its calls per method from traces (--calls).
     #[command(
-        after_help = "Example:\n  openprof fleet --clickhouse http://127.0.0.1:8123 --service checkout --since 15m -o checkout.html\n\n\
-            The query runs in ClickHouse (docs/clickhouse.md); only the summed stacks come back."
+        after_help = "Examples:\n  openprof fleet --clickhouse http://127.0.0.1:8123 --service checkout --since 15m -o checkout.html\n  \
+            openprof fleet --clickhouse http://127.0.0.1:8123 --service checkout --event alloc_bytes -o alloc.html\n  \
+            openprof fleet --clickhouse http://127.0.0.1:8123 --service checkout --values\n\n\
+            The queries run in ClickHouse (docs/clickhouse.md); only the sums come back."
     )]
     Fleet(fleet_command::FleetArgs),
 }
