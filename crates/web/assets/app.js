@@ -497,7 +497,9 @@
   // ---- the fleet's profile, from ClickHouse -----------------------------------------------------
   // The windows agents in continuous mode send, summed in ClickHouse for the agents, samples and
   // time asked for: the flame graph page in a frame (with "compare", the differential page
-  // against the same time that many seconds earlier) and the top methods of each time bucket.
+  // against the same time that many seconds earlier) and the top methods of each time bucket;
+  // then what counts calls rather than samples, for the same agents and time: method parameter
+  // tracing's values (HPROF text agents) and the calls per method of the agents' traces.
   async function showFleetProfile() {
     const heading = el("h2", {}, "Fleet profile (ClickHouse)");
     const session = await sessionComing;
@@ -516,18 +518,49 @@
       placeholder: "sample labels, one a line: user=alice, or Shop.lookup(java.lang.String) 1=slow" });
     const bucket = el("input", { id: "fp-bucket", type: "number", min: 1, value: 60, size: 6 });
     const top = el("input", { id: "fp-top", type: "number", min: 1, max: 100, value: 5, size: 4 });
+    const method = el("input", { id: "fp-method", size: 40, placeholder: "every method, or package.Class.method(types)",
+      title: "the traced values of this method only" });
+    const callsTop = el("input", { id: "fp-calls-top", type: "number", min: 1, max: 100, value: 20, size: 4 });
     // `data-state` on the status: "loading", then "ready" or "failed" once the frame and the table are there.
     const status = el("span", { id: "fp-status", class: "muted" });
     const problem = el("p", { class: "error", id: "fp-error", hidden: true });
     const frame = el("iframe", { class: "flame", id: "fp-frame", title: "the fleet's flame graph", hidden: true });
     const topHolder = el("div", { id: "fp-top-holder" });
-    const params = () => ({
+    const valuesHolder = el("div", { id: "fp-values-holder" });
+    const callsHolder = el("div", { id: "fp-calls-holder" });
+    // The agents and the time: what the routes of calls take (they count no samples).
+    const agents = () => ({
       service: service.value.trim(),
       label: labels.value.split(/[\s,]+/).filter((label) => label),
-      sample_label: sampleLabels.value.split("\n").map((label) => label.trim()).filter((label) => label),
-      event: event.value,
       seconds: seconds.value.trim(),
     });
+    const params = () => Object.assign(agents(), {
+      sample_label: sampleLabels.value.split("\n").map((label) => label.trim()).filter((label) => label),
+      event: event.value,
+    });
+    const ms = (value) => Number(value).toFixed(3);
+    // Values are the application's data: text nodes only (el), never HTML.
+    const drawValues = async () => {
+      const result = await api("/api/fleet/values?" + query(Object.assign(agents(), { method: method.value.trim() })));
+      const rows = result.values.map((value) => el("tr", { dataset: { method: value.method, spec: value.spec, type: value.type, value: value.value,
+        calls: value.calls, wallMean: value.wallMeanMs, cpuMean: value.cpuMeanMs } },
+      el("td", { class: "wrap" }, value.method), el("td", { class: "wrap" }, value.spec), cell(value.type), cell(el("code", {}, value.value)), cell(number(value.calls), true),
+      cell(ms(value.wallMeanMs), true), cell(ms(value.wallMaxMs), true), cell(ms(value.cpuMeanMs), true)));
+      valuesHolder.replaceChildren(el("h3", {}, "Traced values (method parameter tracing, summed over windows and agents; most wall time first)"),
+        rows.length ? table(["Method", "Specification", "Type", "Value", { label: "Calls", num: 1 }, { label: "Wall mean ms", num: 1 },
+          { label: "Wall max ms", num: 1 }, { label: "CPU mean ms", num: 1 }], rows, "fleet-values")
+          : el("p", { class: "muted", id: "fp-values-empty" }, "No traced values in this time: HPROF text agents (format=a) with mpt= record them."));
+    };
+    const drawCalls = async () => {
+      const result = await api("/api/fleet/calls?" + query(Object.assign(agents(), { top: callsTop.value.trim() })));
+      const most = Math.max(1, ...result.methods.map((row) => row.calls));
+      const rows = result.methods.map((row) => el("tr", { dataset: { method: row.method, calls: row.calls } },
+        cell(row.method), cell(number(row.calls), true),
+        el("td", { class: "bars" }, el("span", { style: "width:" + Math.max(1, Math.round(200 * row.calls / most)) + "px" }))));
+      callsHolder.replaceChildren(el("h3", {}, "Calls from traces (methodEntry elements counted, most first)"),
+        rows.length ? table(["Method", { label: "Calls", num: 1 }, ""], rows, "fleet-calls")
+          : el("p", { class: "muted", id: "fp-calls-empty" }, "No calls in this time: agents writing traces (format=x, cpu=times) record them."));
+    };
     const drawTop = async () => {
       const result = await api("/api/fleet/top?" + query(Object.assign(params(), { bucket: bucket.value.trim(), top: top.value.trim() })));
       const most = Math.max(1, ...result.buckets.flatMap((one) => one.methods.map((method) => method.value)));
@@ -545,7 +578,9 @@
       const framed = new Promise((resolve) => frame.addEventListener("load", resolve, { once: true }));
       frame.hidden = false;
       frame.src = "/view/fleet/flame?" + query(Object.assign(params(), { compare: compare.value.trim() }));
-      const tabled = drawTop().then(() => null, (error) => { topHolder.replaceChildren(); return error.message; });
+      // Each table says nothing when its question fails; the failure is said beside the form.
+      const drawn = (draw, holder) => draw().then(() => null, (error) => { holder.replaceChildren(); return error.message; });
+      const tabled = Promise.all([drawn(drawTop, topHolder), drawn(drawValues, valuesHolder), drawn(drawCalls, callsHolder)]);
       await framed;
       // A refusal (a bad parameter, no windows) comes as JSON instead of the page: said beside the form.
       let frameProblem = null;
@@ -554,7 +589,7 @@
         try { frameProblem = JSON.parse(text).error; } catch (e) { frameProblem = text || "the flame graph did not load"; }
         frame.hidden = true;
       }
-      const problems = [...new Set([frameProblem, await tabled].filter((text) => text))];
+      const problems = [...new Set([frameProblem, ...await tabled].filter((text) => text))];
       problem.textContent = problems.join("; ");
       problem.hidden = !problems.length;
       status.textContent = "";
@@ -564,10 +599,11 @@
       el("div", { class: "controls" }, el("label", {}, "Service ", service), el("label", {}, "Agent labels ", labels), el("label", {}, "Event ", event),
         el("label", {}, "Last ", seconds, " s"), el("label", {}, "Compare with ", compare, " s earlier")),
       el("div", { class: "controls" }, el("label", {}, "Sample labels ", sampleLabels)),
-      el("div", { class: "controls" }, el("label", {}, "Top over time: buckets of ", bucket, " s,"), el("label", {}, "top ", top),
+      el("div", { class: "controls" }, el("label", {}, "Top over time: buckets of ", bucket, " s,"), el("label", {}, "top ", top)),
+      el("div", { class: "controls" }, el("label", {}, "Traced values of ", method), el("label", {}, "Calls: top ", callsTop),
         el("button", { type: "submit", id: "fp-load" }, "Load"), status));
     view.replaceChildren(heading, el("p", { class: "muted" }, "What the agents in continuous mode sent, summed in ClickHouse across the collectors that forward there."),
-      form, problem, frame, topHolder);
+      form, problem, frame, topHolder, valuesHolder, callsHolder);
   }
 
   // ---- snapshots and actions -------------------------------------------------------------------

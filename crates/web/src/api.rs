@@ -93,6 +93,8 @@ pub fn router(web: Arc<Web>) -> Router {
         .route("/api/fleet", get(fleet))
         .route("/api/fleet/pprof", get(crate::fleet_profile::fleet_pprof))
         .route("/api/fleet/top", get(crate::fleet_profile::fleet_top))
+        .route("/api/fleet/values", get(crate::fleet_profile::fleet_values))
+        .route("/api/fleet/calls", get(crate::fleet_profile::fleet_calls))
         .route(
             "/view/fleet/flame",
             get(crate::fleet_profile::fleet_flame_page),

@@ -9,10 +9,20 @@
 //! - `GET /api/fleet/top?FLEET[&bucket=SECONDS][&top=N]`: the top methods of each time bucket,
 //!   as JSON.
 //!
+//! and two questions of calls rather than samples, as JSON (`openprof fleet --values` and
+//! `--calls`):
+//!
+//! - `GET /api/fleet/values?AGENTS[&method=M]`: method parameter tracing's values, summed over
+//!   the windows of HPROF text agents;
+//! - `GET /api/fleet/calls?AGENTS[&top=N]`: calls per method, counted from the methodEntry
+//!   elements of the traces of format=x agents.
+//!
 //! `FLEET` is the question `openprof fleet` asks ([`crate::fleet_query`]): `service=`,
 //! `label=NAME:VALUE`, `sample_label=NAME=VALUE` (both repeatable), `agent=`, `event=`, and
 //! `seconds=` (the last N; 60 by default) or `since=` and `until=` (seconds since the epoch).
-//! Opened by the control credential like every route; a bad parameter is a 400 naming it.
+//! `AGENTS` is the same without `sample_label=` and `event=`, which count samples: calls have
+//! neither, and those two routes refuse them by name. Opened by the control credential like
+//! every route; a bad parameter is a 400 naming it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +35,7 @@ use axum::Json;
 use openprof_analysis::profile::{Event, Profile};
 use openprof_analysis::views::{self, ViewOptions};
 use openprof_collector::clickhouse::{utc_text, ClickHouse, WindowFilter};
+use openprof_collector::windows::ValueCalls;
 use serde_json::{json, Value};
 
 use crate::api::{bad_request, blocking, error, parameters, ApiError, VIEW_HEADERS};
@@ -42,6 +53,9 @@ const MOST_TOP: u64 = 100;
 /// What a fleet route answers when the collector has no ClickHouse.
 pub const NO_CLICKHOUSE: &str =
     "this collector forwards no windows to ClickHouse (openprof serve --clickhouse URL)";
+
+/// The methods `/api/fleet/calls` lists when not told: as many as `openprof fleet --calls`.
+const DEFAULT_CALLS_TOP: u64 = 20;
 
 /// A fleet route's question, its time in words, and the values of the route's own parameters.
 struct FleetRequest {
@@ -172,6 +186,97 @@ pub async fn fleet_top(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -
     }
 }
 
+/// Method parameter tracing's values of the agents' windows (HPROF text agents with `mpt=`),
+/// summed in ClickHouse per method, specification and value (`method=`: one method's only, as
+/// `package.Class.method(types)`): `{values: [{method, spec, type, value, calls, wallMeanMs,
+/// wallMaxMs, wallTotalMs, cpuMeanMs, cpuMaxMs}]}`, the most wall time first; the maxima are
+/// the slowest call since an agent started (docs/clickhouse.md, "Schema"). No values is an
+/// empty list.
+pub async fn fleet_values(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
+    let parsed = agents_request(query.as_deref(), &["method"], now_seconds()).and_then(|request| {
+        match request.own.get("method") {
+            Some(method) if method.trim().is_empty() => Err(bad_request(
+                "method= is empty: give package.Class.method(types), or leave it out for every \
+                 traced method",
+            )),
+            _ => Ok(request),
+        }
+    });
+    let request = match parsed {
+        Ok(request) => request,
+        Err(problem) => return problem.into_response(),
+    };
+    let result = blocking(move || {
+        let clickhouse = clickhouse_of(&web)?;
+        let values = clickhouse
+            .traced_values(
+                &request.query.filter,
+                request.own.get("method").map(String::as_str),
+            )
+            .map_err(|problem| error(StatusCode::BAD_GATEWAY, problem))?;
+        Ok(json!({ "values": values.iter().map(value_json).collect::<Vec<_>>() }))
+    })
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
+/// One traced value's figures as `/api/fleet/values` (and `/api/mpt`) name them, times in ms.
+fn value_json(value: &ValueCalls) -> Value {
+    let ms = |nanos: u64| nanos as f64 / 1e6;
+    let calls = value.calls.max(1) as f64;
+    json!({
+        "method": value.method,
+        "spec": value.spec,
+        "type": value.value_type,
+        "value": value.value,
+        "calls": value.calls,
+        "wallMeanMs": ms(value.wall_total_ns) / calls,
+        "wallMaxMs": ms(value.wall_max_ns),
+        "wallTotalMs": ms(value.wall_total_ns),
+        "cpuMeanMs": ms(value.cpu_total_ns) / calls,
+        "cpuMaxMs": ms(value.cpu_max_ns),
+    })
+}
+
+/// The methods called most in the agents' traces (format=x agents with `cpu=times`): their
+/// methodEntry elements counted in ClickHouse, `top=` methods (20 by default, at most 100):
+/// `{top, methods: [{method, calls}]}`, most calls first. No traces is an empty list.
+pub async fn fleet_calls(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
+    let parsed = agents_request(query.as_deref(), &["top"], now_seconds()).and_then(|request| {
+        let top = match request.own.get("top") {
+            Some(text) => whole_number("top", text, MOST_TOP, "")?,
+            None => DEFAULT_CALLS_TOP,
+        };
+        Ok((request, top))
+    });
+    let (request, top) = match parsed {
+        Ok(parsed) => parsed,
+        Err(problem) => return problem.into_response(),
+    };
+    let result = blocking(move || {
+        let clickhouse = clickhouse_of(&web)?;
+        // `top` is at most MOST_TOP: it fits.
+        let calls = clickhouse
+            .method_calls(&request.query.filter, top as u32)
+            .map_err(|problem| error(StatusCode::BAD_GATEWAY, problem))?;
+        Ok(json!({
+            "top": top,
+            "methods": calls
+                .into_iter()
+                .map(|(method, calls)| json!({ "method": method, "calls": calls }))
+                .collect::<Vec<_>>(),
+        }))
+    })
+    .await;
+    match result {
+        Ok(value) => Json(value).into_response(),
+        Err(problem) => problem.into_response(),
+    }
+}
+
 /// ClickHouse's rows of top methods (bucket, method, value; in bucket order) as one JSON
 /// object per bucket.
 fn buckets_of(rows: Vec<(u64, String, u64)>) -> Vec<Value> {
@@ -231,19 +336,46 @@ fn source_of(request: &FleetRequest) -> String {
     format!("the fleet: {whom}, {}", request.range)
 }
 
-/// A fleet route's parameters (see the module's documentation), with `now` the end of a
-/// `seconds=` range, and the values of the route's own parameters (`own_names`).
+/// A fleet route's parameters (`FLEET`: see the module's documentation), with `now` the end of
+/// a `seconds=` range, and the values of the route's own parameters (`own_names`).
 fn fleet_request(
     query: Option<&str>,
     own_names: &[&str],
     now: u64,
 ) -> Result<FleetRequest, ApiError> {
+    request_of(query, own_names, now, true)
+}
+
+/// The parameters of a route of calls (`AGENTS`: `FLEET` without `sample_label=` and `event=`,
+/// which are refused by name: calls carry no sample labels and count no event).
+fn agents_request(
+    query: Option<&str>,
+    own_names: &[&str],
+    now: u64,
+) -> Result<FleetRequest, ApiError> {
+    request_of(query, own_names, now, false)
+}
+
+/// [`fleet_request`] (`samples`) or [`agents_request`].
+fn request_of(
+    query: Option<&str>,
+    own_names: &[&str],
+    now: u64,
+    samples: bool,
+) -> Result<FleetRequest, ApiError> {
+    let own_list: String = own_names.iter().map(|name| format!(", {name}")).collect();
     let mut filter = WindowFilter::default();
     let mut event = Event::Cpu;
     let (mut seconds, mut since, mut until) = (None, None, None);
     let mut own = HashMap::new();
     for (key, value) in parameters(query)? {
         match key.as_str() {
+            "sample_label" | "event" if !samples => {
+                return Err(bad_request(format!(
+                    "{key}= counts samples, and traced values and calls are counted per call: \
+                     give service, label, agent, seconds, since, until{own_list}"
+                )))
+            }
             "service" if value.is_empty() => {
                 return Err(bad_request(
                     "service= is empty: give the name its agents have as label=service:NAME",
@@ -287,11 +419,16 @@ fn fleet_request(
             other if own_names.contains(&other) => {
                 own.insert(key, value);
             }
-            other => {
-                let own_list: String = own_names.iter().map(|name| format!(", {name}")).collect();
+            other if samples => {
                 return Err(bad_request(format!(
                     "{other}= is not a parameter of the fleet's profile: service, label, \
                      sample_label, agent, event, seconds, since, until{own_list}"
+                )));
+            }
+            other => {
+                return Err(bad_request(format!(
+                    "{other}= is not a parameter of the fleet's calls: service, label, agent, \
+                     seconds, since, until{own_list}"
                 )));
             }
         }
@@ -427,6 +564,66 @@ mod tests {
             .unwrap_err()
             .message
             .contains("top=\"101\": give 1 to 100"));
+    }
+
+    #[test]
+    fn the_routes_of_calls_refuse_what_counts_samples_by_name() {
+        let request = agents_request(
+            Some("service=shop&agent=7f0c1a52-1111-4222-8333-444455556666&method=A.b()"),
+            &["method"],
+            1_000,
+        )
+        .unwrap();
+        assert_eq!(request.query.filter.labels, ["service:shop"]);
+        assert!(request.query.filter.sample_labels.is_empty());
+        assert_eq!(request.query.filter.since, Some(940));
+        assert_eq!(request.own.get("method").map(String::as_str), Some("A.b()"));
+        for (query, named) in [
+            ("sample_label=user%3Dalice", "sample_label= counts samples"),
+            ("event=wall", "event= counts samples"),
+            (
+                "compare=5",
+                "compare= is not a parameter of the fleet's calls",
+            ),
+            ("seconds=0", "seconds=\"0\""),
+        ] {
+            let problem = agents_request(Some(query), &["top"], 1_000).err().unwrap();
+            assert!(
+                problem.message.contains(named),
+                "{query}: {}",
+                problem.message
+            );
+            if query.starts_with("compare") {
+                assert!(
+                    problem.message.ends_with("since, until, top"),
+                    "{}",
+                    problem.message
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_traced_value_is_named_as_the_json_api_names_it() {
+        let value = value_json(&ValueCalls {
+            method: "MptJoined.lookup(java.lang.String)".into(),
+            spec: "MptJoined.lookup(java.lang.String) 1".into(),
+            value_type: "string",
+            value: "<b>slow</b>".into(),
+            calls: 4,
+            wall_total_ns: 20_000_000,
+            cpu_total_ns: 16_000_000,
+            wall_max_ns: 7_000_000,
+            cpu_max_ns: 6_000_000,
+        });
+        assert_eq!(value["type"], "string");
+        assert_eq!(value["value"], "<b>slow</b>");
+        assert_eq!(value["calls"], 4);
+        assert_eq!(value["wallMeanMs"], 5.0);
+        assert_eq!(value["wallMaxMs"], 7.0);
+        assert_eq!(value["wallTotalMs"], 20.0);
+        assert_eq!(value["cpuMeanMs"], 4.0);
+        assert_eq!(value["cpuMaxMs"], 6.0);
     }
 
     #[test]

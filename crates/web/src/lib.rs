@@ -10,7 +10,8 @@
 //!   snapshot's period), cached while the store has nothing newer.
 //! - [`api`]: the JSON API and the pages; [`fleet`]: the fleet's filter; [`fleet_profile`]:
 //!   the fleet's profile summed in ClickHouse (pprof, the flame graph page, top methods over
-//!   time), asking the question [`fleet_query`] holds, which `openprof fleet` asks too.
+//!   time, traced values, calls from traces), asking the question [`fleet_query`] holds, which
+//!   `openprof fleet` asks too.
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.

@@ -12,9 +12,10 @@
 //   actions                      the action log
 //   fleet-profile PLAN           the fleet's profile from ClickHouse: PLAN is JSON, {searches:
 //                                [REGEX], loads: [{service, sampleLabels, event, seconds, compare,
-//                                bucket, top, shot, refused: STATUS}]}; each load fills the form
-//                                (refused: the status it expects instead of a page), loads, and reads
-//                                the flame graph's total and search shares and the top table;
+//                                bucket, top, method, callsTop, shot, refused: STATUS}]}; each load
+//                                fills the form (refused: the status it expects instead of a page),
+//                                loads, and reads the flame graph's total and search shares, the top
+//                                table, and the traced values and calls tables;
 //                                {absent: true}: a collector without ClickHouse, no such section
 // With --screenshots DIR each page is saved there as ui-*.png.
 //
@@ -283,6 +284,8 @@ try {
         await page.fill("#fp-compare", load.compare ? String(load.compare) : "");
         await page.fill("#fp-bucket", String(load.bucket || 60));
         await page.fill("#fp-top", String(load.top || 5));
+        await page.fill("#fp-method", load.method || "");
+        await page.fill("#fp-calls-top", String(load.callsTop || 20));
         provoked = load.refused || null;
         await page.click("#fp-load");
         await page.waitForSelector('#fp-status[data-state="ready"], #fp-status[data-state="failed"]', { state: "attached", timeout: 60000 });
@@ -302,8 +305,17 @@ try {
             time: row.dataset.time, method: row.dataset.method, value: Number(row.dataset.value),
           })));
         }
+        // The tables of calls, drawn whether or not the flame graph came: in the order shown,
+        // with the value's cell as the page shows it (text).
+        seen.values = await page.$$eval("#fleet-values tbody tr", (rows) => rows.map((row) => ({
+          method: row.dataset.method, value: row.dataset.value, valueText: row.cells[3].textContent,
+          calls: Number(row.dataset.calls), cpuMean: Number(row.dataset.cpuMean),
+        })));
+        seen.calls = await page.$$eval("#fleet-calls tbody tr", (rows) => rows.map((row) => ({
+          method: row.dataset.method, calls: Number(row.dataset.calls),
+        })));
         provoked = null;
-        // The whole page: the flame graph and the table below it.
+        // The whole page: the flame graph and the tables below it.
         if (load.shot) await shot(load.shot, true);
         result.loads.push(seen);
       }

@@ -1,12 +1,16 @@
 //! The web UI's fleet profile on ClickHouse (`openprof serve --clickhouse URL --http ADDR`): a
-//! JVM running MptJoined in continuous mode streams to a collector that forwards its windows
-//! into a real ClickHouse server. In headless Chromium (Playwright, `tests/browser/ui.mjs`) the
-//! form of the "Fleet profile" page, filled with the slow key's sample label, loads the flame
-//! graph ClickHouse summed (slowBranch's frames, never fastBranch's) and the top methods over
-//! time; user alice's requests are three quarters of the labelled samples; the differential page
-//! of two ranges loads, and a service without windows is told beside the form. Over HTTP: the
-//! differential page, bad parameters refused by name, no credential, and a collector without
-//! ClickHouse, whose page has no fleet profile.
+//! JVM running MptJoined in continuous mode (HPROF text, so that its windows carry method
+//! parameter tracing's values too) and a JVM running Calls writing a trace (format=x) stream to
+//! a collector that forwards them into a real ClickHouse server. In headless Chromium
+//! (Playwright, `tests/browser/ui.mjs`) the form of the "Fleet profile" page, filled with the
+//! slow key's sample label, loads the flame graph ClickHouse summed (slowBranch's frames, never
+//! fastBranch's) and the top methods over time; user alice's requests are three quarters of the
+//! labelled samples; the differential page of two ranges loads, a service without windows is
+//! told beside the form, and the traced values table (filtered by lookup's method) shows the
+//! slow key first and the calls table Calls.work's 5,000 calls. Over HTTP: the traced values
+//! (every lookup counted once, slow's CPU 3 to 5 times fast's) and the calls from traces, the
+//! differential page, bad parameters refused by name, no credential, a collector without
+//! ClickHouse (404, and its page has no fleet profile) and one whose ClickHouse is away (502).
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -21,6 +25,10 @@ use crate::ui::{api_get, drive, exchange};
 
 /// The sample label of MptJoined's lookup(key) calls with the key "slow".
 const SLOW_KEY: &str = "MptJoined.lookup(java.lang.String) 1=slow";
+/// The method whose values MptJoined's agent traces.
+const LOOKUP: &str = "MptJoined.lookup(java.lang.String)";
+/// The calls Calls makes of work().
+const WORK_CALLS: u64 = 5_000;
 
 /// GET `path` from the web UI with the control credential (or none): status, head and body.
 fn get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
@@ -29,6 +37,35 @@ fn get(web: &str, path: &str, bearer: Option<&str>) -> (u16, String, String) {
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
     exchange(stream, web, "GET", path, bearer, None)
+}
+
+/// GET a JSON route of the web UI with the control credential; 200 expected.
+fn json_of(web: &str, path: &str) -> Value {
+    let (status, body) = api_get(web, path, Some(CONTROL_TOKEN));
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|error| panic!("{path}: {error}: {body}"))
+}
+
+/// lookup(key)'s traced values over HTTP: its rows, and the calls they count.
+fn lookups_in_clickhouse(web: &str) -> (Vec<Value>, u64) {
+    let values = json_of(
+        web,
+        &format!("/api/fleet/values?service=joined&seconds=3600&method={LOOKUP}"),
+    );
+    let rows = values["values"].as_array().unwrap().clone();
+    let calls = rows.iter().map(|row| row["calls"].as_u64().unwrap()).sum();
+    (rows, calls)
+}
+
+/// Calls.work's calls counted from the trace over HTTP (0 before any).
+fn work_calls_in_clickhouse(web: &str) -> u64 {
+    let calls = json_of(web, "/api/fleet/calls?service=calls&seconds=3600&top=50");
+    calls["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row["method"] == "Calls.work")
+        .map_or(0, |row| row["calls"].as_u64().unwrap())
 }
 
 /// The samples `/api/fleet/top` counts for the service in the last hour: every leaf of every
@@ -71,19 +108,28 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
     );
     let web = collector.web.clone().expect("the web UI's address");
     // MptJoined as the fleet test runs it: lookup(key)'s key traced, alice's and bob's requests
-    // labelled by the application, a window a second.
+    // labelled by the application, a window a second. In HPROF text, whose windows carry the
+    // MPT record (the traced values), with the last one at exit (doe=y).
     let specs = dir.path().join("lookup.mpt");
-    std::fs::write(&specs, "MptJoined.lookup(java.lang.String) 1\n").unwrap();
+    std::fs::write(&specs, format!("{LOOKUP} 1\n")).unwrap();
     let options = agent_options(
         &collector.address,
         &format!(
-            "cpu=samples,interval=1,format=b,doe=n,continuous=1s,label=service:joined,mpt=@{}",
+            "cpu=samples,interval=1,format=a,doe=y,continuous=1s,label=service:joined,mpt=@{}",
             specs.display()
         ),
     );
     let (mut command, _java_dir) = java_command(Some(&options), "MptJoined", &["6"]);
     let started = Instant::now();
     let jvm = command.spawn().expect("start java");
+    // Calls writing a trace: work() called exactly 5,000 times, each a methodEntry element.
+    let options = agent_options(
+        &collector.address,
+        "format=x,cpu=times,filter=+Calls,label=service:calls",
+    );
+    let (mut command, _calls_dir) =
+        java_command(Some(&options), "Calls", &[&WORK_CALLS.to_string(), "3"]);
+    let calls_jvm = command.spawn().expect("start java");
 
     // While it runs: what needs no windows.
     // Bad parameters are refused by name, before ClickHouse is asked.
@@ -100,6 +146,17 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
         ("/api/fleet/top?top=1000", "top=\"1000\""),
         ("/api/fleet/top?sample_label=user", "sample_label=\"user\""),
         ("/api/fleet/top?compare=60", "compare= is not a parameter"),
+        // Calls count no samples: what selects samples is refused by name.
+        (
+            "/api/fleet/values?sample_label=user%3Dalice",
+            "sample_label= counts samples",
+        ),
+        ("/api/fleet/values?event=cpu", "event= counts samples"),
+        ("/api/fleet/values?method=", "method= is empty"),
+        ("/api/fleet/values?top=5", "top= is not a parameter"),
+        ("/api/fleet/calls?event=wall", "event= counts samples"),
+        ("/api/fleet/calls?top=0", "top=\"0\""),
+        ("/api/fleet/calls?label=team", "label=\"team\""),
     ] {
         let (status, _, body) = get(&web, path, Some(CONTROL_TOKEN));
         assert_eq!(status, 400, "{path}: {body}");
@@ -110,8 +167,14 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
         );
     }
     // No credential: the API answers 401, the page sends the browser to log in.
-    let (status, _, body) = get(&web, "/api/fleet/top?service=joined", None);
-    assert_eq!(status, 401, "{body}");
+    for path in [
+        "/api/fleet/top?service=joined",
+        "/api/fleet/values?service=joined",
+        "/api/fleet/calls?service=calls",
+    ] {
+        let (status, _, body) = get(&web, path, None);
+        assert_eq!(status, 401, "{path}: {body}");
+    }
     let (status, head, _) = get(&web, "/view/fleet/flame?service=joined", None);
     assert_eq!(status, 303, "{head}");
     assert!(
@@ -132,6 +195,8 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
         "/view/fleet/flame?service=joined",
         "/api/fleet/top?service=joined",
         "/api/fleet/pprof?service=joined",
+        "/api/fleet/values?service=joined",
+        "/api/fleet/calls?service=calls",
     ] {
         let (status, _, body) = get(&plain_web, path, Some(CONTROL_TOKEN));
         assert_eq!(status, 404, "{path}: {body}");
@@ -140,6 +205,37 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
             "{path}: {body}"
         );
     }
+    // A collector whose ClickHouse is away: 502, and why.
+    let away_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let away = Collector::start_with(
+        &dir.path().join("away-store"),
+        "127.0.0.1:0",
+        &[
+            "--clickhouse",
+            &format!("http://127.0.0.1:{away_port}"),
+            "--http",
+            "127.0.0.1:0",
+        ],
+    );
+    let away_web = away.web.clone().expect("the web UI's address");
+    for path in [
+        "/api/fleet/values?service=joined",
+        "/api/fleet/calls?service=calls",
+    ] {
+        let (status, _, body) = get(&away_web, path, Some(CONTROL_TOKEN));
+        assert_eq!(status, 502, "{path}: {body}");
+        assert!(
+            serde_json::from_str::<Value>(&body).unwrap()["error"]
+                .as_str()
+                .is_some_and(|message| !message.is_empty()),
+            "{path}: {body}"
+        );
+    }
+    drop(away);
     let (_, session) = api_get(&plain_web, "/api/session", Some(CONTROL_TOKEN));
     assert_eq!(
         serde_json::from_str::<Value>(&session).unwrap()["clickhouse"],
@@ -158,22 +254,94 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
 
     let output = wait_with_limit(jvm, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    // Until the forwarder has every window: ClickHouse's count stops growing.
+    let stdout = text(&output.stdout);
+    let requests: u64 = stdout
+        .trim()
+        .strip_prefix("requests=")
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let output = wait_with_limit(calls_jvm, Duration::from_secs(120));
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // Until the forwarder has every window: ClickHouse's count stops growing, every lookup is
+    // counted, and so is every call of work().
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut last = 0;
     loop {
         std::thread::sleep(Duration::from_secs(2));
         let now = samples_in_clickhouse(&web);
-        if now > 0 && now == last {
+        let (lookups, looked_up) = lookups_in_clickhouse(&web);
+        let worked = work_calls_in_clickhouse(&web);
+        assert!(looked_up <= requests, "{requests} requests: {lookups:#?}");
+        assert!(worked <= WORK_CALLS, "Calls.work {worked}");
+        if now > 0 && now == last && looked_up == requests && worked == WORK_CALLS {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "ClickHouse holds {now} samples\n{}",
+            "ClickHouse holds {now} samples, {looked_up} of {requests} lookups, {worked} calls \
+             of Calls.work\n{}",
             collector.log()
         );
         last = now;
     }
+
+    // The traced values over HTTP: lookup's two keys, each call once, the slow key's calls
+    // taking 3 to 5 times the CPU of the fast key's (4 times the rounds), the slow key first
+    // (the most wall time).
+    let (lookups, _) = lookups_in_clickhouse(&web);
+    let keys: Vec<&str> = lookups
+        .iter()
+        .map(|row| row["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["slow", "fast"], "{lookups:#?}");
+    let (slow, fast) = (&lookups[0], &lookups[1]);
+    for row in [slow, fast] {
+        // Named with its loader where the agent names it so (docs/clickhouse.md).
+        assert!(
+            row["method"].as_str().unwrap().starts_with(LOOKUP),
+            "{row:#}"
+        );
+        assert_eq!(row["spec"], format!("{LOOKUP} 1"), "{row:#}");
+        assert!(
+            row["type"].as_str().is_some_and(|kind| !kind.is_empty()),
+            "{row:#}"
+        );
+        let (mean, max) = (
+            row["wallMeanMs"].as_f64().unwrap(),
+            row["wallMaxMs"].as_f64().unwrap(),
+        );
+        assert!(mean > 0.0 && max >= mean, "{row:#}");
+    }
+    let calls = |row: &Value| row["calls"].as_u64().unwrap();
+    assert!(calls(slow).abs_diff(calls(fast)) <= 4, "{lookups:#?}");
+    assert_eq!(calls(slow) + calls(fast), requests, "{lookups:#?}");
+    let ratio = slow["cpuMeanMs"].as_f64().unwrap() / fast["cpuMeanMs"].as_f64().unwrap();
+    assert!(
+        (3.0..=5.0).contains(&ratio),
+        "slow/fast CPU {ratio:.2}: {lookups:#?}"
+    );
+    // Without method=, the application's context is there too (alice, bob); a service without
+    // agents has no values, and an HPROF agent no trace: empty lists, not refusals.
+    let all_values = json_of(&web, "/api/fleet/values?service=joined&seconds=3600");
+    let all_values = all_values["values"].as_array().unwrap();
+    assert!(
+        all_values.iter().any(|row| row["value"] == "alice") && all_values.len() > lookups.len(),
+        "{all_values:#?}"
+    );
+    let nobody = json_of(&web, "/api/fleet/values?service=nobody&seconds=3600");
+    assert_eq!(nobody["values"], json!([]), "{nobody:#}");
+    let joined_calls = json_of(&web, "/api/fleet/calls?service=joined&seconds=3600");
+    assert_eq!(joined_calls["methods"], json!([]), "{joined_calls:#}");
+    // The JDK's methods Calls runs are traced too: top=2 lists the two called most.
+    let top_calls = json_of(&web, "/api/fleet/calls?service=calls&seconds=3600&top=2");
+    assert_eq!(top_calls["top"], 2, "{top_calls:#}");
+    let top_calls = top_calls["methods"].as_array().unwrap();
+    assert_eq!(top_calls.len(), 2, "{top_calls:#?}");
+    assert!(
+        top_calls[0]["calls"].as_u64() >= top_calls[1]["calls"].as_u64()
+            && top_calls[1]["calls"].as_u64() >= Some(WORK_CALLS),
+        "{top_calls:#?}"
+    );
 
     // The differential page of the run's second half (up to now) against its first, over HTTP.
     let half = started.elapsed().as_secs().saturating_sub(4).max(4);
@@ -202,6 +370,8 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
             // The last hour against the hour up to 2 s ago: both hold the run.
             {"service": "joined", "seconds": 3600, "compare": 2},
             {"service": "nobody", "seconds": 3600, "refused": 404},
+            // Every agent: MptJoined's windows and values, Calls' trace.
+            {"service": "", "seconds": 3600, "method": LOOKUP, "callsTop": 50},
         ],
     });
     let seen = drive(&web, &["fleet-profile", &plan.to_string()]);
@@ -283,5 +453,33 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
     assert!(
         nobody["error"].as_str().unwrap().contains("no windows"),
         "{nobody:#}"
+    );
+    // Its tables say so: no values or calls for a service that has none.
+    assert_eq!(nobody["values"], json!([]), "{nobody:#}");
+    assert_eq!(nobody["calls"], json!([]), "{nobody:#}");
+    // The traced values table, lookup's only: the slow key first, its calls as the JSON API
+    // counts them; the calls table: Calls.work's 5,000.
+    let every = &loads[5];
+    assert_eq!(every["state"], "ready", "{seen:#}");
+    let shown = every["values"].as_array().unwrap();
+    assert_eq!(shown.len(), 2, "{every:#}");
+    for (row, json) in shown.iter().zip(&lookups) {
+        assert_eq!(row["method"], json["method"], "{every:#}");
+        assert_eq!(row["value"], json["value"], "{every:#}");
+        assert_eq!(row["valueText"], json["value"], "{every:#}");
+        assert_eq!(row["calls"].as_u64(), json["calls"].as_u64(), "{every:#}");
+    }
+    assert_eq!(shown[0]["value"], "slow", "{every:#}");
+    let shown = every["calls"].as_array().unwrap();
+    assert!(shown.len() <= 50, "{every:#}");
+    assert!(
+        shown.contains(&json!({"method": "Calls.work", "calls": WORK_CALLS})),
+        "{every:#}"
+    );
+    assert!(
+        shown
+            .windows(2)
+            .all(|pair| pair[0]["calls"].as_u64() >= pair[1]["calls"].as_u64()),
+        "{every:#}"
     );
 }
