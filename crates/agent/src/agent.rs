@@ -481,6 +481,9 @@ fn forget_unused_traces(report: &mut Report) {
         engine.traces_kept(&mut kept);
     }
     if report.profile.forget_unused_traces(&kept) {
+        // The stacks still used (an allocation site's) are written again when next referred
+        // to: a reader that kept up has forgotten them with the rest.
+        report.profile.forget_printed();
         if let Err(error) = report.output.forget_names() {
             report.complain(error);
         }

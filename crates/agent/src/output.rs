@@ -298,11 +298,12 @@ impl Output {
         }
     }
 
-    /// The profile forgot stacks: a binary output forgets the names it wrote for them (text
-    /// output keeps nothing of its own).
+    /// The profile forgot stacks: a binary output forgets the names it wrote for them; both
+    /// say so in the stream (CONTROL SETTINGS, FORGOTTEN TRACES), so that a reader keeping up
+    /// forgets them too. The stacks still used are written again when next referred to.
     pub fn forget_names(&mut self) -> io::Result<()> {
         match self {
-            Output::Text(_) => Ok(()),
+            Output::Text(text) => text.writer.forgotten_traces(&hprof_date()),
             Output::Binary(binary) => binary.forget_names(),
         }
     }

@@ -400,6 +400,12 @@ impl CpuProfile {
         self.dropped = 0;
     }
 
+    /// Every TRACE is printed again when a record next needs it (after the output told its
+    /// readers to forget the traces printed).
+    pub fn forget_printed(&mut self) {
+        self.printed.clear();
+    }
+
     /// After a dump, when the profile holds more than [`traces_kept`] traces: forgets every
     /// trace that neither a count since the dump nor `kept` (an engine's cumulative table)
     /// refers to. Their stacks, sampled again, get new serial numbers and are printed again.

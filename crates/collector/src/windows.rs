@@ -15,7 +15,8 @@ use openprof_format::hprof_binary::{
     binary_class_name, BasicType, HprofReader, Item, Record, SITES_INCREMENTAL,
 };
 use openprof_format::hprof_text::{
-    self, decode_labels, CpuTableKind, FrameLine, LockTableKind, Trace, LABELS_SOURCE,
+    self, decode_labels, CpuTableKind, FrameLine, LockTableKind, Trace, FORGOTTEN_TRACES,
+    LABELS_SOURCE,
 };
 use openprof_format::mpt_stats::{MptTable, ValueKey, ValueStats};
 
@@ -317,12 +318,40 @@ impl TextWindows {
         let Some(cut) = end_of_last_table(pending) else {
             return Ok(Vec::new());
         };
-        let mut part = Vec::with_capacity(cut + 32);
+        let whole: Vec<u8> = pending.drain(..cut).collect();
+        let mut windows = Vec::new();
+        // At each FORGOTTEN TRACES record the agent forgot the traces printed before it; so
+        // does the decoder, which then holds no more traces than the agent does.
+        let mut start = 0;
+        let mut forget = false;
+        for end in forgotten_traces_at(&whole).into_iter().chain([whole.len()]) {
+            if forget {
+                self.traces.clear();
+            }
+            if end > start {
+                let part = &whole[start..end];
+                windows.extend(self.windows_of(part, sequence, received_ns, windows.len())?);
+            }
+            start = end;
+            forget = true;
+        }
+        Ok(windows)
+    }
+
+    /// The windows of whole records of HPROF text (after the stream's header, `part` is read
+    /// under a header of its own); their ordinals start at `first_ordinal`.
+    fn windows_of(
+        &mut self,
+        records: &[u8],
+        sequence: u64,
+        received_ns: u64,
+        first_ordinal: usize,
+    ) -> Result<Vec<Window>, String> {
+        let mut part = Vec::with_capacity(records.len() + 32);
         if self.header_read {
             part.extend_from_slice(b"JAVA PROFILE 1.0.1\n--------\n");
         }
-        part.extend_from_slice(&pending[..cut]);
-        pending.drain(..cut);
+        part.extend_from_slice(records);
         self.header_read = true;
         let traces = &mut self.traces;
         let mut keep = |trace: Trace| {
@@ -335,7 +364,7 @@ impl TextWindows {
         let mut window = |event: &'static str, stacks: HashMap<LabelledStack, u64>| {
             windows.push(Window {
                 sequence,
-                ordinal: windows.len() as u32,
+                ordinal: (first_ordinal + windows.len()) as u32,
                 received_ns,
                 event,
                 stacks: sorted(stacks),
@@ -398,7 +427,7 @@ impl TextWindows {
             if !values.is_empty() {
                 windows.push(Window {
                     sequence,
-                    ordinal: windows.len() as u32,
+                    ordinal: (first_ordinal + windows.len()) as u32,
                     received_ns,
                     event: MPT,
                     stacks: Vec::new(),
@@ -472,6 +501,23 @@ impl TextWindows {
 
 /// The event of a window of traced values.
 pub const MPT: &str = "mpt";
+
+/// Where each FORGOTTEN TRACES record of HPROF text starts (at the start of a line).
+fn forgotten_traces_at(text: &[u8]) -> Vec<usize> {
+    let marker = format!("{FORGOTTEN_TRACES} BEGIN");
+    let mut starts = Vec::new();
+    let mut line = 0;
+    while line < text.len() {
+        if text[line..].starts_with(marker.as_bytes()) {
+            starts.push(line);
+        }
+        line = match text[line..].iter().position(|&byte| byte == b'\n') {
+            Some(end) => line + end + 1,
+            None => text.len(),
+        };
+    }
+    starts
+}
 
 /// Where the last whole table of HPROF text ends (after its `… END` line), if one does.
 fn end_of_last_table(text: &[u8]) -> Option<usize> {
@@ -806,6 +852,64 @@ mod tests {
                 ],
                 "frames of {frame_size} bytes"
             );
+        }
+    }
+
+    #[test]
+    fn hprof_text_forgets_its_traces_where_the_agent_says_it_did() {
+        use openprof_format::hprof_text::{CpuEntry, CpuTable, Frame, TextWriter};
+        let trace = |serial, method: &str| Trace {
+            serial,
+            thread: None,
+            frames: vec![Frame {
+                class_name: "Split".into(),
+                method_name: method.into(),
+                source_file: None,
+                line: FrameLine::Unknown,
+            }],
+        };
+        let samples = |serial| {
+            let entry = CpuEntry {
+                trace: serial,
+                cost: 1,
+                hits: 1,
+                state: None,
+                method: None,
+            };
+            CpuTable::rank_by_cost(CpuTableKind::Samples, "d".into(), vec![entry], 0.0, 4)
+        };
+        let mut writer = TextWriter::new(Vec::new());
+        writer.header("d").unwrap();
+        writer.trace(&trace(300001, "old")).unwrap();
+        writer.trace(&trace(300002, "kept")).unwrap();
+        writer.cpu_table(&samples(300001)).unwrap();
+        writer.forgotten_traces("d").unwrap();
+        // The kept trace is printed again under its serial before it is used.
+        writer.trace(&trace(300002, "kept")).unwrap();
+        writer.cpu_table(&samples(300002)).unwrap();
+        writer.cpu_table(&samples(300001)).unwrap();
+        let bytes = writer.into_inner();
+        // A whole-file reader takes the trace printed again as the same one.
+        let whole = hprof_text::read(bytes.as_slice()).unwrap();
+        assert_eq!(whole.traces_forgotten, 1);
+        assert_eq!(whole.traces.len(), 2);
+        for frame_size in [5, 64, bytes.len()] {
+            let mut decoder = WindowDecoder::default();
+            let mut windows = Vec::new();
+            for (sequence, body) in bytes.chunks(frame_size).enumerate() {
+                windows.extend(decoder.feed(body, sequence as u64 + 1, 0).unwrap());
+            }
+            let leaves: Vec<String> = (windows.iter())
+                .map(|window| window.stacks[0].0.frames.join(";"))
+                .collect();
+            // After the record, the forgotten trace is unknown: the agent would never name it.
+            assert_eq!(
+                leaves,
+                ["Split.old", "Split.kept", "<unknown trace 300001>"],
+                "frames of {frame_size} bytes"
+            );
+            let held = decoder.text.as_ref().unwrap().traces.len();
+            assert_eq!(held, 1, "frames of {frame_size} bytes");
         }
     }
 

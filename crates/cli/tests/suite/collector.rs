@@ -2122,73 +2122,101 @@ fn dump_heap_over_the_collector_arrives_whole_through_the_smallest_netbuffer() {
 fn continuous_mode_forgets_the_stacks_of_classes_gone_and_names_every_window_whole() {
     // ClassChurn loads a new class every millisecond or two, each a new stack to sample. With
     // OPENPROF_TRACES_KEPT=200 the agent holds at most that many stacks past a window: it
-    // forgets them after nearly every window, says so with a CONTROL SETTINGS record, and
-    // writes again the names a later window needs. Every window must still name its stacks.
-    let store = tempfile::tempdir().unwrap();
-    let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let options = agent_options(
-        &collector.address,
-        "cpu=samples,interval=1,format=b,doe=n,continuous=500ms,depth=8",
-    );
-    let (mut command, _dir) = java_command(Some(&options), "ClassChurn", &["6"]);
-    command.env("OPENPROF_TRACES_KEPT", "200");
-    let output = wait_with_limit(
-        command.spawn().expect("start java"),
-        Duration::from_secs(120),
-    );
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let file = export_only_agent(store.path(), "churn.hprof");
-    let bytes = std::fs::read(&file).unwrap();
-    let mut reader =
-        openprof_format::hprof_binary::HprofReader::new(std::io::Cursor::new(&bytes)).unwrap();
-    let mut settings = 0;
-    while let Some(item) = reader.next_item() {
-        if let openprof_format::hprof_binary::Item::Record(
-            openprof_format::hprof_binary::Record::ControlSettings { .. },
-        ) = item.unwrap()
-        {
-            settings += 1;
-        }
-    }
-    assert!(
-        settings >= 4,
-        "{settings} CONTROL SETTINGS records: the stacks were never forgotten"
-    );
-    let windows = openprof_collector::windows::WindowDecoder::default()
-        .feed(&bytes, 1, 0)
-        .unwrap();
-    assert!(windows.len() >= 8, "{} windows", windows.len());
-    let mut in_churn = 0;
-    for window in &windows {
-        for (stack, count) in &window.stacks {
-            assert!(
-                stack
-                    .frames
-                    .iter()
-                    .all(|frame| !frame.starts_with("<unknown")),
-                "a window names a stack it forgot: {stack:?}"
-            );
-            if stack
-                .frames
-                .last()
-                .is_some_and(|leaf| leaf == "ChurnTarget.work")
-            {
-                in_churn += count;
+    // forgets them after nearly every window, says so (a CONTROL SETTINGS record in binary, a
+    // FORGOTTEN TRACES record in text), and writes again the names a later window needs,
+    // those of the allocation sites it still counts included. Every window must still name
+    // its stacks, and a reader of the whole stream count what the windows count.
+    for format in ["b", "a"] {
+        let store = tempfile::tempdir().unwrap();
+        let collector = Collector::start(store.path(), "127.0.0.1:0");
+        let options = agent_options(
+            &collector.address,
+            &format!(
+                "cpu=samples,interval=1,heap=sites,format={format},doe=n,continuous=500ms,\
+                 depth=8,cutoff=0"
+            ),
+        );
+        let (mut command, _dir) = java_command(Some(&options), "ClassChurn", &["6"]);
+        command.env("OPENPROF_TRACES_KEPT", "200");
+        let output = wait_with_limit(
+            command.spawn().expect("start java"),
+            Duration::from_secs(120),
+        );
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let file = export_only_agent(store.path(), "churn.hprof");
+        let bytes = std::fs::read(&file).unwrap();
+        let (forgotten, read) = if format == "b" {
+            let mut reader =
+                openprof_format::hprof_binary::HprofReader::new(std::io::Cursor::new(&bytes))
+                    .unwrap();
+            let mut settings = 0;
+            while let Some(item) = reader.next_item() {
+                if let openprof_format::hprof_binary::Item::Record(
+                    openprof_format::hprof_binary::Record::ControlSettings { .. },
+                ) = item.unwrap()
+                {
+                    settings += 1;
+                }
+            }
+            let profile =
+                openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
+            (settings - 1, profile)
+        } else {
+            let profile = openprof_format::hprof_text::read(bytes.as_slice()).unwrap();
+            (profile.traces_forgotten, profile)
+        };
+        assert!(
+            forgotten >= 3,
+            "format={format}: the stacks were forgotten {forgotten} times"
+        );
+        let windows = openprof_collector::windows::WindowDecoder::default()
+            .feed(&bytes, 1, 0)
+            .unwrap();
+        assert!(
+            windows.len() >= 8,
+            "format={format}: {} windows",
+            windows.len()
+        );
+        let mut in_churn = 0;
+        let mut allocations = 0;
+        for window in &windows {
+            for (stack, count) in &window.stacks {
+                assert!(
+                    stack
+                        .frames
+                        .iter()
+                        .all(|frame| !frame.starts_with("<unknown")),
+                    "format={format}: a {} window names a stack it forgot: {stack:?}",
+                    window.event
+                );
+                if window.event == "cpu"
+                    && stack
+                        .frames
+                        .last()
+                        .is_some_and(|leaf| leaf == "ChurnTarget.work")
+                {
+                    in_churn += count;
+                }
+                if window.event == "alloc_objects" {
+                    allocations += count;
+                }
             }
         }
+        assert!(allocations > 0, "format={format}: no allocation windows");
+        // A reader of the whole stream counts the same samples.
+        let read: u64 = read
+            .cpu_tables
+            .iter()
+            .flat_map(|table| &table.rows)
+            .filter(|row| row.method.as_deref() == Some("ChurnTarget.work"))
+            .map(|row| row.count)
+            .sum();
+        assert!(
+            in_churn >= 1_000,
+            "format={format}: {in_churn} samples in ChurnTarget.work"
+        );
+        assert_eq!(read, in_churn, "format={format}");
     }
-    // A reader of the whole file (openprof's HPROF binary reader) counts the same samples.
-    let profile =
-        openprof_format::hprof_binary::read_profile(bytes.as_slice(), &mut |_| {}).unwrap();
-    let read: u64 = profile
-        .cpu_tables
-        .iter()
-        .flat_map(|table| &table.rows)
-        .filter(|row| row.method.as_deref() == Some("ChurnTarget.work"))
-        .map(|row| row.count)
-        .sum();
-    assert!(in_churn >= 1_000, "{in_churn} samples in ChurnTarget.work");
-    assert_eq!(read, in_churn);
 }
 
 #[test]

@@ -46,6 +46,10 @@ pub const FAILED_WALK_SOURCE: &str = "<failed walk>";
 /// The class and source file HPROF binary gives a JVM thread's root frame.
 pub const VM_THREAD_SOURCE: &str = "<vm thread>";
 
+/// The name of openprof's record saying the TRACEs printed before it are forgotten
+/// (`TextWriter::forgotten_traces`).
+pub const FORGOTTEN_TRACES: &str = "FORGOTTEN TRACES";
+
 /// The class and source file HPROF binary gives a labels frame.
 pub const LABELS_SOURCE: &str = "<labels>";
 
@@ -541,6 +545,9 @@ pub struct TextProfile {
     pub lock_tables: Vec<LockTable>,
     /// Sections this reader does not model (e.g. `MONITOR DUMP`), by name, in file order.
     pub skipped_sections: Vec<String>,
+    /// How many FORGOTTEN TRACES records there were (the traces printed again after one are
+    /// the same traces under the same serials).
+    pub traces_forgotten: u32,
     /// The tables of the last `MPT` record (method parameter tracing): the agent's figures run
     /// from the start of the run, so the last record holds all the others do.
     pub mpt: Vec<crate::mpt_stats::MptTable>,

@@ -6,7 +6,7 @@ use std::io::{self, BufRead};
 use super::{
     heap_dump, mpt, mpt_samples, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine,
     LockTable, LockTableKind, SamplerReport, SitesTable, TextProfile, ThreadStart, Trace,
-    WallSampler, NO_LOCK_CLASS,
+    WallSampler, FORGOTTEN_TRACES, NO_LOCK_CLASS,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -433,7 +433,11 @@ fn parse<R: BufRead>(
                     }
                     twice
                 }
-                None => profile.traces.insert(serial, trace).is_some(),
+                // Printed again after FORGOTTEN TRACES: the same trace is no second definition.
+                None => match profile.traces.insert(serial, trace.clone()) {
+                    Some(before) => before != trace,
+                    None => false,
+                },
             };
             if twice {
                 return Err(malformed(
@@ -552,6 +556,11 @@ fn parse<R: BufRead>(
                 record.line(line, number)
             })?;
             profile.mpt_samples.push(record.finish()?);
+        } else if line.starts_with(&format!("{FORGOTTEN_TRACES} BEGIN")) {
+            lines.section(&format!("{FORGOTTEN_TRACES} END"), number, |_, _| Ok(()))?;
+            // What comes after may print those traces again.
+            passed.clear();
+            profile.traces_forgotten += 1;
         } else if let Some(name) = section_name(line) {
             let name = name.to_string();
             let end = format!("{name} END");

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::{
     CpuTable, CpuTableKind, LockTable, LockTableKind, SamplerReport, ThreadStart, Trace,
-    WallSampler, NO_LOCK_CLASS,
+    WallSampler, FORGOTTEN_TRACES, NO_LOCK_CLASS,
 };
 
 /// Writes HPROF text records to any byte sink.
@@ -50,6 +50,14 @@ impl<W: Write> TextWriter<W> {
 
     pub fn thread_end(&mut self, serial: u32) -> io::Result<()> {
         writeln!(self.out, "THREAD END (id = {serial})")
+    }
+
+    /// A record of our own: the writer forgot the TRACEs printed so far, and prints again
+    /// (under its serial) any that a later record refers to. A reader that keeps up with the
+    /// stream forgets them too; HPROF readers skip it as a section they do not know.
+    pub fn forgotten_traces(&mut self, date: &str) -> io::Result<()> {
+        writeln!(self.out, "{FORGOTTEN_TRACES} BEGIN {date}")?;
+        writeln!(self.out, "{FORGOTTEN_TRACES} END")
     }
 
     pub fn trace(&mut self, trace: &Trace) -> io::Result<()> {
