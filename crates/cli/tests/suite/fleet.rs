@@ -975,6 +975,26 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
         &format!("SELECT count() FROM {database}.nodes FINAL WHERE node = '{node}'"),
     );
     assert_eq!(nodes, "1");
+    // Options that do not go together are refused by name.
+    for (args, named) in [
+        (&["--method", "A.b()", "-o", "x.html"][..], "--values"),
+        (&["--values", "--compare", "1d"][..], "--compare"),
+        (&["--calls", "--top-over-time", "1m"][..], "--top-over-time"),
+        (&["--top", "3", "-o", "x.html"][..], "--top"),
+    ] {
+        let mut all = vec![
+            "fleet",
+            "--clickhouse",
+            url.as_str(),
+            "--database",
+            database,
+        ];
+        all.extend_from_slice(args);
+        let refused = openprof(&all);
+        assert!(!refused.status.success(), "{args:?}");
+        let said = text(&refused.stderr);
+        assert!(said.contains(named), "{args:?}: {said}");
+    }
 }
 
 #[test]
