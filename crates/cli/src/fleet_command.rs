@@ -65,6 +65,14 @@ pub struct FleetArgs {
     /// cpu=times), their methodEntry elements counted in ClickHouse.
     #[arg(long, conflicts_with_all = ["compare", "top_over_time"])]
     pub calls: bool,
+    /// Instead of a view, write this trace (its id, as `openprof ls` shows it) to -o as a
+    /// document (docs/trace.dtd), from the elements ClickHouse holds.
+    #[arg(
+        long,
+        value_name = "TRACE",
+        conflicts_with_all = ["compare", "top_over_time", "values", "calls"]
+    )]
+    pub export_trace: Option<uuid::Uuid>,
     /// The output file; its extension tells the format unless --format does (not with
     /// --top-over-time, --values or --calls, which print).
     #[arg(
@@ -126,6 +134,36 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
     );
     if args.top.is_some() && args.top_over_time.is_none() && !args.calls {
         bail!("--top: how many methods --top-over-time or --calls lists");
+    }
+    if let Some(trace) = args.export_trace {
+        let Some(output) = &args.output else {
+            bail!("--export-trace: give the document's file with -o");
+        };
+        // Written beside the output and renamed over it once whole: a failure leaves no
+        // partial document, and an older file of that name as it was.
+        let partial = output.with_extension("partial");
+        let written = (|| {
+            let mut file = std::io::BufWriter::new(
+                std::fs::File::create(&partial)
+                    .map_err(|error| anyhow!("{}: {error}", partial.display()))?,
+            );
+            let elements = clickhouse
+                .export_trace(trace, &mut file)
+                .map_err(anyhow::Error::msg)?;
+            std::io::Write::flush(&mut file)
+                .map_err(|error| anyhow!("{}: {error}", partial.display()))?;
+            std::fs::rename(&partial, output)
+                .map_err(|error| anyhow!("{}: {error}", output.display()))?;
+            Ok::<u64, anyhow::Error>(elements)
+        })();
+        let elements = written.inspect_err(|_| {
+            let _ = std::fs::remove_file(&partial);
+        })?;
+        eprintln!(
+            "openprof: trace {trace}: {elements} elements to {}",
+            output.display()
+        );
+        return Ok(ExitCode::SUCCESS);
     }
     if args.values {
         let values = clickhouse

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use openprof_format::mpt_stats::ValueType;
 use openprof_format::trace::attrs::AttrValue;
+use openprof_format::trace::writer::{DOCUMENT_HEAD, DOCUMENT_TAIL};
 
 use crate::elements::ElementRow;
 use crate::forward::{AgentBatch, WindowSink};
@@ -100,6 +101,40 @@ impl ClickHouse {
             }
             Err(error) => Err(format!("ClickHouse at {}: {error}", self.url)),
         }
+    }
+
+    /// Runs one query and hands `row` each line of its answer as it arrives (an answer may be
+    /// larger than memory should hold: a long trace's elements).
+    fn execute_lines(
+        &self,
+        statement: &str,
+        row: &mut dyn FnMut(&str) -> Result<(), String>,
+    ) -> Result<(), String> {
+        use std::io::BufRead;
+        let response = match self
+            .http
+            .post(&format!("{}/", self.url))
+            .send_string(statement)
+        {
+            Ok(response) => response,
+            Err(ureq::Error::Status(status, response)) => {
+                let text = response.into_string().unwrap_or_default();
+                return Err(format!(
+                    "ClickHouse at {} answered {status}: {}",
+                    self.url,
+                    text.lines().next().unwrap_or("")
+                ));
+            }
+            Err(error) => return Err(format!("ClickHouse at {}: {error}", self.url)),
+        };
+        let reader = std::io::BufReader::new(response.into_reader());
+        for line in reader.lines() {
+            let line = line.map_err(|error| format!("ClickHouse at {}: {error}", self.url))?;
+            if !line.is_empty() {
+                row(&line)?;
+            }
+        }
+        Ok(())
     }
 
     /// Makes the database and its tables where they are missing (docs/clickhouse.md).
@@ -369,6 +404,67 @@ impl ClickHouse {
             &rows,
         )
         .map(|_| ())
+    }
+
+    /// Writes a trace as a document (docs/trace.dtd) from the elements ClickHouse holds: its
+    /// agent's node, processCreate and agentCreate, its elements in collationValue order (each
+    /// once), the agent's agentDestroy. Returns how many elements of the trace it wrote.
+    pub fn export_trace(&self, trace: Uuid, out: &mut dyn std::io::Write) -> Result<u64, String> {
+        let db = &self.database;
+        let agent = self.execute(
+            &format!("SELECT any(agent) FROM {db}.traces FINAL WHERE trace = '{trace}' FORMAT TSV"),
+            "",
+        )?;
+        let agent: Uuid = agent
+            .trim()
+            .parse()
+            .map_err(|_| format!("no trace {trace} in ClickHouse's {db}"))?;
+        #[derive(Deserialize)]
+        struct Above {
+            element: String,
+            xml: String,
+        }
+        let above = self.execute(
+            &format!(
+                "SELECT element, xml FROM {db}.trace_elements FINAL WHERE agent = '{agent}' AND \
+                 trace = '' FORMAT JSONEachRow"
+            ),
+            "",
+        )?;
+        let above: Vec<Above> = rows(&above, Ok)?;
+        let written = |what: std::io::Result<()>| {
+            what.map_err(|error| format!("the document of trace {trace}: {error}"))
+        };
+        let write_above = |name: &str, out: &mut dyn std::io::Write| -> Result<(), String> {
+            for element in above.iter().filter(|element| element.element == name) {
+                written(writeln!(out, "{}", element.xml))?;
+            }
+            Ok(())
+        };
+        written(out.write_all(DOCUMENT_HEAD.as_bytes()))?;
+        for name in ["node", "processCreate", "agentCreate"] {
+            write_above(name, out)?;
+        }
+        #[derive(Deserialize)]
+        struct Element {
+            xml: String,
+        }
+        let mut elements = 0;
+        self.execute_lines(
+            &format!(
+                "SELECT xml FROM {db}.trace_elements FINAL WHERE agent = '{agent}' AND \
+                 trace = '{trace}' AND collation > 0 ORDER BY collation FORMAT JSONEachRow"
+            ),
+            &mut |line| {
+                let element: Element = serde_json::from_str(line)
+                    .map_err(|error| format!("ClickHouse answered {line:?}: {error}"))?;
+                elements += 1;
+                written(writeln!(out, "{}", element.xml))
+            },
+        )?;
+        write_above("agentDestroy", out)?;
+        written(out.write_all(DOCUMENT_TAIL.as_bytes()))?;
+        Ok(elements)
     }
 
     /// Records traces: their agent, elements stored and whether they ended.

@@ -775,11 +775,16 @@ fn clickhouse_windows(url: &str, database: &str, service: &str) -> u64 {
     clickhouse_answer(url, &query).parse().unwrap()
 }
 
+/// `openprof fleet` on a database with more arguments, as it ended.
+fn fleet_run(url: &str, database: &str, more: &[&str]) -> std::process::Output {
+    let mut args = vec!["fleet", "--clickhouse", url, "--database", database];
+    args.extend_from_slice(more);
+    openprof(&args)
+}
+
 /// `openprof fleet` printing (`--values`, `--calls`): its stdout, which must be a success.
 fn fleet_printed(url: &str, database: &str, selection: &[&str]) -> String {
-    let mut args = vec!["fleet", "--clickhouse", url, "--database", database];
-    args.extend_from_slice(selection);
-    let run = openprof(&args);
+    let run = fleet_run(url, database, selection);
     assert!(run.status.success(), "{}", text(&run.stderr));
     text(&run.stdout)
 }
@@ -957,6 +962,49 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
         .find(|line| line.trim_end().ends_with(" Calls.work"))
         .unwrap_or_else(|| panic!("no Calls.work in {calls}"));
     assert_eq!(work.split_whitespace().next(), Some("5000"), "{calls}");
+    // The trace written back from ClickHouse is the document the collector's store exports,
+    // byte for byte, and valid against docs/trace.dtd (xmllint).
+    let from_clickhouse = dir.path().join("clickhouse.trace.xml");
+    let to = from_clickhouse.to_str().unwrap();
+    let wrote = fleet_run(&url, database, &["--export-trace", &trace, "-o", to]);
+    assert!(wrote.status.success(), "{}", text(&wrote.stderr));
+    openprof_testkit::xmllint_trace(&from_clickhouse);
+    let from_store = dir.path().join("store.trace.xml");
+    let exported = openprof(&[
+        "export",
+        &trace,
+        "--store",
+        store.to_str().unwrap(),
+        "-o",
+        from_store.to_str().unwrap(),
+    ]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let (ours, theirs) = (
+        std::fs::read_to_string(&from_clickhouse).unwrap(),
+        std::fs::read_to_string(&from_store).unwrap(),
+    );
+    assert!(
+        ours == theirs,
+        "ClickHouse's document differs from the store's:\n{}",
+        {
+            let differing = ours.lines().zip(theirs.lines()).find(|(a, b)| a != b);
+            format!(
+                "{differing:?} ({} and {} lines)",
+                ours.lines().count(),
+                theirs.lines().count()
+            )
+        }
+    );
+    let nowhere = "00000000-0000-0000-0000-000000000001";
+    let unknown = fleet_run(&url, database, &["--export-trace", nowhere, "-o", to]);
+    assert!(!unknown.status.success());
+    assert!(
+        text(&unknown.stderr).contains("no trace"),
+        "{}",
+        text(&unknown.stderr)
+    );
+    // The failed export left the file of that name as it was.
+    assert_eq!(std::fs::read_to_string(&from_clickhouse).unwrap(), ours);
     // The hierarchy above the trace: its agent, process (the JVM's pid) and node.
     let process = clickhouse_answer(
         &url,
@@ -982,15 +1030,7 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
         (&["--calls", "--top-over-time", "1m"][..], "--top-over-time"),
         (&["--top", "3", "-o", "x.html"][..], "--top"),
     ] {
-        let mut all = vec![
-            "fleet",
-            "--clickhouse",
-            url.as_str(),
-            "--database",
-            database,
-        ];
-        all.extend_from_slice(args);
-        let refused = openprof(&all);
+        let refused = fleet_run(&url, database, args);
         assert!(!refused.status.success(), "{args:?}");
         let said = text(&refused.stderr);
         assert!(said.contains(named), "{args:?}: {said}");
