@@ -226,18 +226,12 @@ fn go_tool_pprof_shows_the_source_lines() {
     );
     let collapsed = std::fs::read_to_string(recorded.dir.join("lines.collapsed")).unwrap();
     let body = source.body_of("static long heavy(");
-    // heavy() calls no Java method: a stack holding it has it as its top Java frame, whether
-    // or not the JVM's own code (a compilation policy event, say) sits above it.
     let mut heavy_samples = 0;
-    for stack_line in collapsed.lines() {
-        let (stack, samples) = stack_line.rsplit_once(' ').expect("a folded stack");
-        let heavy = stack
-            .split(';')
-            .find_map(|frame| frame.strip_prefix("CpuSplit.heavy:"));
-        if let Some(line) = heavy {
+    for (leaf, samples) in leaf_samples(&collapsed) {
+        if let Some(line) = leaf.strip_prefix("CpuSplit.heavy:") {
             let line: u32 = line.parse().expect("a line number");
-            assert!(body.contains(&line), "{stack_line} outside {body:?}");
-            heavy_samples += samples.parse::<u64>().expect("a weight");
+            assert!(body.contains(&line), "{leaf} outside {body:?}");
+            heavy_samples += samples;
         }
     }
     assert_eq!(
