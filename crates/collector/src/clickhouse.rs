@@ -87,10 +87,18 @@ impl ClickHouse {
         } else {
             request.query("query", statement).send_string(body)
         };
+        self.answered(response)?
+            .into_string()
+            .map_err(|error| format!("ClickHouse at {}: {error}", self.url))
+    }
+
+    /// ClickHouse's answer, or its refusal (its status and first line) or failure as an error.
+    fn answered(
+        &self,
+        response: Result<ureq::Response, ureq::Error>,
+    ) -> Result<ureq::Response, String> {
         match response {
-            Ok(response) => response
-                .into_string()
-                .map_err(|error| format!("ClickHouse at {}: {error}", self.url)),
+            Ok(response) => Ok(response),
             Err(ureq::Error::Status(status, response)) => {
                 let text = response.into_string().unwrap_or_default();
                 Err(format!(
@@ -111,22 +119,11 @@ impl ClickHouse {
         row: &mut dyn FnMut(&str) -> Result<(), String>,
     ) -> Result<(), String> {
         use std::io::BufRead;
-        let response = match self
-            .http
-            .post(&format!("{}/", self.url))
-            .send_string(statement)
-        {
-            Ok(response) => response,
-            Err(ureq::Error::Status(status, response)) => {
-                let text = response.into_string().unwrap_or_default();
-                return Err(format!(
-                    "ClickHouse at {} answered {status}: {}",
-                    self.url,
-                    text.lines().next().unwrap_or("")
-                ));
-            }
-            Err(error) => return Err(format!("ClickHouse at {}: {error}", self.url)),
-        };
+        let response = self.answered(
+            self.http
+                .post(&format!("{}/", self.url))
+                .send_string(statement),
+        )?;
         let reader = std::io::BufReader::new(response.into_reader());
         for line in reader.lines() {
             let line = line.map_err(|error| format!("ClickHouse at {}: {error}", self.url))?;

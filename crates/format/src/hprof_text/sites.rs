@@ -54,6 +54,22 @@ pub struct SiteTotals {
     pub allocated_objects: u64,
 }
 
+impl SiteTotals {
+    /// The figures of `sites` summed (saturating: a total must not wrap).
+    fn of(sites: &[SiteEntry]) -> SiteTotals {
+        let mut totals = SiteTotals::default();
+        for site in sites {
+            totals.live_bytes = totals.live_bytes.saturating_add(site.live_bytes);
+            totals.live_objects = totals.live_objects.saturating_add(site.live_objects);
+            totals.allocated_bytes = totals.allocated_bytes.saturating_add(site.allocated_bytes);
+            totals.allocated_objects = totals
+                .allocated_objects
+                .saturating_add(site.allocated_objects);
+        }
+        totals
+    }
+}
+
 /// A `SITES BEGIN … END` table.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SitesTable {
@@ -77,15 +93,7 @@ impl SitesTable {
     /// allocated bytes (most first), then trace serial, then class name. Totals count every
     /// site, the rows cut included.
     pub fn rank(date: String, mut sites: Vec<SiteEntry>, cutoff: f64) -> SitesTable {
-        let mut totals = SiteTotals::default();
-        for site in &sites {
-            totals.live_bytes = totals.live_bytes.saturating_add(site.live_bytes);
-            totals.live_objects = totals.live_objects.saturating_add(site.live_objects);
-            totals.allocated_bytes = totals.allocated_bytes.saturating_add(site.allocated_bytes);
-            totals.allocated_objects = totals
-                .allocated_objects
-                .saturating_add(site.allocated_objects);
-        }
+        let totals = SiteTotals::of(&sites);
         sites.sort_by(|a, b| {
             b.live_bytes
                 .cmp(&a.live_bytes)
@@ -130,15 +138,7 @@ impl SitesTable {
             .into_iter()
             .filter(|site| site.allocated_objects > 0 || site.allocated_bytes > 0)
             .collect();
-        let mut totals = SiteTotals::default();
-        for site in &sites {
-            totals.live_bytes = totals.live_bytes.saturating_add(site.live_bytes);
-            totals.live_objects = totals.live_objects.saturating_add(site.live_objects);
-            totals.allocated_bytes = totals.allocated_bytes.saturating_add(site.allocated_bytes);
-            totals.allocated_objects = totals
-                .allocated_objects
-                .saturating_add(site.allocated_objects);
-        }
+        let totals = SiteTotals::of(&sites);
         sites.sort_by(|a, b| {
             b.allocated_bytes
                 .cmp(&a.allocated_bytes)
