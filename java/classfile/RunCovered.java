@@ -8,10 +8,10 @@ public class RunCovered {
             sink += Covered.name(x % 4).length();
             sink += Covered.guarded(x % 3);
         }
-        java.util.concurrent.atomic.AtomicLongArray counters = openprof.CallHook.blocks[0];
+        long[] counters = openprof.CallHook.blocks[0];
         StringBuilder out = new StringBuilder("counters ");
-        for (int i = 0; i < counters.length(); i++) {
-            out.append(i == 0 ? "" : ",").append(counters.get(i));
+        for (int i = 0; i < counters.length; i++) {
+            out.append(i == 0 ? "" : ",").append(counters[i]);
         }
         System.out.println(out.append(" sink ").append(sink));
     }

@@ -10,7 +10,6 @@
 //! number the rewritten code passes to the hooks. A site's jmethodID is found when its class
 //! is prepared (or right after it was retransformed).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -27,7 +26,7 @@ use openprof_format::java_names::class_name_from_signature;
 use openprof_format::trace::filter::FilterBlock;
 
 use crate::coverage::Coverage;
-use crate::guard::{callback, guarded, Admit};
+use crate::guard::{agent_work, callback, guarded, in_agent_work, Admit};
 use crate::jni::Jni;
 use crate::jvmti::{
     jclass, jint, jmethodID, jobject, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, JNIEnv,
@@ -306,15 +305,63 @@ struct Keys {
     unresolved: HashMap<String, Vec<u32>>,
 }
 
-/// Classes never instrumented, whatever the filters say: the agent's own, and the JVM's method
-/// handle and continuation internals, which it links and runs in ways of its own (lambda forms,
-/// hidden frames, stack switching).
+/// Classes never instrumented, whatever the filters say: what the agent's hooks and counters
+/// run on, so that rewritten code can never call itself through them. A name ending in `.` is
+/// a package and its subpackages, any other a class (with its nested classes).
+/// - the agent's own hook classes and the application API it reads (`dev.openprof.Context`);
+/// - the JVM's method handle and VarHandle machinery, through which coverage's atomic counters,
+///   lambdas and string concatenation link and run, and its continuation internals (lambda
+///   forms, hidden frames, stack switching);
+/// - `jdk.internal.` (Unsafe, index checks, reflection, class loading support) and `sun.misc.`;
+/// - the atomics coverage counts with, and the few `java.lang`/`java.util` classes their code
+///   calls (`Object`, `Class`, `Objects`).
+///
+/// Classes loaded while the agent runs Java code of its own are left out too (see
+/// `CallHooks::own_classes`), which covers whatever else the agent's calls reach.
 const NEVER: &[&str] = &[
     "openprof.",
+    "dev.openprof.",
     "java.lang.invoke.",
     "sun.invoke.",
-    "jdk.internal.vm.",
+    "jdk.internal.",
+    "sun.misc.",
+    "java.util.concurrent.atomic.",
+    "java.lang.Object",
+    "java.lang.Class",
+    "java.util.Objects",
 ];
+
+/// Says once per run that a filter lets the JDK's classes through only because no pattern
+/// matches them (the trace format's rule), which users who write `+com.acme*` rarely mean:
+/// those classes are rewritten and their calls traced too, at a cost.
+fn warn_if_the_jdk_is_let_through(filters: &FilterBlock) {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    let let_through = filters.jdk_included_by_default();
+    if let Some(example) = let_through.first() {
+        if !WARNED.swap(true, Ordering::AcqRel) {
+            eprintln!(
+                "openprof WARNING: the filter ({}) matches no pattern for the JDK's classes \
+                 ({example} among them), and a class no pattern matches is included: they are \
+                 traced too. End the filter with ';-*' (a filter file with 'exclude *') to \
+                 trace only the classes it names",
+                filters.inline()
+            );
+        }
+    }
+}
+
+/// Whether a class (binary name) is one [`NEVER`] keeps from the rewriter.
+fn never_instrumented(binary_name: &str) -> bool {
+    NEVER.iter().any(|never| {
+        if never.ends_with('.') {
+            binary_name.starts_with(never)
+        } else {
+            binary_name
+                .strip_prefix(never)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('$'))
+        }
+    })
+}
 
 /// How many loaded classes one RetransformClasses call is given.
 const RETRANSFORM_BATCH: usize = 64;
@@ -333,6 +380,9 @@ pub struct CallHooks {
     handlers: RwLock<HashMap<usize, u32>>,
     listener: OnceLock<&'static dyn CallListener>,
     started: AtomicBool,
+    /// Classes (binary names) first loaded while this agent ran Java code of its own (a hook's
+    /// work, a counter made, a class found): what its own work runs on, never instrumented.
+    own_classes: Mutex<std::collections::HashSet<String>>,
     /// The hook class's module and the modules made to read it (global references), and
     /// java.lang.Module's `name` field.
     hook_module: OnceLock<usize>,
@@ -367,12 +417,6 @@ pub struct Ways {
     pub call_sites: bool,
 }
 
-thread_local! {
-    /// Set while this thread is inside a hook: a call the listener's work would make (none
-    /// should) is not reported again.
-    static IN_HOOK: Cell<bool> = const { Cell::new(false) };
-}
-
 impl CallHooks {
     /// Installs the call hooks' JVMTI environment (once per process). An error when this JVM
     /// can't retransform classes: the caller then falls back to JVMTI's method events.
@@ -399,6 +443,7 @@ impl CallHooks {
             let _ = jvmti.dispose();
             return Err(format!("call tracing: {error}"));
         }
+        warn_if_the_jdk_is_let_through(&filters);
         let mut callbacks = jvmtiEventCallbacks::default();
         callbacks.ClassFileLoadHook = Some(on_class_file_load_hook);
         jvmti
@@ -415,6 +460,7 @@ impl CallHooks {
             handlers: RwLock::new(HashMap::new()),
             listener: OnceLock::new(),
             started: AtomicBool::new(false),
+            own_classes: Mutex::default(),
             hook_module: OnceLock::new(),
             read_modules: Mutex::new(Vec::new()),
             module_name: OnceLock::new(),
@@ -477,7 +523,7 @@ impl CallHooks {
         }
         jni.delete_local_ref(module);
         if self.ways.coverage {
-            let coverage = Coverage::new(jni, hook)?;
+            let coverage = Coverage::new(self.jvmti, jni, hook)?;
             let _ = self.coverage.set(coverage);
         }
         self.started.store(true, Ordering::Release);
@@ -554,7 +600,8 @@ impl CallHooks {
 
     /// Whether the calls of this class (binary name) are instrumented.
     fn wants(&self, binary_name: &str) -> bool {
-        !NEVER.iter().any(|prefix| binary_name.starts_with(prefix))
+        !never_instrumented(binary_name)
+            && !lock(&self.own_classes).contains(binary_name)
             && self
                 .filters
                 .read()
@@ -565,6 +612,7 @@ impl CallHooks {
     /// Replaces the filters; the loaded classes whose inclusion changed are retransformed (to
     /// their instrumented or their original code). Returns how many were.
     pub fn set_filters(&self, jni: *mut JNIEnv, filters: FilterBlock) -> usize {
+        warn_if_the_jdk_is_let_through(&filters);
         let before = std::mem::replace(
             &mut *self
                 .filters
@@ -576,7 +624,7 @@ impl CallHooks {
             return 0;
         }
         let changed = |binary: &str| {
-            let never = NEVER.iter().any(|prefix| binary.starts_with(prefix));
+            let never = never_instrumented(binary) || lock(&self.own_classes).contains(binary);
             !never && before.includes(binary) != self.wants(binary)
         };
         self.retransform_loaded(Jni(jni), changed)
@@ -911,18 +959,15 @@ fn internal_name(signature: &str) -> String {
         .to_string()
 }
 
-/// Runs a hook's body with the listener, unless the agent is off, this is the agent's own
-/// thread or the VM is dying, or this thread is inside a hook already; panics stay here.
+/// Runs a hook's body with the listener, as the agent's own work, unless the agent is off,
+/// this is the agent's own thread or the VM is dying, or this thread is inside the agent's work
+/// already (a hook, or Java code the agent runs, reached rewritten code); panics stay here.
 fn hook(what: &str, body: impl FnOnce(&'static dyn CallListener)) {
     callback(what, Admit::Profiling, || {
         let Some(listener) = HOOKS.get().and_then(|hooks| hooks.listener.get()) else {
             return;
         };
-        if IN_HOOK.with(|inside| inside.replace(true)) {
-            return;
-        }
-        body(*listener);
-        IN_HOOK.with(|inside| inside.set(false));
+        agent_work(|| body(*listener));
     });
 }
 
@@ -1052,6 +1097,11 @@ unsafe extern "system" fn on_class_file_load_hook(
         }
         // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
         let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        if in_agent_work() {
+            // Loaded by the agent's own work: part of what its hooks run on.
+            lock(&hooks.own_classes).insert(name.replace('/', "."));
+            return;
+        }
         // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
         let bytes =
             unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
@@ -1193,14 +1243,21 @@ mod tests {
             "openprof.CallHook",
             "java.lang.invoke.LambdaForm",
             "jdk.internal.vm.Continuation",
+            "jdk.internal.misc.Unsafe",
+            "java.util.concurrent.atomic.AtomicLongArray",
+            "java.lang.Object",
+            "java.lang.Class$Atomic",
+            "dev.openprof.Context",
         ] {
-            assert!(
-                NEVER.iter().any(|prefix| name.starts_with(prefix)),
-                "{name}"
-            );
+            assert!(never_instrumented(name), "{name}");
         }
-        assert!(!NEVER
-            .iter()
-            .any(|prefix| "java.util.HashMap".starts_with(prefix)));
+        for name in [
+            "java.util.HashMap",
+            "java.lang.ClassLoader",
+            "java.lang.ObjectStreamException",
+            "java.util.concurrent.ConcurrentHashMap",
+        ] {
+            assert!(!never_instrumented(name), "{name}");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The one gate every JVMTI callback and native hook passes through: it keeps panics on this
-//! side of the FFI boundary, keeps the agent's own thread out of its own profile, and keeps the
-//! engines quiet once the VM is dying or the agent has switched itself off.
+//! side of the FFI boundary, keeps the agent's own thread and the agent's own work on any
+//! thread out of its own profile, and keeps the engines quiet once the VM is dying or the agent
+//! has switched itself off.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -16,6 +17,48 @@ static DYING: AtomicBool = AtomicBool::new(false);
 thread_local! {
     /// True on the agent's own thread, which must not be profiled.
     static IS_AGENT_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// How deep this thread is in the agent's own work: a call hook's body, or Java code the
+    /// agent runs (a JNI call, a class it finds). See [`agent_work`].
+    static AGENT_WORK_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// How deep the agent's own work may nest on one thread (the agent's Java call loads a class,
+/// whose rewrite makes the agent run Java again, ...) before the agent gives up on it.
+const MAX_AGENT_WORK_DEPTH: u32 = 8;
+/// Set once the agent gave up on work nested past [`MAX_AGENT_WORK_DEPTH`] (said once).
+static NESTED_TOO_DEEP: AtomicBool = AtomicBool::new(false);
+
+/// Runs `body` as the agent's own work on this thread. While it runs, what it sets off is not
+/// the program's: the call hooks of rewritten code it reaches report nothing, profiling
+/// callbacks (exceptions, monitors, allocations) are not recorded, and the classes it loads are
+/// not rewritten. So the agent can never re-enter itself through the code it instruments,
+/// whatever the filters let through. Work nested past a small depth is refused (`None`): the
+/// agent says so once and carries on without it, and the JVM goes on.
+pub fn agent_work<T>(body: impl FnOnce() -> T) -> Option<T> {
+    let depth = AGENT_WORK_DEPTH.with(|depth| depth.get());
+    if depth >= MAX_AGENT_WORK_DEPTH {
+        if !NESTED_TOO_DEEP.swap(true, Ordering::AcqRel) {
+            eprintln!(
+                "openprof WARNING: the agent's own work nested {depth} deep on one thread \
+                 (its Java calls set off its hooks again); it skips such work from now on"
+            );
+        }
+        return None;
+    }
+    struct Leave;
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            AGENT_WORK_DEPTH.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        }
+    }
+    AGENT_WORK_DEPTH.with(|depth| depth.set(depth.get() + 1));
+    let _leave = Leave;
+    Some(body())
+}
+
+/// Whether this thread is inside the agent's own work ([`agent_work`]).
+pub fn in_agent_work() -> bool {
+    AGENT_WORK_DEPTH.with(|depth| depth.get()) > 0
 }
 
 /// Which callbacks a body is run for.
@@ -25,7 +68,8 @@ pub enum Admit {
     Always,
     /// Not on the agent's own thread: events that would profile the profiler.
     NotAgentThread,
-    /// Not on the agent's thread and not once the VM is dying: the profiling events proper.
+    /// Not on the agent's thread, not inside the agent's own work on any thread, and not once
+    /// the VM is dying: the profiling events proper.
     Profiling,
 }
 
@@ -43,7 +87,7 @@ pub fn callback(what: &str, admit: Admit, body: impl FnOnce()) {
     let refused = match admit {
         Admit::Always => false,
         Admit::NotAgentThread => is_agent_thread(),
-        Admit::Profiling => is_agent_thread() || is_dying(),
+        Admit::Profiling => is_agent_thread() || is_dying() || in_agent_work(),
     };
     if refused {
         return;

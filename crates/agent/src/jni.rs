@@ -169,7 +169,8 @@ impl Jni {
     /// A class by JNI name (`java/lang/String`) from the bootstrap or system loader.
     pub fn find_class(self, name: &str) -> JniResult<jclass> {
         let name = CString::new(name).map_err(|_| Thrown)?;
-        self.non_null(jni!(self, FindClass(name.as_ptr())))
+        crate::guard::agent_work(|| self.non_null(jni!(self, FindClass(name.as_ptr()))))
+            .unwrap_or(Err(Thrown))
     }
 
     /// Binds native methods: (name, descriptor, function).
@@ -279,6 +280,17 @@ impl Jni {
         returns: u8,
         args: &[jvalue],
     ) -> JniResult<Typed> {
+        crate::guard::agent_work(|| self.call_unguarded(object, method, returns, args))
+            .unwrap_or(Err(Thrown))
+    }
+
+    fn call_unguarded(
+        self,
+        object: jobject,
+        method: jmethodID,
+        returns: u8,
+        args: &[jvalue],
+    ) -> JniResult<Typed> {
         let args = args.as_ptr();
         let value = match returns {
             b'Z' => jvalue {
@@ -321,6 +333,17 @@ impl Jni {
 
     /// Calls a static method returning a value of kind `returns`.
     pub fn call_static(
+        self,
+        class: jclass,
+        method: jmethodID,
+        returns: u8,
+        args: &[jvalue],
+    ) -> JniResult<Typed> {
+        crate::guard::agent_work(|| self.call_static_unguarded(class, method, returns, args))
+            .unwrap_or(Err(Thrown))
+    }
+
+    fn call_static_unguarded(
         self,
         class: jclass,
         method: jmethodID,
@@ -408,7 +431,10 @@ impl Jni {
         constructor: jmethodID,
         args: &[jvalue],
     ) -> JniResult<jobject> {
-        self.non_null(jni!(self, NewObjectA(class, constructor, args.as_ptr())))
+        crate::guard::agent_work(|| {
+            self.non_null(jni!(self, NewObjectA(class, constructor, args.as_ptr())))
+        })
+        .unwrap_or(Err(Thrown))
     }
 
     /// A new array of `length` nulls of `class`.
@@ -459,6 +485,16 @@ impl Jni {
         value: jobject,
     ) -> JniResult<()> {
         jni!(self, SetStaticObjectField(class, field, value));
+        self.checked(())
+    }
+
+    pub fn set_static_long_field(
+        self,
+        class: jclass,
+        field: jfieldID,
+        value: i64,
+    ) -> JniResult<()> {
+        jni!(self, SetStaticLongField(class, field, value));
         self.checked(())
     }
 
@@ -625,6 +661,10 @@ pub fn with_local_frame(jni: *mut JNIEnv, body: impl FnOnce()) {
 
 /// The heap's (total, used) bytes, from java.lang.Runtime on this thread.
 pub fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
+    crate::guard::agent_work(|| heap_figures_unguarded(jni)).flatten()
+}
+
+fn heap_figures_unguarded(jni: *mut JNIEnv) -> Option<(u64, u64)> {
     // SAFETY: `jni` is this thread's JNIEnv; every reference and id is checked before use and
     // any Java exception is cleared.
     unsafe {
@@ -665,6 +705,10 @@ pub fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
 
 /// Calls `System.exit(status)` on the calling thread (which the JVM ends there).
 pub fn call_system_exit(jni: *mut JNIEnv, status: i32) {
+    crate::guard::agent_work(|| call_system_exit_unguarded(jni, status));
+}
+
+fn call_system_exit_unguarded(jni: *mut JNIEnv, status: i32) {
     // SAFETY: `jni` belongs to the calling, attached thread; the class and method ids are
     // checked before the call.
     unsafe {

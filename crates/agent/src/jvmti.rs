@@ -477,6 +477,17 @@ impl Jvmti {
         Ok(self.take_array(modules, count))
     }
 
+    /// Lets `to_module`'s code use the public types of `module`'s package `package` (as Java
+    /// names it, `jdk.internal.misc`), as if `module` exported it to `to_module`.
+    pub fn add_module_exports(
+        self,
+        module: jobject,
+        package: &CStr,
+        to_module: jobject,
+    ) -> JvmtiResult<()> {
+        call!(self, AddModuleExports(module, package.as_ptr(), to_module))
+    }
+
     /// Lets `module` read `to_module` (needed before its code may call into it).
     pub fn add_module_reads(self, module: jobject, to_module: jobject) -> JvmtiResult<()> {
         call!(self, AddModuleReads(module, to_module))

@@ -80,7 +80,7 @@ pub(crate) struct HookRefs {
     exit_thrown: u16,
     throwable: u16,
     stack_map_table: u16,
-    /// Coverage: the class's slot, the counters' field and `AtomicLongArray.getAndIncrement`.
+    /// Coverage: the class's slot, the counters' field and the hook's `count`.
     coverage: Option<(i32, u16, u16)>,
 }
 
@@ -96,8 +96,8 @@ impl HookRefs {
             Some(slot) => {
                 let (name, descriptor) = crate::hook_class::COVERAGE_FIELD;
                 let field = pool.field_ref(class, name, descriptor)?;
-                let counters = pool.class("java/util/concurrent/atomic/AtomicLongArray")?;
-                let increment = pool.method_ref(counters, "getAndIncrement", "(I)J")?;
+                let (count, count_descriptor) = crate::hook_class::COVERAGE_COUNT;
+                let increment = pool.method_ref(class, count, count_descriptor)?;
                 Some((slot, field, increment))
             }
             None => None,
@@ -278,15 +278,14 @@ pub(crate) fn instrument_method(
             block_source.sort_unstable();
             block_source.dedup();
             block_lines.push(block_source);
-            // CallHook.blocks[slot].getAndIncrement(block), its result dropped.
+            // CallHook.count(CallHook.blocks[slot], block).
             let mut counter = vec![0xb2];
             counter.extend(field.to_be_bytes());
             counter.extend(push_int(slot, pool)?);
             counter.push(0x32); // aaload
             counter.extend(push_int(block as i32, pool)?);
-            counter.push(0xb6); // invokevirtual
+            counter.push(0xb8); // invokestatic
             counter.extend(increment.to_be_bytes());
-            counter.push(0x58); // pop2
             counters.insert(leader, counter);
         }
     }

@@ -26,6 +26,8 @@ enum StaticMethod<'a> {
     Native { name: &'a str, descriptor: &'a str },
     /// `public static void NAME() { CALLEE(); }`, CALLEE a `()V` method of the same class.
     Calls { name: &'a str, callee: &'a str },
+    /// COVERAGE_COUNT: `unsafe.getAndAddLong(counters, longBase + ((long) block << 3), 1L)`.
+    CountsBlock,
 }
 
 /// The class file of MptHook: `public final class openprof.MptHook` with a `public static
@@ -38,19 +40,34 @@ pub fn hook_class_file() -> Vec<u8> {
     static_class_file(HOOK_CLASS, &methods)
 }
 
-/// The call hook class's field holding the coverage counters: one array of counters per
+/// The call hook class's field holding the coverage counters: one `long[]` of counters per
 /// class, by the class's coverage slot.
-pub const COVERAGE_FIELD: (&str, &str) =
-    ("blocks", "[Ljava/util/concurrent/atomic/AtomicLongArray;");
+pub const COVERAGE_FIELD: (&str, &str) = ("blocks", "[[J");
+/// The call hook's method that counts one run of a block: `count(long[] counters, int block)`
+/// adds one to `counters[block]` atomically.
+pub const COVERAGE_COUNT: (&str, &str) = ("count", "([JI)V");
+/// The call hook's fields `count` works with, which the agent sets before any class counts:
+/// the JDK's internal `Unsafe` and the offset of a `long[]`'s first element.
+pub const COVERAGE_UNSAFE_FIELD: (&str, &str) = ("unsafe", "Ljdk/internal/misc/Unsafe;");
+pub const COVERAGE_BASE_FIELD: (&str, &str) = ("longBase", "J");
+/// The class `count` calls: its `getAndAddLong(Object, long, long)` is one atomic add, with no
+/// call into any other class and nothing to link (a VarHandle's first use runs JDK code that
+/// the filters may have let the rewriter count, which would count again, forever).
+pub const UNSAFE_CLASS: &str = "jdk/internal/misc/Unsafe";
 
 /// The class file of CallHook: `public final class openprof.CallHook` with a `public static
-/// native` method for each of CALL_HOOK_METHODS, and `public static` COVERAGE_FIELD.
+/// native` method for each of CALL_HOOK_METHODS, the coverage counters' fields and COVERAGE_COUNT.
 pub fn call_hook_class_file() -> Vec<u8> {
-    let methods: Vec<StaticMethod> = CALL_HOOK_METHODS
+    let mut methods: Vec<StaticMethod> = CALL_HOOK_METHODS
         .iter()
         .map(|(name, descriptor)| StaticMethod::Native { name, descriptor })
         .collect();
-    static_class_file_with(CALL_HOOK_CLASS, &[COVERAGE_FIELD], &methods)
+    methods.push(StaticMethod::CountsBlock);
+    static_class_file_with(
+        CALL_HOOK_CLASS,
+        &[COVERAGE_FIELD, COVERAGE_UNSAFE_FIELD, COVERAGE_BASE_FIELD],
+        &methods,
+    )
 }
 
 /// The class file of ParkHook: `static native void bind0()` and `static void bind() {
@@ -102,17 +119,40 @@ impl Pool {
     }
 
     fn method_ref(&mut self, class: u16, name: &str, descriptor: &str) -> u16 {
+        self.member_ref(10, class, name, descriptor)
+    }
+
+    fn field_ref(&mut self, class: u16, (name, descriptor): (&str, &str)) -> u16 {
+        self.member_ref(9, class, name, descriptor)
+    }
+
+    fn member_ref(&mut self, tag: u8, class: u16, name: &str, descriptor: &str) -> u16 {
         let name = self.utf8(name);
         let descriptor = self.utf8(descriptor);
         let mut name_and_type = vec![12];
         name_and_type.extend(name.to_be_bytes());
         name_and_type.extend(descriptor.to_be_bytes());
         let name_and_type = self.add(name_and_type);
-        let mut entry = vec![10];
+        let mut entry = vec![tag];
         entry.extend(class.to_be_bytes());
         entry.extend(name_and_type.to_be_bytes());
         self.add(entry)
     }
+}
+
+/// A Code attribute: straight-line `bytecode` with no handlers and no attributes.
+fn code_attribute(pool: &mut Pool, max_stack: u16, max_locals: u16, bytecode: &[u8]) -> Vec<u8> {
+    let code_name = pool.utf8("Code");
+    let mut code = Vec::new();
+    code.extend(code_name.to_be_bytes());
+    code.extend((12 + bytecode.len() as u32).to_be_bytes());
+    code.extend(max_stack.to_be_bytes());
+    code.extend(max_locals.to_be_bytes());
+    code.extend((bytecode.len() as u32).to_be_bytes());
+    code.extend(bytecode);
+    code.extend(0_u16.to_be_bytes()); // exception table
+    code.extend(0_u16.to_be_bytes()); // attributes
+    code
 }
 
 /// `public final class NAME extends Object` with these static methods, version 52 (Java 8) so
@@ -142,22 +182,50 @@ fn static_class_file_with(
             ),
             StaticMethod::Calls { name, callee } => {
                 let callee = pool.method_ref(this_class, callee, "()V");
-                let code_name = pool.utf8("Code");
                 // invokestatic callee; return
                 let bytecode = [0xB8, (callee >> 8) as u8, callee as u8, 0xB1];
-                let mut code = Vec::new();
-                code.extend(code_name.to_be_bytes());
-                code.extend((12 + bytecode.len() as u32).to_be_bytes());
-                code.extend(0_u16.to_be_bytes()); // max_stack
-                code.extend(0_u16.to_be_bytes()); // max_locals
-                code.extend((bytecode.len() as u32).to_be_bytes());
-                code.extend(bytecode);
-                code.extend(0_u16.to_be_bytes()); // exception table
-                code.extend(0_u16.to_be_bytes()); // attributes
+                let code = code_attribute(&mut pool, 0, 0, &bytecode);
                 (
                     PUBLIC | STATIC,
                     pool.utf8(name),
                     pool.utf8("()V"),
+                    Some(code),
+                )
+            }
+            StaticMethod::CountsBlock => {
+                let unsafe_field = pool.field_ref(this_class, COVERAGE_UNSAFE_FIELD);
+                let base_field = pool.field_ref(this_class, COVERAGE_BASE_FIELD);
+                let unsafe_class = pool.class(UNSAFE_CLASS);
+                let add = pool.method_ref(unsafe_class, "getAndAddLong", "(Ljava/lang/Object;JJ)J");
+                let [unsafe_high, unsafe_low] = unsafe_field.to_be_bytes();
+                let [base_high, base_low] = base_field.to_be_bytes();
+                let [add_high, add_low] = add.to_be_bytes();
+                let bytecode = [
+                    0xB2,
+                    unsafe_high,
+                    unsafe_low, // getstatic unsafe
+                    0x2A,       // aload_0: counters
+                    0xB2,
+                    base_high,
+                    base_low, // getstatic longBase
+                    0x1B,     // iload_1: block
+                    0x85,     // i2l
+                    0x06,     // iconst_3
+                    0x79,     // lshl
+                    0x61,     // ladd
+                    0x0A,     // lconst_1
+                    0xB6,
+                    add_high,
+                    add_low, // invokevirtual getAndAddLong
+                    0x58,    // pop2
+                    0xB1,    // return
+                ];
+                let code = code_attribute(&mut pool, 7, 2, &bytecode);
+                let (name, descriptor) = COVERAGE_COUNT;
+                (
+                    PUBLIC | STATIC,
+                    pool.utf8(name),
+                    pool.utf8(descriptor),
                     Some(code),
                 )
             }

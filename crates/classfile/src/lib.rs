@@ -29,8 +29,9 @@ use thiserror::Error;
 
 pub use code::{CALL_HOOK_METHODS, HOOK_METHODS};
 pub use hook_class::{
-    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS, COVERAGE_FIELD,
-    HOOK_CLASS, PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE,
+    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS,
+    COVERAGE_BASE_FIELD, COVERAGE_COUNT, COVERAGE_FIELD, COVERAGE_UNSAFE_FIELD, HOOK_CLASS,
+    PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE, UNSAFE_CLASS,
 };
 
 /// Which hooks instrumented methods call.
@@ -52,9 +53,9 @@ pub struct Plan {
     pub hook_class: String,
     pub hooks: HookKind,
     pub methods: Vec<MethodPlan>,
-    /// Line coverage: the class's slot in the call hook's counters (`CallHook.blocks[slot]`, an
-    /// `AtomicLongArray` with a counter for each basic block of the planned methods, numbered
-    /// method after method in the plan's order).
+    /// Line coverage: the class's slot in the call hook's counters (`CallHook.blocks[slot]`, a
+    /// `long[]` with a counter for each basic block of the planned methods, numbered method
+    /// after method in the plan's order, each run counted by `CallHook.count`).
     pub coverage: Option<i32>,
 }
 

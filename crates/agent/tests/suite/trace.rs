@@ -429,11 +429,21 @@ fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
 
 /// Each source line's count in a coverage trace: the most any block holding code of it ran.
 fn line_counts(elements: &[TraceElement]) -> std::collections::BTreeMap<u32, u64> {
+    line_counts_of(elements, None)
+}
+
+/// The same for the line tables of one source file (`Covers.java`), or of all.
+fn line_counts_of(
+    elements: &[TraceElement],
+    source: Option<&str>,
+) -> std::collections::BTreeMap<u32, u64> {
     let mut tables: HashMap<u32, Vec<Vec<u32>>> = HashMap::new();
     let mut counts = std::collections::BTreeMap::new();
     for element in elements {
         match element {
-            TraceElement::LineTable(table) => {
+            TraceElement::LineTable(table)
+                if source.is_none() || table.source_name.as_deref() == source =>
+            {
                 let blocks = table
                     .source_coordinate_table
                     .as_deref()
@@ -444,7 +454,9 @@ fn line_counts(elements: &[TraceElement]) -> std::collections::BTreeMap<u32, u64
                 tables.insert(table.line_table_id, blocks);
             }
             TraceElement::Line(line) => {
-                let blocks = &tables[&line.line_table_id_ref.unwrap()];
+                let Some(blocks) = tables.get(&line.line_table_id_ref.unwrap()) else {
+                    continue;
+                };
                 for source_line in &blocks[line.block_index.unwrap() as usize] {
                     let most: &mut u64 = counts.entry(*source_line).or_default();
                     *most = (*most).max(line.count.unwrap());
@@ -459,20 +471,7 @@ fn line_counts(elements: &[TraceElement]) -> std::collections::BTreeMap<u32, u64
 #[test]
 fn line_coverage_counts_each_lines_runs_exactly() {
     // The lines marked `// runs N` in LineCoverage.java run N times.
-    let source = std::fs::read_to_string(
-        openprof_testkit::workspace_root().join("java/workloads/LineCoverage.java"),
-    )
-    .unwrap();
-    let expected: std::collections::BTreeMap<u32, u64> = source
-        .lines()
-        .enumerate()
-        .filter_map(|(index, line)| {
-            Some((
-                index as u32 + 1,
-                line.split("// runs ").nth(1)?.trim().parse().ok()?,
-            ))
-        })
-        .collect();
+    let expected = marked_lines("LineCoverage");
     assert_eq!(expected.len(), 14);
     // Coverage alone, and with cpu=times.
     for options in [
@@ -494,6 +493,65 @@ fn line_coverage_counts_each_lines_runs_exactly() {
         let mut counts = line_counts(&elements);
         counts.retain(|line, _| expected.contains_key(line));
         assert_eq!(counts, expected, "{options}");
+    }
+}
+
+/// The lines of a workload's source marked `// runs N`, with N.
+fn marked_lines(workload: &str) -> std::collections::BTreeMap<u32, u64> {
+    let source = std::fs::read_to_string(
+        openprof_testkit::workspace_root().join(format!("java/workloads/{workload}.java")),
+    )
+    .unwrap();
+    source
+        .lines()
+        .enumerate()
+        .filter_map(|(index, line)| {
+            Some((
+                index as u32 + 1,
+                line.split("// runs ").nth(1)?.trim().parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn a_filter_that_lets_the_jdk_through_counts_exactly_and_never_hangs() {
+    // `+Covers` includes every class no pattern matches, the JDK's among them: the rewriter
+    // counts and times them too, except what its own hooks and counters run on, so the
+    // program ends with its own output and Covers' lines count exactly. The user is told once
+    // what such a filter does; a filter that ends in `-*` says nothing.
+    let mut expected = marked_lines("Covers");
+    assert_eq!(expected.len(), 5);
+    expected.retain(|_, runs| *runs > 0);
+    for options in [
+        "format=x,coverage=y,filter=+Covers,file=trace.xml",
+        "format=x,cpu=times,coverage=y,filter=+Covers,file=trace.xml",
+        "format=x,cpu=times,coverage=y,filter=+Covers;-*,file=trace.xml",
+    ] {
+        let run = run_java_with(&[], Some(options), "Covers", &[], Duration::from_secs(180));
+        assert!(run.success(), "{options}: {}", run.stderr());
+        assert_eq!(run.stdout().trim(), "3334 / 6666 / 0", "{options}");
+        let warnings = run.stderr().matches("lets through").count()
+            + run.stderr().matches("matches no pattern").count();
+        let closed = options.contains(";-*");
+        assert_eq!(
+            warnings,
+            usize::from(!closed),
+            "{options}: {}",
+            run.stderr()
+        );
+        xmllint(&run);
+        let elements = read_trace(&run.dir.join("trace.xml"));
+        let problems = validate(elements.iter().cloned().map(Ok));
+        assert!(problems.is_empty(), "{options}: {problems:#?}");
+        let mut counts = line_counts_of(&elements, Some("Covers.java"));
+        counts.retain(|line, _| expected.contains_key(line));
+        assert_eq!(counts, expected, "{options}");
+        if !closed {
+            // The JDK's classes were counted too.
+            let others = line_counts_of(&elements, Some("HashMap.java"));
+            assert!(!others.is_empty(), "{options}: no line of HashMap counted");
+        }
     }
 }
 

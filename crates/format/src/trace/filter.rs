@@ -120,6 +120,35 @@ impl FilterBlock {
             .is_none_or(|rule| rule.mode == FilterMode::Include)
     }
 
+    /// The block in the inline form `parse_inline` reads.
+    pub fn inline(&self) -> String {
+        let rules: Vec<String> = self
+            .rules
+            .iter()
+            .map(|rule| {
+                let sign = match rule.mode {
+                    FilterMode::Include => '+',
+                    FilterMode::Exclude => '-',
+                };
+                format!("{sign}{}", rule.pattern())
+            })
+            .collect();
+        rules.join(";")
+    }
+
+    /// The JDK classes (of a few that stand for it) that the block includes only because no
+    /// pattern matches them: a block that names the program's classes without ending in an
+    /// exclusion (`-*`) lets the whole JDK through.
+    pub fn jdk_included_by_default(&self) -> Vec<&'static str> {
+        const JDK: [&str; 3] = ["java.lang.String", "java.util.HashMap", "sun.nio.ch.IOUtil"];
+        if self.rules.is_empty() {
+            return Vec::new();
+        }
+        JDK.into_iter()
+            .filter(|class| !self.rules.iter().any(|rule| rule.matches(class)))
+            .collect()
+    }
+
     /// The block as filter elements, to echo in a trace.
     pub fn to_elements(&self) -> Vec<Filter> {
         self.rules
@@ -190,6 +219,18 @@ mod tests {
         );
         assert!(block.includes("com.acme.Main"), "no match: included");
         assert!(FilterBlock::default().includes("anything"));
+    }
+
+    #[test]
+    fn a_block_that_names_only_the_program_lets_the_jdk_through() {
+        let natural = FilterBlock::parse_inline("+Covers").unwrap();
+        assert_eq!(natural.jdk_included_by_default().len(), 3);
+        let closed = FilterBlock::parse_inline("+Covers;-*").unwrap();
+        assert_eq!(closed.inline(), "+Covers;-*");
+        assert!(closed.jdk_included_by_default().is_empty());
+        let partly = FilterBlock::parse_inline("+com.acme*;-java*").unwrap();
+        assert_eq!(partly.jdk_included_by_default(), ["sun.nio.ch.IOUtil"]);
+        assert!(FilterBlock::default().jdk_included_by_default().is_empty());
     }
 
     #[test]

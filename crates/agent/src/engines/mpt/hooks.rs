@@ -15,11 +15,16 @@ fn mpt() -> Option<&'static Mpt> {
     crate::engine::running::<Mpt>()
 }
 
-/// Runs a hook body unless the agent is off, keeping panics on this side of the boundary.
+/// Runs a hook body as the agent's own work, unless the agent is off or this thread is inside
+/// the agent's work already (a modifier's Java call reached a traced method: that call is the
+/// agent's, not the program's), keeping panics on this side of the boundary.
 fn hook(what: &str, body: impl FnOnce(&'static Mpt)) {
     crate::guard::guarded(what, || {
+        if crate::guard::in_agent_work() {
+            return;
+        }
         if let Some(mpt) = mpt() {
-            body(mpt);
+            crate::guard::agent_work(|| body(mpt));
         }
     });
 }
