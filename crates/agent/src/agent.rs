@@ -37,6 +37,9 @@ use startup::{checked_options, pin_library, write_attach_report};
 
 /// How long the exiting JVM waits for the collector to acknowledge the last data.
 const NET_GOODBYE_PATIENCE: Duration = Duration::from_secs(10);
+/// How long the exiting JVM waits for the agent's thread to finish what it is doing (a window,
+/// a dump, a command) before it exits without the agent's last output.
+const WORKER_STOP_PATIENCE: Duration = Duration::from_secs(60);
 /// How often the agent's thread comes round (drains the ring, flushes the trace, runs commands).
 const DRAIN_PERIOD: Duration = Duration::from_millis(20);
 
@@ -515,6 +518,18 @@ fn dump_profile(context: &Context, jni: *mut JNIEnv) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether `worker` ends within `patience` (polled: a thread can't be joined with a limit).
+fn stopped_within(worker: &JoinHandle<()>, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while !worker.is_finished() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    true
+}
+
 fn vm_death(context: &Context, jni: *mut JNIEnv) {
     guard::set_dying();
     signals::disable_all();
@@ -523,6 +538,15 @@ fn vm_death(context: &Context, jni: *mut JNIEnv) {
         *lock(&agent.stop) = true;
         agent.wake.notify_all();
         if let Some(worker) = lock(&agent.worker).take() {
+            if !stopped_within(&worker, WORKER_STOP_PATIENCE) {
+                // It may hold the report or the engines' state: the rest would wait on it.
+                eprintln!(
+                    "openprof WARNING: the agent's thread did not finish its work within {} s \
+                     of the JVM's exit; the JVM exits without the agent's last output",
+                    WORKER_STOP_PATIENCE.as_secs()
+                );
+                return;
+            }
             let _ = worker.join();
         }
     }
@@ -540,5 +564,24 @@ fn vm_death(context: &Context, jni: *mut JNIEnv) {
     if let Some(net) = &context.net {
         // Bounded: a collector that is gone must not hold the JVM's exit.
         net.finish(NET_GOODBYE_PATIENCE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_that_does_not_stop_is_given_up_on_after_the_patience() {
+        let (finish, finished) = std::sync::mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            let _ = finished.recv();
+        });
+        let started = Instant::now();
+        assert!(!stopped_within(&worker, Duration::from_millis(50)));
+        assert!(started.elapsed() >= Duration::from_millis(50));
+        finish.send(()).unwrap();
+        assert!(stopped_within(&worker, Duration::from_secs(30)));
+        worker.join().unwrap();
     }
 }
