@@ -58,7 +58,8 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         print!("{}", Options::help_text());
         return Ok(ExitCode::SUCCESS);
     }
-    let (options_text, depth_added) = crate::run_command::with_view_depth(&args.options);
+    let (options_text, added) =
+        crate::run_command::with_view_options(&args.options, args.output.is_some());
     let agent = crate::agent_library::find_agent(args.agent)?;
     // The JVM resolves the path in its own working directory: give it an absolute one.
     let agent = agent
@@ -72,9 +73,7 @@ pub fn attach(args: AttachArgs) -> Result<ExitCode> {
         &options_text,
         Duration::from_secs(args.timeout),
     )?;
-    if depth_added {
-        crate::run_command::say_view_depth();
-    }
+    crate::run_command::say_view_options(&added);
     println!("openprof: attached to JVM {pid} ({})", agent.display());
     match &said {
         Some(said) => print!("{said}"),

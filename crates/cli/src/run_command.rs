@@ -16,28 +16,41 @@ use crate::report::{read_profile, render, Shown};
 /// flame graph of real code (HPROF's own default, 4, stays the agent's for `-agentpath`).
 pub const VIEW_DEPTH: u32 = 256;
 
-/// The agent options with `depth=` added when they have none, and whether it was added.
-pub fn with_view_depth(options_text: &str) -> (String, bool) {
-    let has_depth = options_text
-        .split(',')
-        .any(|option| option.split('=').next() == Some("depth"));
-    let asks_help = options_text.split(',').any(|option| option == "help");
-    if has_depth || asks_help {
-        return (options_text.to_string(), false);
-    }
-    let with_depth = if options_text.is_empty() {
-        format!("depth={VIEW_DEPTH}")
-    } else {
-        format!("{options_text},depth={VIEW_DEPTH}")
+/// The agent options with what a view of the profile needs added when they don't say: `depth=`
+/// deep enough for a flame graph and, when a view will be written (`-f`), `thread=y`, so that
+/// `--threads` has threads to split by. Returns the options and the options added.
+pub fn with_view_options(options_text: &str, view_written: bool) -> (String, Vec<String>) {
+    let given = |name: &str| {
+        options_text
+            .split(',')
+            .any(|option| option.split('=').next() == Some(name))
     };
-    (with_depth, true)
+    let asks_help = options_text.split(',').any(|option| option == "help");
+    if asks_help {
+        return (options_text.to_string(), Vec::new());
+    }
+    let mut added = Vec::new();
+    if !given("depth") {
+        added.push(format!("depth={VIEW_DEPTH}"));
+    }
+    if view_written && !given("thread") {
+        added.push("thread=y".to_string());
+    }
+    let mut options: Vec<&str> = options_text.split(',').filter(|o| !o.is_empty()).collect();
+    options.extend(added.iter().map(String::as_str));
+    (options.join(","), added)
 }
 
-/// Says that the depth was chosen for the user.
-pub fn say_view_depth() {
-    eprintln!(
-        "openprof: depth={VIEW_DEPTH} (stacks deep enough for a flame graph; give depth=N to change)"
-    );
+/// Says which options were chosen for the user.
+pub fn say_view_options(added: &[String]) {
+    for option in added {
+        let why = if option.starts_with("depth=") {
+            "stacks deep enough for a flame graph; give depth=N to change"
+        } else {
+            "threads recorded, for --threads; give thread=n to leave them out"
+        };
+        eprintln!("openprof: {option} ({why})");
+    }
 }
 
 /// Writes the profile the JVM left in `file` as the view asked for, and says where.
@@ -66,14 +79,12 @@ pub fn run(
     output: Option<PathBuf>,
     view: &ViewArgs,
 ) -> Result<ExitCode> {
-    let (options_text, depth_added) = with_view_depth(options_text);
+    let (options_text, added) = with_view_options(options_text, output.is_some());
     let options_text = options_text.as_str();
     let options =
         Options::parse(options_text).map_err(|error| anyhow::anyhow!("bad -o: {error}"))?;
     let agent = find_agent(agent)?;
-    if depth_added {
-        say_view_depth();
-    }
+    say_view_options(&added);
     let (program, arguments) = java
         .split_first()
         .context("give the Java command after --")?;

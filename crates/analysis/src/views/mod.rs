@@ -128,6 +128,21 @@ pub fn check(profile: &Profile, format: OutputFormat, options: &ViewOptions) -> 
             ));
         }
     }
+    if options.by_thread {
+        let shown = shown_events(profile, options);
+        let threaded = profile
+            .samples
+            .iter()
+            .any(|sample| shown.contains(&sample.event) && sample.thread.is_some());
+        if !threaded && profile.samples.iter().any(|s| shown.contains(&s.event)) {
+            return Err(format!(
+                "{} records no thread for its samples, so --threads can't split them by \
+                 thread: record the profile with thread=y (HPROF's files name a sample's \
+                 thread only then)",
+                profile.source
+            ));
+        }
+    }
     if format == OutputFormat::ChromeTrace && profile.spans.is_empty() {
         return Err(format!(
             "{} has no timeline (method calls, waits, GCs) for a Chrome trace: traces \

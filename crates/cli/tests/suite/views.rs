@@ -106,6 +106,56 @@ fn run_writes_folded_stacks_that_agree_with_the_hprof_text() {
 }
 
 #[test]
+fn threads_are_recorded_for_a_view_and_a_view_that_cannot_split_by_them_says_so() {
+    // With -f, run records threads (thread=y) and says so: --threads puts CpuSplit's samples
+    // under its main thread, none under an unknown one.
+    let dir = kept_temp_dir("openprof-views-");
+    let output = run_cpu_split(
+        &dir,
+        "cpu=samples,interval=1",
+        &["-f", "threads.collapsed", "--threads"],
+    );
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("thread=y (threads recorded"), "{stderr}");
+    let collapsed = std::fs::read_to_string(dir.join("threads.collapsed")).unwrap();
+    assert!(!collapsed.contains("[unknown thread]"), "{collapsed}");
+    let under_main: u64 = collapsed
+        .lines()
+        .filter(|line| line.starts_with("[main tid=") && line.contains("CpuSplit.heavy"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    let heavy: u64 = leaf_samples(&collapsed)
+        .get("CpuSplit.heavy")
+        .copied()
+        .unwrap_or(0);
+    assert!(heavy > 0 && under_main >= heavy, "{collapsed}");
+
+    // A profile recorded without threads can't be split by them: convert says so and writes
+    // nothing, rather than put every sample under "[unknown thread]".
+    let bare = kept_temp_dir("openprof-views-");
+    let output = run_cpu_split(&bare, "cpu=samples,interval=10", &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let refused = openprof_in(
+        &bare,
+        &[
+            "convert",
+            "java.hprof.txt",
+            "-o",
+            "t.collapsed",
+            "--threads",
+        ],
+    );
+    let stderr = text(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("records no thread") && stderr.contains("thread=y"),
+        "{stderr}"
+    );
+    assert!(!bare.join("t.collapsed").exists());
+}
+
+#[test]
 fn stacks_as_deep_as_the_depth_are_marked_truncated() {
     let dir = kept_temp_dir("openprof-views-");
     let output = run_cpu_split(&dir, "cpu=samples,interval=1,depth=1", &[]);
