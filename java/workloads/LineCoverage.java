@@ -41,12 +41,24 @@ public class LineCoverage {
         }
     }
 
+    static class Wrapped {
+        // An object under construction across a branch, its `new` at the start of a block:
+        // the stack map names it by the `new`'s offset, which the block's counter moves.
+        static int wrapped(int x) {
+            if (x > 3) { // runs 9
+                x = 3; // runs 2
+            }
+            return new StringBuilder(x > 0 ? "pos" : "neg").length(); // runs 9
+        }
+    }
+
     public static void main(String[] args) {
         long sink = 0;
         for (int x = -3; x <= 5; x++) {
             sink += Counted.classify(x);
             sink += Counted.name(x % 4).length();
             sink += Counted.guarded(x % 3);
+            sink += Wrapped.wrapped(x);
         }
         System.out.println("sink=" + sink);
     }

@@ -366,6 +366,9 @@ pub(crate) fn instrument_method(
     // Old offset → new offset of what runs when control reaches it (after the code arriving
     // there by falling through, at the code run however it gets there).
     let mut moved = vec![u32::MAX; code_length + 1];
+    // Old offset → new offset of the instruction itself (after what is inserted before it): where
+    // a `new` that a stack map's Uninitialized type names now is.
+    let mut placed = vec![u32::MAX; code_length + 1];
     let mut at = prefix.len();
     // Where the code after the constructor's `super(...)` or `this(...)` call begins.
     let mut initialized_at = 0;
@@ -376,6 +379,7 @@ pub(crate) fn instrument_method(
         at += arriving.get(&old).map_or(0, Vec::len);
         moved[old] = at as u32;
         at += reaching.get(&old).map_or(0, Vec::len);
+        placed[old] = at as u32;
         let opcode = code[old];
         at += match opcode {
             TABLESWITCH | LOOKUPSWITCH => length - padding(old) + padding(at),
@@ -486,6 +490,14 @@ pub(crate) fn instrument_method(
         let new = map(i64::from(old)).map_err(&fault)?;
         u16::try_from(new).map_err(|_| fault(format!("offset {new} beyond 65535")))
     };
+    let placed_u16 = |old: u16| -> Result<u16, ClassFileError> {
+        let new = placed
+            .get(usize::from(old))
+            .copied()
+            .filter(|&new| new != u32::MAX)
+            .ok_or_else(|| fault(format!("offset {old} is not the start of an instruction")))?;
+        u16::try_from(new).map_err(|_| fault(format!("offset {new} beyond 65535")))
+    };
     let mut result = Vec::with_capacity(out.len() + 64);
     // Before a return, the stack holds what it held plus the site; at entry, an int and a
     // long or double at most; a block's counter needs three words over what the block starts
@@ -548,7 +560,13 @@ pub(crate) fn instrument_method(
             }
             Some("StackMapTable") => {
                 has_stack_map = true;
-                stack_map(contents, &moved_u16, &handler_frames, hooks.throwable)?
+                stack_map(
+                    contents,
+                    &moved_u16,
+                    &placed_u16,
+                    &handler_frames,
+                    hooks.throwable,
+                )?
             }
             // Other code attributes (type annotations) hold offsets we don't move: dropped,
             // which the JVM allows (they are not needed to run the code).
@@ -897,11 +915,13 @@ fn local_variables(
 }
 
 /// The StackMapTable with every frame at its moved offset (and `Uninitialized` types naming
-/// their moved `new`), then the frames of our handlers (offset, whether `this` is
+/// their `new` where it was `placed`: after a block counter inserted before it, which frames
+/// and branches reach), then the frames of our handlers (offset, whether `this` is
 /// uninitialized there), which follow all the original code.
 fn stack_map(
     contents: &[u8],
     moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+    placed: &impl Fn(u16) -> Result<u16, ClassFileError>,
     handler_frames: &[(u16, bool)],
     throwable: u16,
 ) -> Result<Vec<u8>, ClassFileError> {
@@ -943,7 +963,7 @@ fn stack_map(
                     out.push(247);
                     out.extend(delta.to_be_bytes());
                 }
-                copy_types(&mut reader, &mut out, 1, moved)?;
+                copy_types(&mut reader, &mut out, 1, placed)?;
             }
             248..=250 => {
                 out.push(frame_type);
@@ -952,17 +972,17 @@ fn stack_map(
             252..=254 => {
                 out.push(frame_type);
                 out.extend(delta.to_be_bytes());
-                copy_types(&mut reader, &mut out, u16::from(frame_type - 251), moved)?;
+                copy_types(&mut reader, &mut out, u16::from(frame_type - 251), placed)?;
             }
             _ => {
                 out.push(255);
                 out.extend(delta.to_be_bytes());
                 let locals = reader.u2()?;
                 out.extend(locals.to_be_bytes());
-                copy_types(&mut reader, &mut out, locals, moved)?;
+                copy_types(&mut reader, &mut out, locals, placed)?;
                 let stack = reader.u2()?;
                 out.extend(stack.to_be_bytes());
-                copy_types(&mut reader, &mut out, stack, moved)?;
+                copy_types(&mut reader, &mut out, stack, placed)?;
             }
         }
     }
@@ -1025,14 +1045,14 @@ fn copy_types(
     reader: &mut Bytes,
     out: &mut Vec<u8>,
     count: u16,
-    moved: &impl Fn(u16) -> Result<u16, ClassFileError>,
+    placed: &impl Fn(u16) -> Result<u16, ClassFileError>,
 ) -> Result<(), ClassFileError> {
     for _ in 0..count {
         let tag = reader.u1()?;
         out.push(tag);
         match tag {
             7 => out.extend(reader.u2()?.to_be_bytes()),
-            8 => out.extend(moved(reader.u2()?)?.to_be_bytes()),
+            8 => out.extend(placed(reader.u2()?)?.to_be_bytes()),
             0..=6 => {}
             _ => return Err(malformed("an unknown verification type")),
         }

@@ -472,11 +472,11 @@ fn line_counts_of(
 fn line_coverage_counts_each_lines_runs_exactly() {
     // The lines marked `// runs N` in LineCoverage.java run N times.
     let expected = marked_lines("LineCoverage");
-    assert_eq!(expected.len(), 14);
+    assert_eq!(expected.len(), 17);
     // Coverage alone, and with cpu=times.
     for options in [
-        "format=x,coverage=y,filter=+LineCoverage$Counted;-*,file=trace.xml",
-        "format=x,cpu=times,coverage=y,filter=+LineCoverage$Counted;-*,file=trace.xml",
+        "format=x,coverage=y,filter=+LineCoverage$*;-*,file=trace.xml",
+        "format=x,cpu=times,coverage=y,filter=+LineCoverage$*;-*,file=trace.xml",
     ] {
         let run = run_java_with(
             &["-Xverify:all"],
