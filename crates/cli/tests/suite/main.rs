@@ -13,6 +13,7 @@ mod mpt_jvm;
 mod mpt_report;
 mod profile;
 mod pyroscope;
+mod real_apps;
 mod statistics;
 mod token_files;
 mod ui;
