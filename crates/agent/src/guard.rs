@@ -45,6 +45,12 @@ pub fn agent_work<T>(body: impl FnOnce() -> T) -> Option<T> {
         }
         return None;
     }
+    Some(as_agent_work(body))
+}
+
+/// Runs `body` marked as the agent's own work, as [`agent_work`] does, without its bound: for
+/// the agent's bookkeeping (planning which classes to rewrite), which does not nest.
+pub fn as_agent_work<T>(body: impl FnOnce() -> T) -> T {
     struct Leave;
     impl Drop for Leave {
         fn drop(&mut self) {
@@ -53,7 +59,7 @@ pub fn agent_work<T>(body: impl FnOnce() -> T) -> Option<T> {
     }
     AGENT_WORK_DEPTH.with(|depth| depth.set(depth.get() + 1));
     let _leave = Leave;
-    Some(body())
+    body()
 }
 
 /// Whether this thread is inside the agent's own work ([`agent_work`]).

@@ -41,6 +41,12 @@ impl std::error::Error for JvmtiError {}
 
 pub type JvmtiResult<T> = Result<T, JvmtiError>;
 
+/// A call the agent did not make: its own work was nested too deep (`guard::agent_work`).
+const NESTED_TOO_DEEP: JvmtiError = JvmtiError {
+    function: "(not called: the agent's work nested too deep)",
+    code: 113, // JVMTI_ERROR_INTERNAL
+};
+
 /// The agent's JVMTI environment. JVMTI environments may be used from any thread attached to
 /// the VM, so this is a plain copyable handle.
 #[derive(Clone, Copy, Debug)]
@@ -485,12 +491,18 @@ impl Jvmti {
         package: &CStr,
         to_module: jobject,
     ) -> JvmtiResult<()> {
-        call!(self, AddModuleExports(module, package.as_ptr(), to_module))
+        // The JVM runs Java code of its own for it: the agent's work (see guard::agent_work).
+        crate::guard::agent_work(|| {
+            call!(self, AddModuleExports(module, package.as_ptr(), to_module))
+        })
+        .unwrap_or(Err(NESTED_TOO_DEEP))
     }
 
     /// Lets `module` read `to_module` (needed before its code may call into it).
     pub fn add_module_reads(self, module: jobject, to_module: jobject) -> JvmtiResult<()> {
-        call!(self, AddModuleReads(module, to_module))
+        // As above.
+        crate::guard::agent_work(|| call!(self, AddModuleReads(module, to_module)))
+            .unwrap_or(Err(NESTED_TOO_DEEP))
     }
 
     /// The thread that holds an object's monitor now (a local reference), if one does (needs

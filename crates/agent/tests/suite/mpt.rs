@@ -219,6 +219,21 @@ fn variants_trace_exactly_the_calls_the_variant_rules_say() {
 }
 
 #[test]
+fn a_modifier_that_calls_the_traced_method_traces_the_programs_calls_only() {
+    // The modifier's toString() is the traced method: the agent's own call of it, made to read
+    // the value, is its work, not the program's, and never re-enters the hooks.
+    let spec = "MptSelf.toString()String 0 instance_method:toString()String";
+    let (run, elements) = traced("MptSelf", &[spec]);
+    assert!(run.stdout().contains("total=2000"), "{}", run.stdout());
+    let by_spec = values_by_spec(&elements);
+    assert_eq!(
+        counts(&by_spec, spec),
+        expect(&[("k0", 250), ("k1", 250), ("k2", 250), ("k3", 250)])
+    );
+    entries_are_exited(&elements);
+}
+
+#[test]
 fn values_modifiers_and_every_error_value_come_out_as_the_workload_made_them() {
     let specs = [
         "java.util.HashMap.get(java.lang.Object) 1 instance_method:toString()",

@@ -145,8 +145,6 @@ impl OpenCall {
 
 #[derive(Default)]
 struct ThreadState {
-    /// True while this thread runs modifiers (or our own lookups): its calls are not traced.
-    busy: bool,
     open_calls: Vec<OpenCall>,
     /// The thread's kernel id, once a call of it tagged its samples.
     kernel_id: i32,
@@ -222,18 +220,6 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Runs `body` with this thread marked busy (its calls of traced methods are not traced).
-fn busy<R>(body: impl FnOnce() -> R) -> R {
-    let was = THREAD.with(|thread| std::mem::replace(&mut thread.borrow_mut().busy, true));
-    let result = body();
-    THREAD.with(|thread| thread.borrow_mut().busy = was);
-    result
-}
-
-fn is_busy() -> bool {
-    THREAD.with(|thread| thread.borrow().busy)
-}
-
 impl Mpt {
     /// A second JVMTI environment for parameter tracing, with the specifications to start
     /// with. `aggregate`: keep per-value tables for the text profile.
@@ -290,7 +276,7 @@ impl Mpt {
     /// natives, and instruments the loaded classes the specifications name.
     fn start(&self, jni: *mut JNIEnv) -> AgentResult<()> {
         let jni = Jni(jni);
-        busy(|| {
+        crate::guard::as_agent_work(|| {
             let known = Known::resolve(jni).ok_or("can't resolve java.lang.String and Class")?;
             let _ = self.known.set(known);
             let hook = jni
@@ -346,7 +332,7 @@ impl Mpt {
                 instrumentation.add(spec);
             }
         }
-        let methods = busy(|| self.rescan(Jni(jni)));
+        let methods = crate::guard::as_agent_work(|| self.rescan(Jni(jni)));
         self.drain_deferred(Jni(jni));
         format!("{count} specification(s) added; {methods} method(s) instrumented now")
     }
@@ -377,7 +363,7 @@ impl Mpt {
                 }
             }
         }
-        let methods = busy(|| self.rescan(Jni(jni)));
+        let methods = crate::guard::as_agent_work(|| self.rescan(Jni(jni)));
         self.drain_deferred(Jni(jni));
         Ok(format!(
             "{} specification(s) removed; {methods} method(s) instrumented now",
@@ -423,7 +409,7 @@ impl Mpt {
                 Err(TryLockError::WouldBlock) => return false,
             }
         };
-        busy(|| {
+        crate::guard::as_agent_work(|| {
             planning(&mut instrumentation, |instrumentation| {
                 if instrumentation.specs.is_empty() {
                     return;
@@ -962,12 +948,9 @@ impl Mpt {
     }
 
     fn begin(&self, jni: Jni, site_id: jint, receiver: jobject) {
-        if is_busy() {
-            return;
-        }
         let frame = match self.site(site_id) {
             Some(site) => {
-                let (specs, chosen) = busy(|| self.decide(jni, &site, receiver));
+                let (specs, chosen) = self.decide(jni, &site, receiver);
                 OpenCall {
                     site: site_id as u32,
                     specs,
@@ -992,9 +975,6 @@ impl Mpt {
     }
 
     fn arg(&self, jni: Jni, index: jint, value: Typed) {
-        if is_busy() {
-            return;
-        }
         let Some((site_id, specs, positions)) = THREAD.with(|thread| {
             let thread = thread.borrow();
             let frame = thread.open_calls.last()?;
@@ -1011,15 +991,13 @@ impl Mpt {
         let Some(site) = self.site(site_id as jint) else {
             return;
         };
-        let values: Vec<(usize, ValueType, String)> = busy(|| {
-            positions
-                .into_iter()
-                .map(|at| {
-                    let (kind, text) = self.value_of(jni, &site, &specs[at], value);
-                    (at, kind, text)
-                })
-                .collect()
-        });
+        let values: Vec<(usize, ValueType, String)> = positions
+            .into_iter()
+            .map(|at| {
+                let (kind, text) = self.value_of(jni, &site, &specs[at], value);
+                (at, kind, text)
+            })
+            .collect();
         THREAD.with(|thread| {
             if let Some(frame) = thread.borrow_mut().open_calls.last_mut() {
                 frame.values.extend(values);
@@ -1097,9 +1075,6 @@ impl Mpt {
     }
 
     fn enter(&self, jni: Jni) {
-        if is_busy() {
-            return;
-        }
         let Some((site_id, specs, chosen, mut values)) = THREAD.with(|thread| {
             let mut thread = thread.borrow_mut();
             let frame = thread.open_calls.last_mut()?;
@@ -1131,7 +1106,7 @@ impl Mpt {
         let cpu = crate::signals::thread_cpu_nanos();
         let ticket = match (self.sink.get(), self.site(site_id as jint)) {
             (Some(sink), Some(site)) if traced(|e| e.entry || e.exit) => {
-                let stack = traced(|e| e.stack).then(|| busy(|| self.stack_text()));
+                let stack = traced(|e| e.stack).then(|| self.stack_text());
                 let elements = values
                     .iter()
                     .map(|(at, kind, text)| openprof_format::trace::Value {
@@ -1174,9 +1149,6 @@ impl Mpt {
     }
 
     fn exit(&self, site_id: jint) {
-        if is_busy() {
-            return;
-        }
         let (ended, cpu) = (Instant::now(), crate::signals::thread_cpu_nanos());
         let Some(mut frame) = THREAD.with(|thread| {
             let mut thread = thread.borrow_mut();
