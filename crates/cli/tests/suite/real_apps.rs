@@ -375,9 +375,6 @@ fn h2_lookups_are_traced_with_every_id_by_parameter_tracing() {
 const JETTY_REQUESTS: u64 = 4000;
 
 #[test]
-#[ignore = "coverage=y makes HotSpot refuse Jetty's Request.setAttribute (ClassFormatError: \
-            StackMapTable format error: bad offset for Uninitialized): a `new` whose \
-            constructor's arguments branch; run with --ignored once the rewriter is fixed"]
 fn jetty_requests_are_each_counted_by_line_coverage() {
     if !installed(&jetty_classpath(), "libjetty9-java") {
         return;
