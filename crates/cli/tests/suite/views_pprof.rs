@@ -219,7 +219,10 @@ fn go_tool_pprof_shows_the_source_lines() {
             "{method}: {flat}% on its lines, {expected:.2}% in the HPROF text\n{top}"
         );
     }
-    // The same lines in folded stacks with --lines, as `Method:LINE` frames.
+    // The same lines in folded stacks with --lines, as `Method:LINE` frames. A sample whose
+    // frame has no bytecode index to map to a line (HPROF's `Unknown line`, as a compiled
+    // frame at its method's entry has; seen about once in eight runs) is plain
+    // `CpuSplit.heavy`, and heavy's all the same.
     convert_in(
         &recorded.dir,
         &["x.txt", "--lines", "-o", "lines.collapsed"],
@@ -231,6 +234,8 @@ fn go_tool_pprof_shows_the_source_lines() {
         if let Some(line) = leaf.strip_prefix("CpuSplit.heavy:") {
             let line: u32 = line.parse().expect("a line number");
             assert!(body.contains(&line), "{leaf} outside {body:?}");
+            heavy_samples += samples;
+        } else if leaf == "CpuSplit.heavy" {
             heavy_samples += samples;
         }
     }
