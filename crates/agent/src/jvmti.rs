@@ -522,6 +522,29 @@ impl Jvmti {
         Ok((!usage.owner.is_null()).then_some(usage.owner))
     }
 
+    /// The monitors `thread` owns now (local references). For another thread, a handshake
+    /// with it alone: no safepoint.
+    pub fn owned_monitors(self, thread: jthread) -> JvmtiResult<Vec<jobject>> {
+        let mut count: jint = 0;
+        let mut monitors: *mut jobject = ptr::null_mut();
+        call!(self, GetOwnedMonitorInfo(thread, &mut count, &mut monitors))?;
+        Ok(self.take_array(monitors, count))
+    }
+
+    /// A thread's JVMTI state bits (`JVMTI_THREAD_STATE_*`).
+    pub fn thread_state(self, thread: jthread) -> JvmtiResult<jint> {
+        let mut state: jint = 0;
+        call!(self, GetThreadState(thread, &mut state))?;
+        Ok(state)
+    }
+
+    /// An object's identity hash code.
+    pub fn object_hash_code(self, object: jobject) -> JvmtiResult<i32> {
+        let mut hash: jint = 0;
+        call!(self, GetObjectHashCode(object, &mut hash))?;
+        Ok(hash)
+    }
+
     /// Runs `body` with JNI's RegisterNatives replaced by `stand_in` for every thread, then puts
     /// the JVM's own back; `original` is given the JVM's before the stand-in is in place (the
     /// stand-in passes the calls it does not want on to it). HotSpot swaps the function table

@@ -143,7 +143,7 @@ pub fn build_engine(
         }
         EngineKind::Trace => Box::new(trace::Tracer::start(vm, jvmti, options, net.clone())?),
         EngineKind::Monitors => Box::new(monitors::Monitors),
-        EngineKind::Locks => Box::new(locks::Locks::new(options)),
+        EngineKind::Locks => Box::new(locks::Locks::new(jvmti, options)),
     })
 }
 

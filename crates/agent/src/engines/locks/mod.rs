@@ -17,7 +17,7 @@ use std::sync::{Mutex, OnceLock};
 
 use jvmti_bindings::sys::jvmti::{
     JVMTI_EVENT_MONITOR_CONTENDED_ENTER, JVMTI_EVENT_MONITOR_CONTENDED_ENTERED,
-    JVMTI_EVENT_NATIVE_METHOD_BIND,
+    JVMTI_EVENT_NATIVE_METHOD_BIND, JVMTI_THREAD_STATE_RUNNABLE,
 };
 use openprof_format::hprof_text::{LockTableKind, WAITED_BLOCKED, WAITED_PARKED};
 use openprof_format::java_names::class_name_from_signature;
@@ -28,7 +28,9 @@ use crate::engine::{need, running, Dump, Engine, Need};
 use crate::error::{AgentError, JvmtiContext};
 use crate::guard::{callback, Admit};
 use crate::jni::Jni;
-use crate::jvmti::{jobject, jthread, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv};
+use crate::jvmti::{
+    jobject, jthread, jvmtiCapabilities, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, JNIEnv, Jvmti,
+};
 use crate::methods::Location;
 use crate::output::hprof_date;
 use crate::signals::monotonic_nanos;
@@ -80,6 +82,15 @@ struct WaitKey {
     class: Option<String>,
 }
 
+/// How many monitors [`Locks::last_owners`] remembers an owner of; past it, it starts again.
+const LAST_OWNERS: usize = 1024;
+
+/// A thread remembered as a monitor's last owner (a global reference).
+struct LastOwner(jthread);
+
+// SAFETY: a global reference is valid on any thread; it is deleted under the map's lock.
+unsafe impl Send for LastOwner {}
+
 /// Waits since the last collect: (how many, nanoseconds) by key, for the waiting threads'
 /// stacks and for the owners'.
 #[derive(Default)]
@@ -98,6 +109,13 @@ pub struct Locks {
     /// Set at start: whether parks are timed (Unsafe.park rebound), or why not.
     parks: OnceLock<Result<park::ParkFields, String>>,
     waits: Mutex<Waits>,
+    /// With `lockowner=y`: whether threads can be asked which monitors they hold
+    /// (GetOwnedMonitorInfo, whose capability HotSpot grants only to an agent loaded with the
+    /// JVM).
+    ask_threads: bool,
+    /// With `lockowner=y`: the thread found owning each contended monitor the last time its
+    /// owner was looked for, by the monitor's identity hash. It is asked first.
+    last_owners: Mutex<HashMap<i32, LastOwner>>,
 }
 
 /// A contended enter under way on this OS thread.
@@ -117,13 +135,20 @@ thread_local! {
 }
 
 impl Locks {
-    pub fn new(options: &Options) -> Locks {
+    pub fn new(jvmti: Jvmti, options: &Options) -> Locks {
+        let ask_threads = options.lock_owners && {
+            let mut capabilities = jvmtiCapabilities::default();
+            capabilities.set_can_get_owned_monitor_info(true);
+            jvmti.add_capabilities(&capabilities).is_ok()
+        };
         Locks {
             threshold_ns: AtomicU64::new(options.lock_threshold_ns().unwrap_or(0)),
             owners: options.lock_owners,
             recording: AtomicBool::new(true),
             parks: OnceLock::new(),
             waits: Mutex::new(Waits::default()),
+            ask_threads,
+            last_owners: Mutex::new(HashMap::new()),
         }
     }
 
@@ -198,6 +223,97 @@ impl Locks {
         })
     }
 
+    /// The stack of the thread that owns a contended monitor now, found without a safepoint
+    /// when it can be: each candidate is asked whether it holds the monitor
+    /// (GetOwnedMonitorInfo, a handshake with that thread alone), first the thread found
+    /// owning that monitor last time, then every thread, those not running first (a thread
+    /// asleep or waiting while it holds a lock is asked at once; a running one must reach a
+    /// safepoint poll). Only when none holds it (a virtual thread may), or when threads can't
+    /// be asked (an agent attached to a running JVM), is the monitor's usage read
+    /// (GetObjectMonitorUsage), a safepoint operation: a busy machine can hold that up, for
+    /// tens of milliseconds, past the owner's release, and the wait then had no owner.
+    fn monitor_owner(&self, context: &Context, jni: Jni, object: jobject) -> Option<Owner> {
+        let jvmti = context.jvmti;
+        if !self.ask_threads {
+            let owner = jvmti.monitor_owner(object).ok().flatten()?;
+            let stack = self.owner_stack(context, owner);
+            jni.delete_local_ref(owner);
+            return stack;
+        }
+        let hash = jvmti.object_hash_code(object).ok();
+        let holds = |thread: jthread| {
+            let owned = jvmti.owned_monitors(thread).unwrap_or_default();
+            let holds = owned
+                .iter()
+                .any(|&monitor| jni.is_same_object(monitor, object));
+            for monitor in owned {
+                jni.delete_local_ref(monitor);
+            }
+            holds
+        };
+        if let Some(hash) = hash {
+            // A reference of its own: the map's may be replaced meanwhile.
+            let last = lock(&self.last_owners)
+                .get(&hash)
+                .map(|last| jni.new_global_ref(last.0));
+            if let Some(last) = last {
+                let stack = holds(last)
+                    .then(|| self.owner_stack(context, last))
+                    .flatten();
+                jni.delete_global_ref(last);
+                if stack.is_some() {
+                    return stack;
+                }
+            }
+        }
+        let current = jvmti.current_thread().ok();
+        let mut threads: Vec<(bool, jthread)> = jvmti
+            .all_threads()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|thread| {
+                let running = jvmti
+                    .thread_state(thread)
+                    .is_ok_and(|state| state & JVMTI_THREAD_STATE_RUNNABLE != 0);
+                (running, thread)
+            })
+            .collect();
+        threads.sort_by_key(|(running, _)| *running);
+        let mut owner = None;
+        for (_, thread) in threads {
+            let found = owner.is_none()
+                && !current.is_some_and(|current| jni.is_same_object(current, thread))
+                && holds(thread);
+            if found {
+                owner = Some(thread);
+            } else {
+                jni.delete_local_ref(thread);
+            }
+        }
+        if let Some(current) = current {
+            jni.delete_local_ref(current);
+        }
+        let owner = match owner {
+            Some(owner) => owner,
+            None => jvmti.monitor_owner(object).ok().flatten()?,
+        };
+        if let Some(hash) = hash {
+            let mut last_owners = lock(&self.last_owners);
+            if last_owners.len() >= LAST_OWNERS && !last_owners.contains_key(&hash) {
+                for (_, forgotten) in last_owners.drain() {
+                    jni.delete_global_ref(forgotten.0);
+                }
+            }
+            let remembered = LastOwner(jni.new_global_ref(owner));
+            if let Some(replaced) = last_owners.insert(hash, remembered) {
+                jni.delete_global_ref(replaced.0);
+            }
+        }
+        let stack = self.owner_stack(context, owner);
+        jni.delete_local_ref(owner);
+        stack
+    }
+
     /// A wait over the threshold just ended on `thread` (the current thread): counted on its
     /// stack, and on its owner's when there was one.
     fn record(
@@ -236,12 +352,7 @@ impl Locks {
     fn blocking(&self, jni: Jni, thread: jthread, object: jobject) {
         let since = monotonic_nanos();
         let owner = if self.owners {
-            crate::context::get().and_then(|context| {
-                let owner = context.jvmti.monitor_owner(object).ok().flatten()?;
-                let stack = self.owner_stack(context, owner);
-                jni.delete_local_ref(owner);
-                stack
-            })
+            crate::context::get().and_then(|context| self.monitor_owner(context, jni, object))
         } else {
             None
         };
