@@ -10,8 +10,13 @@ import java.util.concurrent.locks.ReentrantLock;
  *
  * Each worker times its own phases with System.nanoTime, and the workload prints the shares of
  * the four states over all workers: the figures a wall-clock profile must show; and for lock
- * profiles the milliseconds blocked and parked, with the number of cycles in which each wait
- * lasted at least WAITED_MS (a cycle whose holder came late may not wait at all).
+ * profiles the milliseconds blocked and parked, with the number of waits that certainly lasted
+ * at least WAITED_MS. Those the holder counts: while it holds the monitor or the lock it looks
+ * at its worker every millisecond, and a wait counts when the worker was already blocked on
+ * the monitor (or parked on the lock) WAITED_MS before the holder let go. The worker's own
+ * clock cannot tell: on a busy machine a worker that is not given a CPU, or stopped at a
+ * safepoint, between two of its readings has not waited on anything, and a cycle whose holder
+ * came late may not wait at all.
  *
  * Prints "ready" once its threads run.
  *
@@ -30,8 +35,10 @@ public class WallStates {
         final Ledger monitor = new Ledger();
         final ReentrantLock lock = new ReentrantLock();
         volatile long sleepEnds;
-        volatile Thread holder;
+        volatile Thread holder, worker;
         volatile int cycle = -1;
+        /** The waits of at least WAITED_MS the holder saw (its thread's alone). */
+        long blockedWaits, parkedWaits;
     }
 
     static void sleepUntil(long deadline) {
@@ -45,6 +52,26 @@ public class WallStates {
         }
     }
 
+    /**
+     * Sleeps until `deadline`, looking at `worker` every millisecond; returns whether it had
+     * been in `state` for at least WAITED_MS by then (seen so that long before the deadline).
+     */
+    static boolean holdWatching(long deadline, Thread worker, Thread.State state) {
+        long seen = -1;
+        long left;
+        while ((left = deadline - System.nanoTime()) > 0) {
+            if (seen < 0 && worker.getState() == state) {
+                seen = System.nanoTime();
+            }
+            try {
+                Thread.sleep(0, (int) Math.min(left, 999_999));
+            } catch (InterruptedException e) {
+                return false;
+            }
+        }
+        return seen >= 0 && System.nanoTime() - seen >= WAITED_MS * 1_000_000;
+    }
+
     static void hold(Pair pair, int cycles) {
         for (int cycle = 0; cycle < cycles; cycle++) {
             while (pair.cycle < cycle) {
@@ -55,9 +82,14 @@ public class WallStates {
             pair.lock.lock();
             try {
                 synchronized (pair.monitor) {
-                    sleepUntil(monitorFree);
+                    if (holdWatching(monitorFree, pair.worker, Thread.State.BLOCKED)) {
+                        pair.blockedWaits++;
+                    }
                 }
-                sleepUntil(lockFree);
+                // Parked in ReentrantLock.lock: WAITING (the worker parks nowhere else).
+                if (holdWatching(lockFree, pair.worker, Thread.State.WAITING)) {
+                    pair.parkedWaits++;
+                }
             } finally {
                 pair.lock.unlock();
             }
@@ -74,12 +106,9 @@ public class WallStates {
         return x;
     }
 
-    /**
-     * One worker's cycles; returns nanoseconds sleeping, blocked, parked, computing, and the
-     * cycles whose blocked and parked waits lasted at least WAITED_MS.
-     */
+    /** One worker's cycles; returns nanoseconds sleeping, blocked, parked and computing. */
     static long[] work(Pair pair, int cycles) {
-        long[] spent = new long[6];
+        long[] spent = new long[4];
         for (int cycle = 0; cycle < cycles; cycle++) {
             long start = System.nanoTime();
             pair.sleepEnds = start + SLEEP_MS * 1_000_000;
@@ -100,8 +129,6 @@ public class WallStates {
             spent[1] += entered - slept;
             spent[2] += locked - entered;
             spent[3] += computed - locked;
-            spent[4] += entered - slept >= WAITED_MS * 1_000_000 ? 1 : 0;
-            spent[5] += locked - entered >= WAITED_MS * 1_000_000 ? 1 : 0;
         }
         return spent;
     }
@@ -110,14 +137,16 @@ public class WallStates {
         int workers = args.length > 0 ? Integer.parseInt(args[0]) : 4;
         int cycles = args.length > 1 ? Integer.parseInt(args[1]) : 40;
         long[][] spent = new long[workers][];
+        Pair[] pairs = new Pair[workers];
         Thread[] threads = new Thread[workers * 2];
         for (int w = 0; w < workers; w++) {
             Pair pair = new Pair();
+            pairs[w] = pair;
             int index = w;
-            Thread holder = new Thread(() -> hold(pair, cycles), "holder-" + w);
-            pair.holder = holder;
-            threads[2 * w] = holder;
-            threads[2 * w + 1] = new Thread(() -> spent[index] = work(pair, cycles), "worker-" + w);
+            pair.holder = new Thread(() -> hold(pair, cycles), "holder-" + w);
+            pair.worker = new Thread(() -> spent[index] = work(pair, cycles), "worker-" + w);
+            threads[2 * w] = pair.holder;
+            threads[2 * w + 1] = pair.worker;
         }
         for (Thread thread : threads) {
             thread.start();
@@ -127,16 +156,21 @@ public class WallStates {
         for (Thread thread : threads) {
             thread.join();
         }
-        long[] total = new long[6];
+        long[] total = new long[4];
         for (long[] one : spent) {
-            for (int i = 0; i < 6; i++) {
+            for (int i = 0; i < 4; i++) {
                 total[i] += one[i];
             }
+        }
+        long blockedWaits = 0, parkedWaits = 0;
+        for (Pair pair : pairs) {
+            blockedWaits += pair.blockedWaits;
+            parkedWaits += pair.parkedWaits;
         }
         double all = total[0] + total[1] + total[2] + total[3];
         System.out.printf("sleeping=%.4f blocked=%.4f parked=%.4f running=%.4f%n",
                 total[0] / all, total[1] / all, total[2] / all, total[3] / all);
         System.out.printf("blocked_ms=%d parked_ms=%d blocked_waits=%d parked_waits=%d%n",
-                total[1] / 1_000_000, total[2] / 1_000_000, total[4], total[5]);
+                total[1] / 1_000_000, total[2] / 1_000_000, blockedWaits, parkedWaits);
     }
 }

@@ -58,14 +58,15 @@ fn assert_within_10_percent(profiled: f64, measured: f64, what: &str) {
     );
 }
 
-/// The waits a WallStates run of `workers` × `cycles` counted: at least the cycles the workload
-/// saw wait (`counted_by`), at most one per cycle.
+/// The waits a WallStates run of `workers` × `cycles` counted: at least the waits its holders
+/// saw last `WAITED_MS` or more (`counted_by`: the worker blocked or parked that long before
+/// the holder let go, which a threshold of less keeps), at most one per cycle.
 fn assert_waits(rows: &[(CpuRow, f64)], stdout: &str, counted_by: &str, most: u64) {
     let least = printed_figure(stdout, counted_by) as u64;
     let counted = waits(rows);
     assert!(
         (least..=most).contains(&counted),
-        "{counted} waits in the profile; the workload waited in {least} of its {most} cycles"
+        "{counted} waits in the profile; the holders saw {least} waits in the {most} cycles"
     );
 }
 
