@@ -3,9 +3,10 @@
 //! limit so that a hang fails the test instead of stalling the suite.
 
 use std::fs;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openprof_format::hprof_text::{self, TextProfile};
@@ -219,6 +220,117 @@ pub fn run_java_with(
     }
 }
 
+/// How often [`poll`] looks again.
+pub const POLL_EVERY: Duration = Duration::from_millis(25);
+
+/// Asks `probe` every [`POLL_EVERY`] until it finds what it looks for, for at most `limit`:
+/// what it found, or `None` once the time is out (it is asked at least once). Tests wait this
+/// way for what they need (a file, a line in a log, samples stored, an agent connected), never
+/// for a fixed time: a busy machine makes them slower, not wrong. [`wait_until`] fails the
+/// test instead of giving `None`.
+pub fn poll<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL_EVERY);
+    }
+}
+
+/// [`poll`], failing the test with `what` (what was awaited) and the limit when the time is
+/// out.
+pub fn wait_until<T>(what: &str, limit: Duration, probe: impl FnMut() -> Option<T>) -> T {
+    poll(limit, probe).unwrap_or_else(|| panic!("waited {limit:?} in vain until {what}"))
+}
+
+/// [`wait_until`] for a condition.
+pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    wait_until(what, limit, || done().then_some(()))
+}
+
+/// What a child wrote so far to one of its pipes (standard output or error), read on a thread
+/// of its own while the child runs: a test can wait for a line in it, and the child never
+/// blocks on a full pipe.
+#[derive(Clone)]
+pub struct PipeText {
+    text: Arc<Mutex<String>>,
+}
+
+impl PipeText {
+    /// Starts reading `pipe` to its end.
+    pub fn read(pipe: impl Read + Send + 'static) -> PipeText {
+        let text = Arc::new(Mutex::new(String::new()));
+        let sink = Arc::clone(&text);
+        std::thread::spawn(move || {
+            let mut pipe = BufReader::new(pipe);
+            let mut line = Vec::new();
+            while pipe.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+                let mut text = sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                text.push_str(&String::from_utf8_lossy(&line));
+                line.clear();
+            }
+        });
+        PipeText { text }
+    }
+
+    /// Everything read so far.
+    pub fn text(&self) -> String {
+        self.text
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Waits until `probe` finds what it looks for in the text; fails the test with `what`
+    /// and the text when it does not within `limit`.
+    pub fn wait_until<T>(
+        &self,
+        what: &str,
+        limit: Duration,
+        mut probe: impl FnMut(&str) -> Option<T>,
+    ) -> T {
+        poll(limit, || probe(&self.text())).unwrap_or_else(|| {
+            panic!(
+                "waited {limit:?} in vain until {what}; the output so far:\n{}",
+                self.text()
+            )
+        })
+    }
+
+    /// The text once it holds `needle` (fails the test if it does not within `limit`).
+    pub fn wait_for(&self, needle: &str, limit: Duration) -> String {
+        self.wait_until(&format!("{needle:?} was written"), limit, |text| {
+            text.contains(needle).then(|| text.to_string())
+        })
+    }
+}
+
+/// The CPU time a process has used so far (user and system, in the kernel's clock ticks).
+/// Tests that check that nothing happens for a while (no signal, no sample) wait until the
+/// process has run that long on a CPU: on a busy machine wall time says little about it.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|error| panic!("/proc/{pid}/stat: {error}"));
+    // The fields after the command's name (which may hold spaces) in parentheses: utime and
+    // stime are the 14th and 15th of the line, the 12th and 13th after the name.
+    let after_name = &stat[stat.rfind(')').expect("/proc/PID/stat's name") + 2..];
+    let field = |index: usize| -> u64 {
+        after_name
+            .split_whitespace()
+            .nth(index)
+            .and_then(|value| value.parse().ok())
+            .unwrap_or_else(|| panic!("/proc/{pid}/stat: {stat}"))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let ticks = field(11) + field(12);
+    Duration::from_nanos(ticks * 1_000_000_000 / ticks_per_second)
+}
+
 /// Waits for a child, killing it and failing the test if it runs past `limit`. Its output is
 /// read while it runs: a JVM writing a thread dump into a full pipe would otherwise block.
 pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Output {
@@ -235,17 +347,12 @@ pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Outpu
     }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let started = Instant::now();
-    let mut killed = false;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > limit && !killed {
+    let (status, killed) = match poll(limit, || child.try_wait().expect("wait")) {
+        Some(status) => (status, false),
+        None => {
             let _ = child.kill();
-            killed = true;
+            (child.wait().expect("wait"), true)
         }
-        std::thread::sleep(Duration::from_millis(20));
     };
     let output = Output {
         status,
