@@ -42,7 +42,7 @@ pub struct ProfileArgs {
     /// `[ACTION] PID`: ACTION is collect (default), start, stop, dump or status.
     #[arg(value_name = "[ACTION] PID", num_args = 1..=2, required = true)]
     target: Vec<String>,
-    /// Seconds to profile (collect; with --loop the whole run, else until Ctrl-C).
+    /// Seconds to profile (collect; with --loop all the periods together, else until Ctrl-C).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS")]
     duration: Option<f64>,
     /// What to profile, several apart by commas: cpu, wall, alloc, lock.
@@ -382,6 +382,10 @@ fn write_session(
 }
 
 /// Start, wait, stop and write; with --loop, again each period.
+///
+/// Time is counted from each session's start: attaching (the first one loads the agent, which
+/// may take seconds in a busy JVM) and writing each file come between periods, so every file
+/// holds a whole period of profiling and `-d` is the time profiled, whatever they took.
 fn collect(jvm: &Jvm, args: &ProfileArgs) -> Result<ExitCode> {
     let period = args
         .loop_every
@@ -406,11 +410,12 @@ fn collect(jvm: &Jvm, args: &ProfileArgs) -> Result<ExitCode> {
         ctrlc::set_handler(move || interrupted.store(true, Ordering::SeqCst))
             .context("can't handle Ctrl-C")?;
     }
-    let began = Instant::now();
+    // The sessions' time so far.
+    let mut profiled = Duration::ZERO;
     let mut count = 0;
     loop {
-        let period_began = (Instant::now(), chrono::Local::now());
         let said = start(jvm, args)?;
+        let period_began = (Instant::now(), chrono::Local::now());
         if count == 0 {
             eprintln!(
                 "openprof: profiling JVM {} ({}){}",
@@ -425,8 +430,9 @@ fn collect(jvm: &Jvm, args: &ProfileArgs) -> Result<ExitCode> {
         // The period ends at the loop's period, the whole duration, Ctrl-C or the JVM's exit.
         let ended = loop {
             std::thread::sleep(Duration::from_millis(50));
+            let elapsed = period_began.0.elapsed();
             if interrupted.load(Ordering::SeqCst)
-                || total.is_some_and(|total| began.elapsed() >= total)
+                || total.is_some_and(|total| profiled + elapsed >= total)
             {
                 break true;
             }
@@ -436,11 +442,12 @@ fn collect(jvm: &Jvm, args: &ProfileArgs) -> Result<ExitCode> {
                 write_session(jvm, &said, (period_began.1, count), args, true)?;
                 return Ok(ExitCode::SUCCESS);
             }
-            if period.is_some_and(|period| period_began.0.elapsed() >= period) {
+            if period.is_some_and(|period| elapsed >= period) {
                 break false;
             }
         };
         let stopped = jvm.ask_loaded("action=stop")?;
+        profiled += period_began.0.elapsed();
         write_session(jvm, &stopped, (period_began.1, count), args, true)?;
         count += 1;
         if ended {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-use openprof_testkit::{java_command, wait_with_limit};
+use openprof_testkit::{cpu_time, java_command, wait_for, wait_with_limit, PipeText};
 
 use crate::helpers::{openprof_in, text, LIMIT};
 use crate::views_html::drive;
@@ -262,7 +262,9 @@ fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
 fn the_loop_writes_one_profile_a_period_under_templated_names() {
     let service = Service::start();
     let pid = service.pid();
-    service.profile(&[
+    let jvm = service.child.id();
+    let mut command = crate::helpers::openprof_command(&[
+        "profile",
         &pid,
         "--loop",
         "2s",
@@ -271,12 +273,32 @@ fn the_loop_writes_one_profile_a_period_under_templated_names() {
         "-f",
         "loop-%p-%n-%t.collapsed",
     ]);
-    let mut files: Vec<String> = std::fs::read_dir(&service.dir)
-        .unwrap()
-        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
-        .filter(|name| name.starts_with("loop-"))
-        .collect();
-    files.sort();
+    command.current_dir(&service.dir);
+    let mut looping = command.spawn().expect("start openprof");
+    let stderr = PipeText::read(looping.stderr.take().expect("piped stderr"));
+    let loop_files = || -> Vec<String> {
+        let mut files: Vec<String> = std::fs::read_dir(&service.dir)
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with("loop-"))
+            .collect();
+        files.sort();
+        files
+    };
+    // The CPU time the JVM had used when the first period began and as each file came: a
+    // file's CPU samples are the CPU time its period got, which a busy machine hands out
+    // unevenly (a 1 s period may get more than a 2 s one).
+    stderr.wait_for("openprof: profiling JVM", LIMIT);
+    let mut cpu = vec![cpu_time(jvm)];
+    for count in 1..=3 {
+        wait_for(&format!("{count} files were written"), LIMIT, || {
+            loop_files().len() >= count
+        });
+        cpu.push(cpu_time(jvm));
+    }
+    let output = wait_with_limit(looping, LIMIT);
+    assert!(output.status.success(), "{}", stderr.text());
+    let files = loop_files();
     // 2 + 2 + 1 s.
     assert_eq!(files.len(), 3, "{files:?}");
     for (count, name) in files.iter().enumerate() {
@@ -294,16 +316,24 @@ fn the_loop_writes_one_profile_a_period_under_templated_names() {
             "{name} has no sample of heavy:\n{profile}"
         );
     }
-    // Each file has its own period's samples, not all since the start: the last (1 s) has
-    // fewer than the busier of the 2 s ones (with files counting from the start it would
-    // have the most). A loaded machine may starve one period, so not fewer than both.
-    let samples: Vec<u64> = files
+    // Each file has its own period's samples, not all since the start: the last one's
+    // samples per CPU second are those of the first two (with files counting from the start
+    // they would be about five times as many: all the run's samples over its last second's
+    // CPU time).
+    let samples: Vec<f64> = files
         .iter()
-        .map(|name| weight_with(&read(&service.dir.join(name)), "", ""))
+        .map(|name| weight_with(&read(&service.dir.join(name)), "", "") as f64)
         .collect();
+    let seconds: Vec<f64> = cpu
+        .windows(2)
+        .map(|pair| (pair[1] - pair[0]).as_secs_f64())
+        .collect();
+    let first_two = (samples[0] + samples[1]) / (seconds[0] + seconds[1]);
+    let last = samples[2] / seconds[2];
     assert!(
-        samples[2] < samples[0].max(samples[1]),
-        "samples per file: {samples:?}"
+        last < 2.5 * first_two,
+        "samples per file {samples:?} in CPU seconds {seconds:?}: the last period's rate \
+         {last:.0} a CPU second against {first_two:.0} before"
     );
     service.finish();
 }
