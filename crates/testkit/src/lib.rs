@@ -258,13 +258,16 @@ pub fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 #[derive(Clone)]
 pub struct PipeText {
     text: Arc<Mutex<String>>,
+    /// Set once the pipe's end was read.
+    closed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl PipeText {
     /// Starts reading `pipe` to its end.
     pub fn read(pipe: impl Read + Send + 'static) -> PipeText {
         let text = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&text);
+        let closed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (sink, end) = (Arc::clone(&text), Arc::clone(&closed));
         std::thread::spawn(move || {
             let mut pipe = BufReader::new(pipe);
             let mut line = Vec::new();
@@ -273,8 +276,18 @@ impl PipeText {
                 text.push_str(&String::from_utf8_lossy(&line));
                 line.clear();
             }
+            end.store(true, std::sync::atomic::Ordering::Release);
         });
-        PipeText { text }
+        PipeText { text, closed }
+    }
+
+    /// The whole text, once the pipe has closed (the child ended); fails the test if it does
+    /// not close within `limit`.
+    pub fn whole(&self, limit: Duration) -> String {
+        wait_for("the pipe closed", limit, || {
+            self.closed.load(std::sync::atomic::Ordering::Acquire)
+        });
+        self.text()
     }
 
     /// Everything read so far.
