@@ -5,7 +5,8 @@
  *
  * Usage: java MptSlow [loop]
  * With "loop" it prints "ready" and calls work(1) and work(3) until its standard input closes
- * or says "stop" (for specifications added at run time).
+ * or says "stop" (for specifications added at run time), printing "pairs=N" after every tenth
+ * pair of calls (N the pairs so far), for tests that wait until so many calls were made.
  */
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -26,9 +27,13 @@ public class MptSlow {
     public static void main(String[] args) throws Exception {
         if (args.length > 0 && args[0].equals("loop")) {
             Thread worker = new Thread(() -> {
-                while (true) {
+                for (long pairs = 1; ; pairs++) {
                     work(1);
                     work(3);
+                    if (pairs % 10 == 0) {
+                        System.out.print("pairs=");
+                        System.out.println(pairs);
+                    }
                 }
             });
             worker.setDaemon(true);
