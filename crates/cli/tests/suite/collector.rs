@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openprof_collector::client::{self, Endpoint, Transport};
 use openprof_format::handshake::Identity;
@@ -17,8 +17,8 @@ use openprof_format::trace::reader::{read_all, MAX_ATTRIBUTES, MAX_DEPTH};
 use openprof_format::trace::TraceElement;
 use openprof_format::wire::{self, FrameKind, Hello, Refusal, Role};
 use openprof_testkit::{
-    java_command, java_command_with, wait_until_ready_keeping_output, wait_with_limit,
-    xmllint_trace,
+    cpu_time, java_command, java_command_with, poll, wait_for, wait_until,
+    wait_until_ready_keeping_output, wait_with_limit, xmllint_trace, PipeText,
 };
 
 use crate::helpers::{openprof, text};
@@ -34,7 +34,7 @@ pub(crate) struct Collector {
     pub(crate) web: Option<String>,
     /// The web UI's URL as the collector printed it (`https://` with `--tls-cert`).
     pub(crate) web_url: Option<String>,
-    log: std::sync::Arc<std::sync::Mutex<String>>,
+    log: PipeText,
 }
 
 impl Collector {
@@ -99,16 +99,7 @@ impl Collector {
                 .unwrap_or_else(|| panic!("not a URL of the web UI: {url}"))
                 .to_string()
         });
-        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            while stderr.read_line(&mut line).unwrap_or(0) > 0 {
-                sink.lock().unwrap().push_str(&line);
-                line.clear();
-            }
-        });
+        let log = PipeText::read(child.stderr.take().unwrap());
         Collector {
             child,
             address,
@@ -119,20 +110,36 @@ impl Collector {
     }
 
     pub(crate) fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
+        self.log.text()
     }
 
-    /// The log once it holds `needle`, or as it is after 20 s: the collector logs a
-    /// refused peer on its own task, which may run after the peer has seen the refusal.
+    /// The log once it holds `needle` (the test fails if it does not within a minute): the
+    /// collector logs a refused peer on its own task, which may run after the peer has seen
+    /// the refusal.
     pub(crate) fn log_with(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let log = self.log();
-            if log.contains(needle) || Instant::now() > deadline {
-                return log;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.log.wait_for(needle, Duration::from_secs(60))
+    }
+
+    /// How many sockets the collector has open (its listeners and its connections).
+    fn sockets(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .map(|entries| {
+                entries
+                    .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                    .filter(|target| target.to_string_lossy().starts_with("socket:"))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Waits until the collector has `count` sockets open: it took (or closed) the
+    /// connections the test opened (or closed).
+    fn wait_for_sockets(&self, count: usize) {
+        wait_for(
+            &format!("the collector had {count} sockets open"),
+            Duration::from_secs(60),
+            || self.sockets() == count,
+        );
     }
 
     fn kill(mut self) {
@@ -253,6 +260,88 @@ fn ticker(address: &str, seconds: &str) -> (Child, PathBuf) {
     (command.spawn().expect("start java"), dir)
 }
 
+/// A JVM running a workload that prints how far it got (Ticker's `progress=N`, MptSlow's
+/// `pairs=N`) until a line on its standard input ends it; its output read while it runs.
+struct Counting {
+    /// `None` once stopped.
+    child: Option<Child>,
+    /// What it prints its count after (`progress=`).
+    key: &'static str,
+    stdout: PipeText,
+    stderr: PipeText,
+}
+
+impl Counting {
+    fn start(mut command: Command, key: &'static str) -> Counting {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start java");
+        let stdout = PipeText::read(child.stdout.take().unwrap());
+        let stderr = PipeText::read(child.stderr.take().unwrap());
+        Counting {
+            child: Some(child),
+            key,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Ticker streaming to `address` (`extra` agent options after the trace's), until told.
+    fn ticker(address: &str, extra: &str) -> Counting {
+        let options = agent_options(address, &format!("format=x,cpu=times,{extra}"));
+        let (command, _dir) = java_command(Some(&options), "Ticker", &["-"]);
+        Counting::start(command, "progress=")
+    }
+
+    /// The last count printed (0 before the first).
+    fn count(&self) -> u64 {
+        self.stdout
+            .text()
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix(self.key)?.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Waits until it has printed a count of at least `count`; returns the count then.
+    fn wait_count(&self, count: u64) -> u64 {
+        let what = format!("the workload printed {}{count}", self.key);
+        self.stdout.wait_until(&what, LIMIT, |_| {
+            let now = self.count();
+            (now >= count).then_some(now)
+        })
+    }
+
+    /// Tells it to stop and waits for its end, which must be a success; returns its standard
+    /// output and error.
+    fn stop(mut self) -> (String, String) {
+        let mut child = self.child.take().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"stop\n").unwrap();
+        drop(stdin);
+        let output = wait_with_limit(child, LIMIT);
+        let stderr = self.stderr.whole(LIMIT);
+        assert!(output.status.success(), "{stderr}");
+        (self.stdout.whole(LIMIT), stderr)
+    }
+}
+
+impl Drop for Counting {
+    /// A test that failed before stopping it does not leave it running.
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// How long a JVM of these tests may take to do what a step waits for.
+const LIMIT: Duration = Duration::from_secs(120);
+
 fn calls_in(stdout: &str) -> u64 {
     stdout
         .lines()
@@ -316,22 +405,21 @@ fn a_collector_killed_mid_stream_loses_nothing_it_acknowledged() {
     let store = tempfile::tempdir().unwrap();
     let first = Collector::start(store.path(), "127.0.0.1:0");
     let address = first.address.clone();
-    let (mut child, _dir) = ticker(&address, "6");
-    let stdout = wait_until_ready_keeping_output(&mut child);
-    std::thread::sleep(Duration::from_millis(1500));
-    let before = ls(store.path());
+    let ticker = Counting::ticker(&address, "filter=+Ticker");
+    // Data is stored, then the collector goes.
+    wait_until("a trace was stored", LIMIT, || {
+        ls(store.path()).contains("trace ").then_some(())
+    });
     first.kill();
-    std::thread::sleep(Duration::from_millis(1500));
-    // The JVM runs on without its collector, then gets it back on the same address.
+    // The JVM runs on without its collector (its agent says it retries, and a thousand calls
+    // more are made), then gets it back on the same address and carries on where it was.
+    ticker.stderr.wait_for("retrying", LIMIT);
+    ticker.wait_count(ticker.count() + 1_000);
     let second = Collector::start(store.path(), &address);
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_in(&stdout.join().unwrap());
+    second.log_with("resuming after sequence");
+    let (stdout, _) = ticker.stop();
+    let calls = calls_in(&stdout);
     let listing = ls(store.path());
-    assert!(
-        before.contains("trace "),
-        "data was stored before the kill: {before}"
-    );
     assert!(
         listing.contains(", finished"),
         "{listing}\n{}",
@@ -823,16 +911,19 @@ fn control(address: &str, args: &[&str]) -> Output {
     openprof(&all)
 }
 
-/// Sends a command until an agent is there to take it.
+/// Sends a command until an agent is there to take it (or a minute has passed: then the
+/// last refusal).
 fn control_when_connected(address: &str, args: &[&str]) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let mut last = None;
+    poll(Duration::from_secs(60), || {
         let output = control(address, args);
-        if output.status.success() || Instant::now() > deadline {
-            return output;
+        if output.status.success() {
+            return Some(output);
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(output);
+        None
+    })
+    .unwrap_or_else(|| last.expect("asked at least once"))
 }
 
 #[test]
@@ -854,15 +945,32 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     // Counts from before the change go; what is counted from now on is at most two deep.
     let clear = control(&collector.address, &["clear-cpu-samples"]);
     assert!(clear.status.success(), "{}", text(&clear.stderr));
-    std::thread::sleep(Duration::from_secs(1));
-    let dump = control(&collector.address, &["cpu-samples"]);
-    assert!(dump.status.success(), "{}", text(&dump.stderr));
+    // Dumps (each of everything counted since the clear) until the store has one of more
+    // than 100 samples.
+    let mut dumps = 0;
+    wait_until("a dump of more than 100 samples was stored", LIMIT, || {
+        let dump = control(&collector.address, &["cpu-samples"]);
+        assert!(dump.status.success(), "{}", text(&dump.stderr));
+        dumps += 1;
+        let hprof = std::fs::read_to_string(export_only_agent(store.path(), "so-far.hprof.txt"));
+        let last = hprof
+            .ok()?
+            .rsplit("CPU SAMPLES BEGIN (total = ")
+            .next()?
+            .to_string();
+        let total: u64 = last.split(')').next()?.parse().ok()?;
+        (total > 100).then_some(())
+    });
     let off = control(&collector.address, &["cpu-sampling-off"]);
     assert!(off.status.success(), "{}", text(&off.stderr));
     // What was counted between the dump and the switch goes too.
     let clear = control(&collector.address, &["clear-cpu-samples"]);
     assert!(clear.status.success(), "{}", text(&clear.stderr));
-    std::thread::sleep(Duration::from_secs(1));
+    // No sample comes while the JVM runs on for 300 ms of CPU time (as many samples at 1 ms).
+    let off_at = cpu_time(child.id());
+    wait_for("the JVM used 300 ms of CPU time", LIMIT, || {
+        cpu_time(child.id()) >= off_at + Duration::from_millis(300)
+    });
     let quiet = control(&collector.address, &["cpu-samples"]);
     assert!(quiet.status.success(), "{}", text(&quiet.stderr));
     // A bad command gets a clear error, and the agent carries on.
@@ -900,16 +1008,16 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     let tables: Vec<&str> = hprof.split("CPU SAMPLES BEGIN (total = ").skip(1).collect();
     assert_eq!(
         tables.len(),
-        3,
-        "two commanded dumps and the one at exit:\n{hprof}"
+        dumps + 2,
+        "{dumps} commanded dumps while sampling, one after and the one at exit:\n{hprof}"
     );
     let total = |table: &str| -> u64 { table.split(')').next().unwrap().parse().unwrap() };
     assert!(
-        total(tables[0]) > 100,
+        total(tables[dumps - 1]) > 100,
         "samples before sampling was turned off"
     );
-    assert_eq!(total(tables[1]), 0, "sampling off: no samples");
-    assert_eq!(total(tables[2]), 0, "still off at exit");
+    assert_eq!(total(tables[dumps]), 0, "sampling off: no samples");
+    assert_eq!(total(tables[dumps + 1]), 0, "still off at exit");
     // Every trace printed after the depth change has at most two frames that depth counts
     // (Java frames, or a failed walk's mark; native frames come on top).
     let traces = hprof.split("\nTRACE ").skip(1);
@@ -1166,7 +1274,7 @@ fn entries_of(document: &[u8], name: &str) -> u64 {
 fn the_collector_ends_a_trace_and_starts_another_in_a_running_agent() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let (child, _dir) = ticker(&collector.address, "4");
+    let ticker = Counting::ticker(&collector.address, "filter=+Ticker");
     let snapshot = control_when_connected(&collector.address, &["snapshot", "connected"]);
     assert!(snapshot.status.success(), "{}", text(&snapshot.stderr));
     // One trace at a time: the one the agent started with is running.
@@ -1177,7 +1285,8 @@ fn the_collector_ends_a_trace_and_starts_another_in_a_running_agent() {
         "{}",
         text(&early.stdout)
     );
-    std::thread::sleep(Duration::from_millis(700));
+    // More than a thousand calls in the first trace.
+    ticker.wait_count(2_000);
     let end = control(&collector.address, &["trace-end"]);
     assert!(end.status.success(), "{}", text(&end.stdout));
     assert!(text(&end.stdout).contains("ended"), "{}", text(&end.stdout));
@@ -1188,13 +1297,15 @@ fn the_collector_ends_a_trace_and_starts_another_in_a_running_agent() {
         "{}",
         text(&again.stdout)
     );
-    // Calls in this second are traced nowhere (and still counted).
-    std::thread::sleep(Duration::from_secs(1));
+    // The calls of a while are traced nowhere (and still counted): more than a thousand
+    // (the counts are printed every thousand calls, and may be read late).
+    ticker.wait_count(ticker.count() + 4_000);
     let start = control(&collector.address, &["trace-start"]);
     assert!(start.status.success(), "{}", text(&start.stdout));
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_printed(&output);
+    // More than a thousand in the second trace.
+    ticker.wait_count(ticker.count() + 4_000);
+    let (stdout, _) = ticker.stop();
+    let calls = calls_in(&stdout);
 
     let listing = ls(store.path());
     assert!(!listing.contains("GAPS"), "{listing}");
@@ -1233,18 +1344,18 @@ fn data_dropped_while_the_collector_was_away_is_reported_as_lost() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().to_string()
     };
-    let options = agent_options(&address, "format=x,cpu=times,filter=+Ticker,netbuffer=6m");
-    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["6"]);
-    let mut child = command.spawn().expect("start java");
-    let stdout = wait_until_ready_keeping_output(&mut child);
-    // 2.5 s of method events (about 10 MB a second) against a 6 MiB buffer: most of it must
-    // go; the burst at exit (the counts, 1 to 2 MB) fits.
-    std::thread::sleep(Duration::from_millis(2500));
+    let ticker = Counting::ticker(&address, "filter=+Ticker,netbuffer=6m");
+    // 25,000 calls' method events (about 25 MB) against a 6 MiB buffer: most of it must go;
+    // the burst at exit (the counts, 1 to 2 MB) fits.
+    ticker.wait_count(25_000);
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), &address);
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_in(&stdout.join().unwrap());
+    // Back in touch, the agent says what it dropped.
+    ticker
+        .stderr
+        .wait_for("were dropped while the collector was slow or away", LIMIT);
+    let (stdout, _) = ticker.stop();
+    let calls = calls_in(&stdout);
     drop(collector);
 
     let listing = ls(store.path());
@@ -1285,9 +1396,8 @@ fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
     let options = agent_options(&collector.address, "format=x,commands=mpt");
-    let (mut command, _dir) = java_command(Some(&options), "MptSlow", &["loop"]);
-    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
-    let stdout = wait_until_ready_keeping_output(&mut child);
+    let (command, _dir) = java_command(Some(&options), "MptSlow", &["loop"]);
+    let slow = Counting::start(command, "pairs=");
     let none = control_when_connected(&collector.address, &["mpt-list"]);
     assert!(none.status.success(), "{}", text(&none.stderr));
     assert!(text(&none.stdout).contains("no method parameter tracing specifications"));
@@ -1310,7 +1420,8 @@ fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
         let output = control(&collector.address, &["snapshot", name]);
         assert!(output.status.success(), "{}", text(&output.stdout));
     };
-    std::thread::sleep(Duration::from_millis(300));
+    // Calls before the specification, untraced.
+    slow.wait_count(10);
     marker("before");
     let add = control(&collector.address, &["mpt-add", "MptSlow.work(int) 1"]);
     assert!(add.status.success(), "{}", text(&add.stdout));
@@ -1321,16 +1432,15 @@ fn a_parameter_tracing_specification_added_at_run_time_takes_effect_at_once() {
     );
     let listed = control(&collector.address, &["mpt-list"]);
     assert!(text(&listed.stdout).contains("MptSlow.work(int) 1"));
-    // work(1) and work(3) alternate: 2 ms and 6 ms.
-    std::thread::sleep(Duration::from_millis(1500));
+    // work(1) and work(3) alternate: 2 ms and 6 ms; more than 50 pairs traced (the pairs
+    // are printed every tenth, and may be read late).
+    slow.wait_count(slow.count() + 70);
     let remove = control(&collector.address, &["mpt-remove", "MptSlow.work(int) 1"]);
     assert!(remove.status.success(), "{}", text(&remove.stdout));
     marker("after");
-    std::thread::sleep(Duration::from_millis(300));
-    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
-    let output = wait_with_limit(child, Duration::from_secs(60));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let _ = stdout.join();
+    // Calls after it, untraced.
+    slow.wait_count(slow.count() + 10);
+    slow.stop();
 
     let listing = ls(store.path());
     let traces = trace_ids(&listing);
@@ -1555,16 +1665,19 @@ fn appends_that_fail_for_a_while_acknowledge_nothing_that_was_not_stored() {
         &[],
     );
     let pid = collector.child.id();
-    let (mut child, _dir) = ticker(&collector.address, "6");
-    let stdout = wait_until_ready_keeping_output(&mut child);
-    std::thread::sleep(Duration::from_millis(700));
-    // About 10 MB a second of method events meet a store that can't grow, for 2 s.
+    let ticker = Counting::ticker(&collector.address, "filter=+Ticker");
+    wait_until("a trace was stored", LIMIT, || {
+        ls(store.path()).contains("trace ").then_some(())
+    });
+    // About 10 MB a second of method events meet a store that can't grow, until its commits
+    // have failed and the agent was told why its connection closed.
     limit_file_size(pid, Some(64 << 10));
-    std::thread::sleep(Duration::from_millis(2000));
+    ticker
+        .stderr
+        .wait_for("closed by the collector: store", LIMIT);
     limit_file_size(pid, None);
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let calls = calls_in(&stdout.join().unwrap());
+    let (stdout, stderr) = ticker.stop();
+    let calls = calls_in(&stdout);
     let log = collector.log();
     assert!(
         log.contains("File too large") || log.contains("disk I/O error"),
@@ -1582,9 +1695,8 @@ fn appends_that_fail_for_a_while_acknowledge_nothing_that_was_not_stored() {
     assert_eq!(method_count(&document, "work"), Some(calls), "{log}");
     // The agent was told why its connection closed.
     assert!(
-        text(&output.stderr).contains("closed by the collector: store"),
-        "{}",
-        text(&output.stderr)
+        stderr.contains("closed by the collector: store"),
+        "{stderr}"
     );
 }
 
@@ -1605,11 +1717,7 @@ fn a_second_collector_on_a_store_fails_at_start_and_readers_never_lock_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while second.try_wait().unwrap().is_none() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if second.try_wait().unwrap().is_none() {
+    if poll(Duration::from_secs(60), || second.try_wait().unwrap()).is_none() {
         let _ = second.kill();
         let _ = second.wait();
         panic!("a second collector kept running on the same store");
@@ -1719,11 +1827,13 @@ fn refusal_without_hello(socket: &mut TcpStream, wait: Duration) -> Option<Strin
 fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    // The default cap (64) of connections that have not authenticated yet.
+    let listening = collector.sockets();
+    // The default cap (64) of connections that have not authenticated yet, once the
+    // collector has taken them all.
     let idle: Vec<TcpStream> = (0..64)
         .map(|_| TcpStream::connect(&collector.address).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    collector.wait_for_sockets(listening + 64);
     let mut extra = TcpStream::connect(&collector.address).unwrap();
     let reason = refusal_without_hello(&mut extra, Duration::from_secs(5))
         .expect("the connection past the cap is refused at once");
@@ -1739,9 +1849,9 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
         .filter(|line| line.contains("not authenticated"))
         .count();
     assert!((1..=3).contains(&lines), "{lines} lines:\n{log}");
-    // Once they go, agents get in again.
+    // Once they go (the collector has closed them), agents get in again.
     drop(idle);
-    std::thread::sleep(Duration::from_millis(300));
+    collector.wait_for_sockets(listening);
     let (child, _dir) = ticker(&collector.address, "0.5");
     let output = wait_with_limit(child, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
@@ -1750,10 +1860,11 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
     // A smaller cap, from the command line.
     let other = tempfile::tempdir().unwrap();
     let small = Collector::start_with(other.path(), "127.0.0.1:0", &["--max-unauthenticated", "2"]);
+    let listening = small.sockets();
     let _held: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(&small.address).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    small.wait_for_sockets(listening + 2);
     let mut extra = TcpStream::connect(&small.address).unwrap();
     let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
     assert!(reason.contains("2 connections"), "{reason}");
@@ -1765,11 +1876,12 @@ fn connections_that_never_say_hello_are_capped_and_logged_briefly() {
         "127.0.0.1:0",
         &["--max-connections", "3", "--max-unauthenticated", "10"],
     );
+    let listening = capped.sockets();
     let _agent = raw_agent(&capped.address, TOKEN).unwrap();
     let _held: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(&capped.address).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    capped.wait_for_sockets(listening + 3);
     let mut extra = TcpStream::connect(&capped.address).unwrap();
     let reason = refusal_without_hello(&mut extra, Duration::from_secs(5)).unwrap();
     assert!(reason.contains("3 connections are open"), "{reason}");
@@ -1969,12 +2081,11 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
     // whose work() then reports its calls; the block `-*` takes that code away again.
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
-    let options = agent_options(&collector.address, "format=x,cpu=times,filter=-*");
-    let (mut command, _dir) = java_command(Some(&options), "Ticker", &["4"]);
-    let child = command.spawn().expect("start java");
+    let ticker = Counting::ticker(&collector.address, "filter=-*");
     let connected = control_when_connected(&collector.address, &["snapshot", "connected"]);
     assert!(connected.status.success(), "{}", text(&connected.stderr));
-    std::thread::sleep(Duration::from_millis(500));
+    // work() runs (untraced) before its class is rewritten.
+    ticker.wait_count(1_000);
     let traced = control(&collector.address, &["filter", "+Ticker;-*"]);
     assert!(traced.status.success(), "{}", text(&traced.stdout));
     assert!(
@@ -1982,7 +2093,8 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
         "{}",
         text(&traced.stdout)
     );
-    std::thread::sleep(Duration::from_secs(1));
+    // Traced calls, then untraced ones again.
+    ticker.wait_count(ticker.count() + 2_000);
     let untraced = control(&collector.address, &["filter", "-*"]);
     assert!(untraced.status.success(), "{}", text(&untraced.stdout));
     assert!(
@@ -1990,8 +2102,8 @@ fn a_new_filter_block_rewrites_the_loaded_classes_it_takes_in_or_leaves_out() {
         "{}",
         text(&untraced.stdout)
     );
-    let output = wait_with_limit(child, Duration::from_secs(120));
-    assert!(output.status.success(), "{}", text(&output.stderr));
+    ticker.wait_count(ticker.count() + 1_000);
+    ticker.stop();
 
     let listing = ls(store.path());
     let traces = trace_ids(&listing);
