@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
-use openprof_testkit::{cpu_time, java_command, wait_for, wait_with_limit, PipeText};
+use openprof_testkit::{cpu_time, java_command, wait_for, wait_until, wait_with_limit, PipeText};
 
 use crate::helpers::{openprof_in, text, LIMIT};
 use crate::views_html::drive;
@@ -96,6 +96,17 @@ fn status_line<'a>(status: &'a str, key: &str) -> &'a str {
         .trim()
 }
 
+/// The status's `signals received: 12 cpu, 3 wall` as (12, 3).
+fn signals_received(status: &str) -> (u64, u64) {
+    let line = status_line(status, "signals received:");
+    let count = |kind: &str| -> u64 {
+        line.split(',')
+            .find_map(|part| part.trim().strip_suffix(kind)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {kind} signals in `{line}`"))
+    };
+    (count("cpu"), count("wall"))
+}
+
 /// The CPU timers the process has: POSIX timers delivering SIGPROF (/proc/PID/timers) and
 /// perf events (open perf_event descriptors).
 fn timers_of(pid: &str) -> usize {
@@ -180,7 +191,8 @@ fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 
-    // Stopped: no timer, and for 10 s no signal at all; the JVM runs on.
+    // Stopped: no timer, and no signal at all while the JVM uses a second of CPU time (500
+    // signals of a 2 ms timer); the JVM runs on.
     let status = service.profile(&["status", &pid]);
     assert!(
         status_line(&status, "session:").starts_with("none running; the last one stopped"),
@@ -189,7 +201,12 @@ fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
     let signals = status_line(&status, "signals received:").to_string();
     assert_eq!(status_line(&status, "cpu timers:"), "0", "{status}");
     assert_eq!(timers_of(&pid), 0, "timers left in JVM {pid}");
-    std::thread::sleep(Duration::from_secs(10));
+    let stopped_at = cpu_time(service.child.id());
+    wait_for(
+        "the JVM used a second of CPU time without a session",
+        LIMIT,
+        || cpu_time(service.child.id()) >= stopped_at + Duration::from_secs(1),
+    );
     let status = service.profile(&["status", &pid]);
     assert_eq!(
         status_line(&status, "signals received:"),
@@ -208,18 +225,20 @@ fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
 
     // Started again: samples come; a dump of the wall clock by thread shows the worker running
     // and sleeping as it measured it; stop writes the whole session.
-    // At 2 ms the session's CPU samples are enough (about a thousand in heavy and light) for
-    // the split to be within its 5 points by 4 standard deviations.
+    // A thousand CPU samples (about as many in heavy and light) are enough for the split to
+    // be within its 5 points by 4 standard deviations; the session runs until it has them.
     let said = service.profile(&["start", &pid, "-e", "wall,cpu", "-i", "2ms"]);
     assert!(said.contains("profile: /tmp/openprof-session-"), "{said}");
     assert!(timers_of(&pid) > 0, "no CPU timer after start");
-    std::thread::sleep(Duration::from_secs(4));
-    let status = service.profile(&["status", &pid]);
-    assert!(
-        status_line(&status, "session:").starts_with("running since"),
-        "{status}"
-    );
-    assert_ne!(status_line(&status, "signals received:"), signals);
+    let (cpu_before, _) = signals_received(&status);
+    wait_until("the session had a thousand CPU samples", LIMIT, || {
+        let status = service.profile(&["status", &pid]);
+        assert!(
+            status_line(&status, "session:").starts_with("running since"),
+            "{status}"
+        );
+        (signals_received(&status).0 >= cpu_before + 1_000).then_some(())
+    });
     service.profile(&[
         "dump",
         &pid,
@@ -243,7 +262,6 @@ fn a_running_jvm_is_profiled_for_a_while_then_left_idle_and_profiled_again() {
         (sampled_running - running).abs() <= 5.0,
         "the worker ran {sampled_running:.1} % of its wall samples, {running:.1} % measured ({sleeping:.1} % asleep)"
     );
-    std::thread::sleep(Duration::from_secs(1));
     service.profile(&["stop", &pid, "--event", "cpu", "-f", "stop.collapsed"]);
     assert_eq!(timers_of(&pid), 0, "timers left after stop");
     let cpu = read(&service.dir.join("stop.collapsed"));
@@ -356,7 +374,14 @@ fn a_jvm_that_exits_during_the_session_leaves_its_profile() {
         command
     };
     let profiling = command.spawn().expect("start openprof");
-    std::thread::sleep(Duration::from_secs(3));
+    // The session runs and has samples (the status says no agent until it is loaded).
+    wait_until("the session had CPU samples", LIMIT, || {
+        let status = service.profile(&["status", &pid]);
+        let running = status
+            .lines()
+            .any(|line| line.starts_with("session: running since"));
+        (running && signals_received(&status).0 >= 100).then_some(())
+    });
     // The service ends; the agent writes the session's last dump at the JVM's exit.
     service.finish();
     let output = wait_with_limit(profiling, LIMIT);
@@ -388,7 +413,22 @@ fn a_later_session_adds_the_engines_it_asks_for() {
     service.profile(&[&pid, "-d", "1", "-e", "cpu", "-f", "cpu.collapsed"]);
     let said = service.profile(&["start", &pid, "-e", "alloc", "--alloc", "16k"]);
     assert!(said.contains("allocation sites"), "{said}");
-    std::thread::sleep(Duration::from_secs(3));
+    // Until the session has sampled 16 of Service.buffer's allocations (folded stacks count
+    // the sampled objects).
+    wait_until("the session sampled 16 buffers", LIMIT, || {
+        let dumped = service.profile_output(&[
+            "dump",
+            &pid,
+            "--event",
+            "alloc_bytes",
+            "-f",
+            "alloc-so-far.collapsed",
+        ]);
+        // Refused while the session has no allocation yet.
+        let so_far = std::fs::read_to_string(service.dir.join("alloc-so-far.collapsed"));
+        (dumped.status.success() && weight_with(&so_far.ok()?, "", "Service.buffer") >= 16)
+            .then_some(())
+    });
     service.profile(&[
         "stop",
         &pid,
