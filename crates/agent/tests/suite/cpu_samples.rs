@@ -1,9 +1,13 @@
 //! cpu=samples against ground truth: real JVMs running workloads whose CPU split is built in.
 
+use std::process::Stdio;
 use std::time::Duration;
 
 use openprof_format::hprof_text::{FrameLine, TextProfile};
-use openprof_testkit::{java_command, run_java, samples_by_method, send_signal, wait_with_limit};
+use openprof_testkit::{
+    cpu_time, java_command, run_java, samples_by_method, send_signal, wait_for, wait_until_ready,
+    wait_with_limit, PipeText,
+};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
@@ -157,18 +161,32 @@ fn lineno_n_prints_unknown_line_and_merges_by_method() {
 
 #[test]
 fn sigquit_dumps_the_samples_so_far() {
-    let (mut command, dir) = java_command(Some("cpu=samples,file=quit.txt"), "CpuSplit", &["6"]);
-    let child = command.spawn().expect("start java");
+    // Service computes half of its time until its standard input closes.
+    let (mut command, dir) = java_command(Some("cpu=samples,file=quit.txt"), "Service", &[]);
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
     let pid = child.id();
-    std::thread::sleep(Duration::from_secs(3));
+    wait_until_ready(&mut child);
+    let stderr = PipeText::read(child.stderr.take().expect("piped stderr"));
+    // Samples come while the JVM uses half a second of CPU time (50 samples' worth).
+    let run_a_while = || {
+        let from = cpu_time(pid);
+        wait_for("the JVM used half a second of CPU time", LIMIT, || {
+            cpu_time(pid) >= from + Duration::from_millis(500)
+        });
+    };
+    run_a_while();
     // HotSpot turns SIGQUIT into a JVMTI DataDumpRequest.
     send_signal(pid, libc::SIGQUIT);
-    let output = wait_with_limit(child, LIMIT);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    stderr.wait_for(
+        "Dumping CPU usage by sampling running threads ... done.",
+        LIMIT,
     );
+    // And more for the dump at exit, which has the samples since.
+    run_a_while();
+    drop(child.stdin.take());
+    let output = wait_with_limit(child, LIMIT);
+    let stderr = stderr.whole(LIMIT);
+    assert!(output.status.success(), "{stderr}");
     let text = std::fs::read(dir.join("quit.txt")).unwrap();
     let profile = openprof_format::hprof_text::read(text.as_slice()).unwrap();
     assert_eq!(
@@ -178,7 +196,6 @@ fn sigquit_dumps_the_samples_so_far() {
     );
     assert!(profile.cpu_tables.iter().all(|table| table.total > 0));
     // Each dump's TRACEs are printed once in the file.
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(
         stderr
             .matches("Dumping CPU usage by sampling running threads ... done.")

@@ -424,16 +424,13 @@ fn sigquit_writes_a_heap_dump_while_running() {
     let path = dir.join("ours.hprof");
     for dumps in 1..=2 {
         openprof_testkit::send_signal(child.id(), libc::SIGQUIT);
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
         // A dump is complete once the file reads whole with its HEAP DUMP END (the JVM's
         // dumper writes the first aside, then it is moved into place).
-        while openprof_testkit::complete_heap_dumps(&path) < dumps {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no dump {dumps} after SIGQUIT"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        openprof_testkit::wait_for(
+            &format!("dump {dumps} was written after SIGQUIT"),
+            Duration::from_secs(60),
+            || openprof_testkit::complete_heap_dumps(&path) >= dumps,
+        );
     }
     drop(child.stdin.take());
     let output = wait_with_limit(child, Duration::from_secs(60));

@@ -6,8 +6,11 @@ use std::time::Duration;
 use openprof_format::hprof_text::CpuTableKind;
 
 use openprof_testkit::{
-    java_command, send_signal, wait_until_ready_keeping_output, wait_with_limit,
+    java_command, send_signal, wait_until_ready_keeping_output, wait_with_limit, PipeText,
 };
+
+/// What the agent says on stderr once a dump's CPU samples are written.
+const DUMPED: &str = "Dumping CPU usage by sampling running threads ... done.";
 
 #[test]
 fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
@@ -21,13 +24,19 @@ fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
     // Dumps are asked for once the JVM runs the workload: on a loaded machine a start-up can
     // take longer than the first pause.
     let stdout = wait_until_ready_keeping_output(&mut child);
-    for _ in 0..5 {
-        std::thread::sleep(Duration::from_millis(1200));
+    let stderr = PipeText::read(child.stderr.take().expect("piped stderr"));
+    for dumps in 1..=5 {
         send_signal(pid, libc::SIGQUIT); // a data dump while sampling runs
+                                         // The next signal once this dump is written: two signals at once may make one dump.
+        stderr.wait_until(
+            &format!("dump {dumps} was written"),
+            Duration::from_secs(120),
+            |text| (text.matches(DUMPED).count() >= dumps).then_some(()),
+        );
     }
     let output = wait_with_limit(child, Duration::from_secs(180));
     let stdout = stdout.join().expect("the workload's output");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = stderr.whole(Duration::from_secs(60));
     assert!(
         output.status.success(),
         "the JVM failed:\n{stdout}\n{stderr}"
