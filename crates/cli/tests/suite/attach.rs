@@ -8,8 +8,8 @@ use std::thread::JoinHandle;
 
 use openprof_format::hprof_text::{LockTableKind, TextProfile};
 use openprof_testkit::{
-    agent_library, java_command, jcmd, printed_figure, read_profile, samples_by_method,
-    wait_until_ready_keeping_output, wait_with_limit,
+    agent_library, java_command, jcmd, printed_figure, read_profile, samples_by_method, wait_for,
+    wait_until_ready_keeping_output, wait_with_limit, PipeText,
 };
 
 use crate::helpers::{openprof, text, LIMIT};
@@ -142,8 +142,7 @@ fn attached_agent_times_the_parks_of_compiled_code() {
     let target = Target::start_workload("ParkTimes", &["20", "1", "50", "attach"]);
     let pid = target.pid();
     // The premise: parkLoop runs as code of the JIT's last tier (level 4, in use) before the
-    // attach. Compilation is in the background: wait for it (the test's time limit bounds the
-    // wait).
+    // attach. Compilation is in the background: wait for it.
     let compiled = |codelist: &str| {
         codelist.lines().any(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -153,9 +152,9 @@ fn attached_agent_times_the_parks_of_compiled_code() {
                 && fields[3].starts_with("ParkTimes.parkLoop(")
         })
     };
-    while !compiled(&jcmd(target.child.id(), &["Compiler.codelist"])) {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    wait_for("ParkTimes.parkLoop was compiled at tier 4", LIMIT, || {
+        compiled(&jcmd(target.child.id(), &["Compiler.codelist"]))
+    });
     let attached = openprof(&["attach", &pid, "lock=0,depth=8,file=attached.txt"]);
     assert!(attached.status.success(), "{}", text(&attached.stderr));
     let said = text(&attached.stdout);
@@ -367,13 +366,18 @@ fn attach_with_an_output_file_waits_for_the_exit_and_converts() {
         "-f",
         folded.to_str().unwrap(),
     ]);
-    let attach = command.spawn().expect("start openprof attach");
-    // The command stays while the JVM runs: it is still there when the JVM is let go.
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut attach = command.spawn().expect("start openprof attach");
+    // The command stays while the JVM runs: it is still there, waiting, when the JVM is let go.
+    let stdout = PipeText::read(attach.stdout.take().expect("piped stdout"));
+    stdout.wait_for("waiting for JVM", LIMIT);
+    assert!(
+        attach.try_wait().unwrap().is_none(),
+        "the command ended before the JVM"
+    );
     let (exited, _) = target.go();
     assert!(exited.status.success(), "{}", text(&exited.stderr));
     let attached = wait_with_limit(attach, LIMIT);
-    let said = text(&attached.stdout);
+    let said = stdout.whole(LIMIT);
     assert!(
         attached.status.success(),
         "{said}{}",

@@ -10,7 +10,7 @@ use std::io::{BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use openprof_analysis::heap::{GraphOptions, HeapAnalysis, HeapGraph};
 use openprof_format::hprof_binary::{BasicType, HprofReader, Item, Record, SubRecord};
@@ -52,11 +52,11 @@ fn dumps() -> &'static Dumps {
         jcmd(child.id(), &["GC.heap_dump", jdk_dump.to_str().unwrap()]);
         send_signal(child.id(), libc::SIGQUIT);
         let ours = dir.join("ours.hprof");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while openprof_testkit::complete_heap_dumps(&ours) == 0 {
-            assert!(Instant::now() < deadline, "no dump after SIGQUIT");
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        openprof_testkit::wait_for(
+            "the heap dump asked for by SIGQUIT was written",
+            Duration::from_secs(120),
+            || openprof_testkit::complete_heap_dumps(&ours) > 0,
+        );
         drop(child.stdin.take().map(|mut stdin| stdin.flush()));
         let output = wait_with_limit(child, Duration::from_secs(120));
         assert!(output.status.success(), "{}", text(&output.stderr));

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use openprof_format::trace::TraceElement;
 use openprof_testkit::{
-    java_command, kept_temp_dir, read_trace, run_java, wait_with_limit, xmllint_trace, Run,
+    java_command, kept_temp_dir, read_trace, run_java, wait_for, wait_with_limit, xmllint_trace,
+    PipeText, Run,
 };
 
 use crate::helpers::{openprof, text};
@@ -193,6 +194,16 @@ fn specifications_given_when_attaching_trace_a_jvm_started_without_the_agent() {
     let mut line = String::new();
     stdout.read_line(&mut line).expect("read stdout");
     assert_eq!(line.trim(), "ready");
+    // It prints pairs=N every tenth pair of calls.
+    let stdout = PipeText::read(stdout);
+    let pairs = || {
+        stdout
+            .text()
+            .lines()
+            .rev()
+            .find_map(|line| line.strip_prefix("pairs=")?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     let specs = spec_file("MptSlow.work(int) 1\n");
     let profile = dir.join("attached.txt");
     let attach = openprof(&[
@@ -201,7 +212,14 @@ fn specifications_given_when_attaching_trace_a_jvm_started_without_the_agent() {
         &format!("mpt=@{},file={}", specs.display(), profile.display()),
     ]);
     assert!(attach.status.success(), "{}", text(&attach.stderr));
-    std::thread::sleep(Duration::from_millis(1500));
+    // About 150 pairs traced (what 1.2 s gives on an idle machine): enough for each value's
+    // mean to stand apart from a few calls that a busy machine stretches.
+    let attached_at = pairs();
+    wait_for(
+        "150 pairs of calls were made since the attach",
+        Duration::from_secs(120),
+        || pairs() >= attached_at + 150,
+    );
     child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
     let output = wait_with_limit(child, Duration::from_secs(60));
     assert!(output.status.success(), "{}", text(&output.stderr));
