@@ -82,6 +82,11 @@ struct WaitKey {
     class: Option<String>,
 }
 
+/// How many threads one contended enter asks for the monitor's owner (a handshake each) before
+/// it reads the monitor's usage at a safepoint instead: with hundreds of threads, one
+/// safepoint costs less than their handshakes.
+const MAX_THREADS_ASKED: usize = 32;
+
 /// How many monitors [`Locks::last_owners`] remembers an owner of; past it, it starts again.
 const LAST_OWNERS: usize = 1024;
 
@@ -226,10 +231,11 @@ impl Locks {
     /// The stack of the thread that owns a contended monitor now, found without a safepoint
     /// when it can be: each candidate is asked whether it holds the monitor
     /// (GetOwnedMonitorInfo, a handshake with that thread alone), first the thread found
-    /// owning that monitor last time, then every thread, those not running first (a thread
-    /// asleep or waiting while it holds a lock is asked at once; a running one must reach a
-    /// safepoint poll). Only when none holds it (a virtual thread may), or when threads can't
-    /// be asked (an agent attached to a running JVM), is the monitor's usage read
+    /// owning that monitor last time, then up to [`MAX_THREADS_ASKED`] others, those not
+    /// running first (a thread asleep or waiting while it holds a lock is asked at once; a
+    /// running one must reach a safepoint poll). Only when none of them holds it (a virtual
+    /// thread may, or one not asked), or when threads can't be asked (an agent attached to a
+    /// running JVM), is the monitor's usage read
     /// (GetObjectMonitorUsage), a safepoint operation: a busy machine can hold that up, for
     /// tens of milliseconds, past the owner's release, and the wait then had no owner.
     fn monitor_owner(&self, context: &Context, jni: Jni, object: jobject) -> Option<Owner> {
@@ -280,10 +286,15 @@ impl Locks {
             .collect();
         threads.sort_by_key(|(running, _)| *running);
         let mut owner = None;
+        let mut asked = 0;
         for (_, thread) in threads {
             let found = owner.is_none()
+                && asked < MAX_THREADS_ASKED
                 && !current.is_some_and(|current| jni.is_same_object(current, thread))
-                && holds(thread);
+                && {
+                    asked += 1;
+                    holds(thread)
+                };
             if found {
                 owner = Some(thread);
             } else {
