@@ -286,15 +286,11 @@ impl Locks {
             .collect();
         threads.sort_by_key(|(running, _)| *running);
         let mut owner = None;
-        let mut asked = 0;
-        for (_, thread) in threads {
+        for (index, (_, thread)) in threads.into_iter().enumerate() {
             let found = owner.is_none()
-                && asked < MAX_THREADS_ASKED
+                && index < MAX_THREADS_ASKED
                 && !current.is_some_and(|current| jni.is_same_object(current, thread))
-                && {
-                    asked += 1;
-                    holds(thread)
-                };
+                && holds(thread);
             if found {
                 owner = Some(thread);
             } else {
