@@ -488,6 +488,44 @@ pub fn read_trace(file: &Path) -> Vec<openprof_format::trace::TraceElement> {
         .unwrap_or_else(|error| panic!("unreadable trace {}: {error}", file.display()))
 }
 
+/// Each source line's count in a coverage trace, for the line tables of one source file
+/// (`Some("Covers.java")`) or of all: the most any block holding code of the line ran.
+pub fn coverage_line_counts(
+    elements: &[openprof_format::trace::TraceElement],
+    source: Option<&str>,
+) -> std::collections::BTreeMap<u32, u64> {
+    use openprof_format::trace::TraceElement;
+    let mut tables: std::collections::HashMap<u32, Vec<Vec<u32>>> = Default::default();
+    let mut counts = std::collections::BTreeMap::new();
+    for element in elements {
+        match element {
+            TraceElement::LineTable(table)
+                if source.is_none() || table.source_name.as_deref() == source =>
+            {
+                let blocks = table
+                    .source_coordinate_table
+                    .as_deref()
+                    .unwrap_or("")
+                    .split(' ')
+                    .map(|block| block.split('+').filter_map(|l| l.parse().ok()).collect())
+                    .collect();
+                tables.insert(table.line_table_id, blocks);
+            }
+            TraceElement::Line(line) => {
+                let Some(blocks) = line.line_table_id_ref.and_then(|id| tables.get(&id)) else {
+                    continue;
+                };
+                for source_line in &blocks[line.block_index.unwrap_or(0) as usize] {
+                    let most: &mut u64 = counts.entry(*source_line).or_default();
+                    *most = (*most).max(line.count.unwrap_or(0));
+                }
+            }
+            _ => {}
+        }
+    }
+    counts
+}
+
 /// How many HEAP DUMP ENDs an HPROF binary file holds, once it reads whole (0 while it is
 /// being written, or moved into place).
 pub fn complete_heap_dumps(path: &std::path::Path) -> usize {

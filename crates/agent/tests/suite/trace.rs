@@ -9,7 +9,9 @@ use openprof_format::trace::attrs::{FilterMode, ObjRef};
 use openprof_format::trace::reader::read_all;
 use openprof_format::trace::validate::validate;
 use openprof_format::trace::TraceElement;
-use openprof_testkit::{kept_temp_dir, read_trace, run_java, run_java_with, Run};
+use openprof_testkit::{
+    coverage_line_counts, kept_temp_dir, read_trace, run_java, run_java_with, Run,
+};
 
 use crate::helpers::xmllint;
 
@@ -427,47 +429,6 @@ fn allocations_frees_and_unloads_of_traced_classes_are_elements() {
     );
 }
 
-/// Each source line's count in a coverage trace: the most any block holding code of it ran.
-fn line_counts(elements: &[TraceElement]) -> std::collections::BTreeMap<u32, u64> {
-    line_counts_of(elements, None)
-}
-
-/// The same for the line tables of one source file (`Covers.java`), or of all.
-fn line_counts_of(
-    elements: &[TraceElement],
-    source: Option<&str>,
-) -> std::collections::BTreeMap<u32, u64> {
-    let mut tables: HashMap<u32, Vec<Vec<u32>>> = HashMap::new();
-    let mut counts = std::collections::BTreeMap::new();
-    for element in elements {
-        match element {
-            TraceElement::LineTable(table)
-                if source.is_none() || table.source_name.as_deref() == source =>
-            {
-                let blocks = table
-                    .source_coordinate_table
-                    .as_deref()
-                    .unwrap_or("")
-                    .split(' ')
-                    .map(|block| block.split('+').filter_map(|l| l.parse().ok()).collect())
-                    .collect();
-                tables.insert(table.line_table_id, blocks);
-            }
-            TraceElement::Line(line) => {
-                let Some(blocks) = tables.get(&line.line_table_id_ref.unwrap()) else {
-                    continue;
-                };
-                for source_line in &blocks[line.block_index.unwrap() as usize] {
-                    let most: &mut u64 = counts.entry(*source_line).or_default();
-                    *most = (*most).max(line.count.unwrap());
-                }
-            }
-            _ => {}
-        }
-    }
-    counts
-}
-
 #[test]
 fn line_coverage_counts_each_lines_runs_exactly() {
     // The lines marked `// runs N` in LineCoverage.java run N times.
@@ -490,7 +451,7 @@ fn line_coverage_counts_each_lines_runs_exactly() {
         let elements = read_trace(&run.dir.join("trace.xml"));
         let problems = validate(elements.iter().cloned().map(Ok));
         assert!(problems.is_empty(), "{problems:#?}");
-        let mut counts = line_counts(&elements);
+        let mut counts = coverage_line_counts(&elements, None);
         counts.retain(|line, _| expected.contains_key(line));
         assert_eq!(counts, expected, "{options}");
     }
@@ -544,12 +505,12 @@ fn a_filter_that_lets_the_jdk_through_counts_exactly_and_never_hangs() {
         let elements = read_trace(&run.dir.join("trace.xml"));
         let problems = validate(elements.iter().cloned().map(Ok));
         assert!(problems.is_empty(), "{options}: {problems:#?}");
-        let mut counts = line_counts_of(&elements, Some("Covers.java"));
+        let mut counts = coverage_line_counts(&elements, Some("Covers.java"));
         counts.retain(|line, _| expected.contains_key(line));
         assert_eq!(counts, expected, "{options}");
         if !closed {
             // The JDK's classes were counted too.
-            let others = line_counts_of(&elements, Some("HashMap.java"));
+            let others = coverage_line_counts(&elements, Some("HashMap.java"));
             assert!(!others.is_empty(), "{options}: no line of HashMap counted");
         }
     }

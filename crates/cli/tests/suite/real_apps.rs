@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use openprof_format::hprof_text::CpuTableKind;
 use openprof_format::trace::TraceElement;
 use openprof_testkit::{
-    agent_library, jdk, kept_temp_dir, read_profile, read_trace, runtime, wait_with_limit,
-    workspace_root, xmllint_trace,
+    agent_library, coverage_line_counts, jdk, kept_temp_dir, read_profile, read_trace, runtime,
+    wait_with_limit, workspace_root, xmllint_trace,
 };
 
 use crate::helpers::{openprof_in, text, LIMIT};
@@ -428,7 +428,7 @@ fn jetty_requests_are_each_counted_by_line_coverage() {
             .unwrap_or_else(|| panic!("no `{code}` in JettyDriver.java")) as u32
             + 1
     };
-    let counts = line_counts(&read_trace(&trace), "JettyDriver.java");
+    let counts = coverage_line_counts(&read_trace(&trace), Some("JettyDriver.java"));
     assert_eq!(
         counts.get(&line_of("served.incrementAndGet();")),
         Some(&JETTY_REQUESTS),
@@ -446,38 +446,6 @@ fn jetty_requests_are_each_counted_by_line_coverage() {
             TraceElement::LineTable(table) if table.source_name.as_deref().is_some_and(|name| name != "JettyDriver.java"))),
         "no line table of Jetty's own classes"
     );
-}
-
-/// Each source line's count in a coverage trace, for the line tables of one source file: the
-/// most any block holding code of it ran.
-fn line_counts(elements: &[TraceElement], source: &str) -> BTreeMap<u32, u64> {
-    let mut tables: BTreeMap<u32, Vec<Vec<u32>>> = BTreeMap::new();
-    let mut counts = BTreeMap::new();
-    for element in elements {
-        match element {
-            TraceElement::LineTable(table) if table.source_name.as_deref() == Some(source) => {
-                let blocks = table
-                    .source_coordinate_table
-                    .as_deref()
-                    .unwrap_or("")
-                    .split(' ')
-                    .map(|block| block.split('+').filter_map(|l| l.parse().ok()).collect())
-                    .collect();
-                tables.insert(table.line_table_id, blocks);
-            }
-            TraceElement::Line(line) => {
-                let Some(blocks) = line.line_table_id_ref.and_then(|id| tables.get(&id)) else {
-                    continue;
-                };
-                for source_line in &blocks[line.block_index.unwrap() as usize] {
-                    let most: &mut u64 = counts.entry(*source_line).or_default();
-                    *most = (*most).max(line.count.unwrap());
-                }
-            }
-            _ => {}
-        }
-    }
-    counts
 }
 
 #[test]
