@@ -9,9 +9,9 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use openprof_testkit::{java_command, wait_with_limit};
+use openprof_testkit::{java_command, poll, wait_with_limit};
 
 use crate::collector::{agent_options, Collector};
 use crate::fleet::{agents_in, stored_samples};
@@ -75,15 +75,10 @@ impl Receiver {
 
     /// Waits until `done` holds of what was seen.
     fn wait_for(&self, what: &str, done: impl Fn(&Seen) -> bool, collector: &Collector) {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !done(&self.seen.lock().unwrap()) {
-            assert!(
-                Instant::now() < deadline,
-                "no {what} came\n{}",
-                collector.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        poll(Duration::from_secs(120), || {
+            done(&self.seen.lock().unwrap()).then_some(())
+        })
+        .unwrap_or_else(|| panic!("no {what} came\n{}", collector.log()));
     }
 
     fn taken(&self) -> Vec<Push> {
@@ -147,10 +142,11 @@ fn answer(stream: TcpStream, seen: &Mutex<Seen>, hold_next: &AtomicBool, release
         }
     };
     let Some(status) = status else {
-        // In flight: no answer until the collector that sent it is gone, then none at all.
-        while !released.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // In flight: no answer until the collector that sent it is gone (the test's limit),
+        // then none at all.
+        poll(Duration::from_secs(300), || {
+            released.load(Ordering::Relaxed).then_some(())
+        });
         return;
     };
     let mut stream = stream;
@@ -221,11 +217,7 @@ fn windows_are_pushed_to_pyroscope_as_pprof_each_once_through_an_outage_and_a_re
     let pid = jvm.id();
     // Pyroscope refuses the first pushes, then takes them; then the collector is killed while
     // a push is in flight: Pyroscope never took that one, the restarted collector sends it.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !first.log().contains("Pyroscope takes windows again") {
-        assert!(Instant::now() < deadline, "{}", first.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    first.log_with("Pyroscope takes windows again");
     receiver.hold_next.store(true, Ordering::Relaxed);
     receiver.wait_for("push held in flight", |seen| seen.held > 0, &first);
     let first_log = first.log();
@@ -243,25 +235,15 @@ fn windows_are_pushed_to_pyroscope_as_pprof_each_once_through_an_outage_and_a_re
     assert_eq!(agents.len(), 1, "{agents:?}");
     let (_, _, stored) = stored_samples(&store, &agents[0]);
     assert!(stored >= 500, "{stored} samples stored");
-    // The pushes stop once every window is in; then all of them, read together by go tool
-    // pprof, hold every stored sample once.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut quiet_since = (Instant::now(), 0);
-    let (rows, total, pushes) = loop {
-        std::thread::sleep(Duration::from_millis(500));
+    // Until every window is in: all the pushes, read together by go tool pprof (again each
+    // time more came), hold every stored sample, none twice.
+    let mut read = 0;
+    let (rows, total, pushes) = poll(Duration::from_secs(120), || {
         let pushes = receiver.taken();
-        if pushes.len() != quiet_since.1 {
-            quiet_since = (Instant::now(), pushes.len());
+        if pushes.len() == read {
+            return None;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{} pushes\n{}",
-            pushes.len(),
-            second.log()
-        );
-        if quiet_since.0.elapsed() < Duration::from_secs(3) {
-            continue;
-        }
+        read = pushes.len();
         let files: Vec<String> = pushes
             .iter()
             .enumerate()
@@ -280,10 +262,15 @@ fn windows_are_pushed_to_pyroscope_as_pprof_each_once_through_an_outage_and_a_re
             "{total} samples pushed, {stored} stored: some twice\n{}",
             second.log()
         );
-        if total == stored {
-            break (rows, total, pushes);
-        }
-    };
+        (total == stored).then_some((rows, total, pushes))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} pushes, not all the stored samples\n{}",
+            receiver.taken().len(),
+            second.log()
+        )
+    });
     assert!(
         pushes.len() >= 3,
         "{} pushes: one a window was expected",
@@ -343,6 +330,8 @@ fn windows_are_pushed_to_pyroscope_as_pprof_each_once_through_an_outage_and_a_re
         "{}",
         cursor.display()
     );
+    // Every window was in: no push came since.
+    assert_eq!(receiver.taken().len(), pushes.len(), "{}", second.log());
     drop(second);
 }
 
