@@ -371,7 +371,9 @@ impl Target {
 
 /// Reads `load`'s reply: HotSpot (JDK 9 and later) answers status 0 and `return code: N`, N
 /// being Agent_OnAttach's result; a library it could not load gives a non-zero status and the
-/// loader's message.
+/// loader's message. A reply without a return code loaded nothing: JDK 25 answers a `load`
+/// that comes before the JVM runs with status 0 and only "Dynamic agent loading is only
+/// permitted in the live phase".
 fn load_outcome(pid: u32, status: i32, output: String) -> Result<String, AttachError> {
     if status != 0 {
         return Err(AttachError::CommandFailed {
@@ -382,7 +384,17 @@ fn load_outcome(pid: u32, status: i32, output: String) -> Result<String, AttachE
         });
     }
     match return_code(&output) {
-        Some(0) | None => Ok(output),
+        Some(0) => Ok(output),
+        None => Err(AttachError::CommandFailed {
+            pid,
+            command: "load".into(),
+            status,
+            message: format!(
+                "{} (no return code: the agent was not loaded; is the JVM still starting? \
+                 attach once it runs)",
+                output.trim()
+            ),
+        }),
         Some(code) => Err(AttachError::AgentFailed {
             pid,
             code,
@@ -673,6 +685,14 @@ mod tests {
             Err(AttachError::AgentFailed {
                 pid: 7, code: -1, ..
             }) => {}
+            other => panic!("{other:?}"),
+        }
+        let early = "0\nDynamic agent loading is only permitted in the live phase\n";
+        match load_outcome(7, 0, early.into()) {
+            Err(error @ AttachError::CommandFailed { status: 0, .. }) => {
+                assert!(error.to_string().contains("live phase"), "{error}");
+                assert!(error.to_string().contains("not loaded"), "{error}");
+            }
             other => panic!("{other:?}"),
         }
         match load_outcome(7, 100, "x was not loaded.\n".into()) {
