@@ -12,9 +12,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use openprof_testkit::{java_command, workspace_root};
+use openprof_testkit::{cpu_time, java_command, poll, wait_for, workspace_root};
 use serde_json::{json, Value};
 
 use crate::collector::{agent_options, Collector, CONTROL_TOKEN, TOKEN};
@@ -155,24 +155,21 @@ fn agent_of(web: &str, pid: u32) -> String {
 
 /// The agent id of the JVM of this pid, once the fleet `get` reads has it connected.
 fn agent_in_fleet(get: impl Fn(&str) -> (u16, String), pid: u32) -> String {
-    let began = Instant::now();
-    loop {
-        let (status, body) = get("/api/fleet");
-        assert_eq!(status, 200, "{body}");
+    let mut body = String::new();
+    poll(LIMIT, || {
+        let (status, fleet) = get("/api/fleet");
+        assert_eq!(status, 200, "{fleet}");
+        body = fleet;
         let start = body.find('{').unwrap_or(0);
         let end = body.rfind('}').map_or(body.len(), |end| end + 1);
-        if let Ok(fleet) = serde_json::from_str::<Value>(&body[start..end]) {
-            if let Some(agent) = fleet["agents"].as_array().and_then(|agents| {
-                agents
-                    .iter()
-                    .find(|agent| agent["pid"] == pid && agent["connected"] == true)
-            }) {
-                return agent["agent"].as_str().unwrap().to_string();
-            }
-        }
-        assert!(began.elapsed() < LIMIT, "JVM {pid} never connected: {body}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        let fleet = serde_json::from_str::<Value>(&body[start..end]).ok()?;
+        let agent = fleet["agents"]
+            .as_array()?
+            .iter()
+            .find(|agent| agent["pid"] == pid && agent["connected"] == true)?;
+        Some(agent["agent"].as_str().unwrap().to_string())
+    })
+    .unwrap_or_else(|| panic!("JVM {pid} never connected: {body}"))
 }
 
 /// The fleet as the API lists it with this filter (percent-encoded by the caller).
@@ -370,7 +367,14 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
     line.clear();
     phases_out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "phase 2");
-    std::thread::sleep(Duration::from_secs(4));
+    // Phase 2's samples: the JVM computes in beta while it uses a second of CPU time (about
+    // a thousand samples at 1 ms).
+    let phase_2 = cpu_time(phases.id());
+    wait_for(
+        "the JVM used a second of CPU time in phase 2",
+        LIMIT,
+        || cpu_time(phases.id()) >= phase_2 + Duration::from_secs(1),
+    );
     drive(&web, &["snapshot", &phases_agent, "phase-2"]);
     let diff = drive(&web, &["diff"]);
     let change_of = |method: &str| -> f64 {
@@ -559,20 +563,24 @@ fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
         Some(("application/json", r#"{"command": "dump"}"#)),
     );
     assert_eq!(status, 200, "{body}");
-    std::thread::sleep(Duration::from_secs(1));
-    let exported = crate::helpers::openprof(&[
-        "export",
-        &agent,
-        "--agent",
-        "--store",
-        store.path().join("store").to_str().unwrap(),
-    ]);
-    let hprof = text(&exported.stdout);
-    assert!(
-        hprof.contains("interval 2 ms"),
-        "{}",
-        text(&exported.stderr)
-    );
+    // Once stored.
+    let mut exported = None;
+    poll(LIMIT, || {
+        let output = crate::helpers::openprof(&[
+            "export",
+            &agent,
+            "--agent",
+            "--store",
+            store.path().join("store").to_str().unwrap(),
+        ]);
+        let stored = text(&output.stdout).contains("interval 2 ms");
+        exported = Some(output);
+        stored.then_some(())
+    })
+    .unwrap_or_else(|| {
+        let exported = exported.expect("exported at least once");
+        panic!("{}{}", text(&exported.stdout), text(&exported.stderr))
+    });
     // The action log has both, the refusal too.
     let (_, actions) = api_get(&web, "/api/actions", token);
     assert!(
@@ -842,20 +850,16 @@ fn a_values_calls_over_time_come_exact_from_a_trace() {
     let ended = openprof_testkit::wait_with_limit(slow, LIMIT);
     assert!(ended.status.success(), "MptSlow failed");
     // The trace, once the agent said goodbye.
-    let began = Instant::now();
-    let trace = loop {
-        let fleet = fleet_of(&web, "");
-        let finished = fleet["agents"].as_array().and_then(|agents| {
-            agents
-                .iter()
-                .find(|agent| agent["pid"] == pid && agent["finished"] == true)
-        });
-        if let Some(trace) = finished.and_then(|agent| agent["traces"][0]["trace"].as_str()) {
-            break trace.to_string();
-        }
-        assert!(began.elapsed() < LIMIT, "no finished trace: {fleet:#}");
-        std::thread::sleep(Duration::from_millis(200));
-    };
+    let mut fleet = Value::Null;
+    let trace = poll(LIMIT, || {
+        fleet = fleet_of(&web, "");
+        let finished = fleet["agents"]
+            .as_array()?
+            .iter()
+            .find(|agent| agent["pid"] == pid && agent["finished"] == true)?;
+        Some(finished["traces"][0]["trace"].as_str()?.to_string())
+    })
+    .unwrap_or_else(|| panic!("no finished trace: {fleet:#}"));
     let (status, body) = api_get(
         &web,
         &format!("/api/mpt?trace={trace}"),
