@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use openprof_testkit::{java_command, wait_with_limit};
+use openprof_testkit::{java_command, poll, wait_for, wait_with_limit};
 
 use crate::collector::{agent_options, export_agent, Collector, CONTROL_TOKEN};
 use crate::helpers::{openprof, text};
@@ -16,6 +16,8 @@ use crate::views_pprof::{go_pprof, parse_top};
 
 /// Where Debian's package puts the server.
 const SERVER: &str = "/usr/sbin/clickhouse-server";
+/// How long a step of these tests may take: a JVM's run, the forwarders catching up.
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// A ClickHouse server of the test's own: its config, data and logs in `dir`.
 pub(crate) struct ClickHouseServer {
@@ -77,15 +79,15 @@ impl ClickHouseServer {
             .spawn()
             .expect("start clickhouse-server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect(("127.0.0.1", self.http_port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
+        poll(Duration::from_secs(60), || {
+            TcpStream::connect(("127.0.0.1", self.http_port)).ok()
+        })
+        .unwrap_or_else(|| {
+            panic!(
                 "clickhouse-server did not listen: {}",
                 std::fs::read_to_string(self.dir.join("server.err.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            )
+        });
     }
 
     fn kill(&mut self) {
@@ -140,13 +142,83 @@ fn http_get(web: &str, path: &str, bearer: Option<&str>) -> (u16, Vec<u8>) {
 
 /// The agents a store holds, by id.
 pub(crate) fn agents_in(store: &Path) -> Vec<String> {
+    agents_listed(store, "")
+}
+
+/// The agents a store holds whose `ls` line has `with` (`format=a`), by id.
+fn agents_listed(store: &Path, with: &str) -> Vec<String> {
     let listed = openprof(&["ls", "--store", store.to_str().unwrap()]);
     text(&listed.stdout)
         .lines()
+        .filter(|line| line.contains(with))
         .filter_map(|line| line.trim().strip_prefix("agent "))
         .filter_map(|rest| rest.split(' ').next())
         .map(str::to_string)
         .collect()
+}
+
+/// Waits until ClickHouse holds every window of `event` of the store's HPROF agents: for each,
+/// what `openprof fleet --agent A --event E` sums is the weight of its whole stored output,
+/// read back by `openprof convert` with `view` options ([`stored_weight`]). Returns the
+/// agents' stored weight.
+pub(crate) fn wait_for_every_window(
+    url: &str,
+    database: &str,
+    store: &Path,
+    collector: &Collector,
+    event: &str,
+    view: &[&str],
+    dir: &Path,
+) -> u64 {
+    let agents: Vec<String> = ["format=a", "format=b"]
+        .iter()
+        .flat_map(|format| agents_listed(store, format))
+        .collect();
+    assert!(!agents.is_empty(), "no HPROF agent in {}", store.display());
+    let mut all = 0;
+    for agent in agents {
+        let stored = stored_weight(store, &agent, view);
+        let mut held = 0;
+        poll(LIMIT, || {
+            let selection = ["--agent", agent.as_str(), "--event", event];
+            held = try_fleet_folded(url, database, &selection, dir)
+                .unwrap_or_default()
+                .iter()
+                .map(|(_, count)| count)
+                .sum();
+            assert!(
+                held <= stored,
+                "agent {agent}: {held} in ClickHouse, {stored} stored"
+            );
+            (held == stored).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "agent {agent}: ClickHouse holds {held} of the {stored} ({event}) stored\n{}",
+                collector.log()
+            )
+        });
+        all += stored;
+    }
+    all
+}
+
+/// The weight of an agent's whole output as its collector stored it, read back by `openprof
+/// convert` with `view` options (`--event wall`): what ClickHouse holds of the agent once the
+/// forwarder has every window.
+pub(crate) fn stored_weight(store: &Path, agent: &str, view: &[&str]) -> u64 {
+    let file = export_agent(store, agent, &format!("{agent}.hprof"));
+    let folded = store.join(format!("{agent}.collapsed"));
+    let mut args = vec!["convert", file.to_str().unwrap()];
+    args.extend_from_slice(view);
+    args.extend_from_slice(&["-o", folded.to_str().unwrap()]);
+    let converted = openprof(&args);
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    std::fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .map(|line| line.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
 }
 
 /// CpuSplit's samples in heavy() and light(), and all of them, in an agent's stored output.
@@ -262,11 +334,20 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
         let (mut command, _dir) = java_command(Some(&options), "CpuSplit", &["3"]);
         jvms.push(command.spawn().expect("start java"));
     }
-    // ClickHouse goes away for a few seconds while the JVMs run: their windows wait in the
-    // collectors' stores.
-    std::thread::sleep(Duration::from_secs(3));
+    // ClickHouse goes away while the JVMs run, once it holds windows: the windows wait in the
+    // collectors' stores, as they say.
+    wait_for("ClickHouse held samples of both services", LIMIT, || {
+        ["split-a", "split-b"].iter().all(|service| {
+            fleet_by_leaf(&url, database, &["--service", service], dir.path())
+                .is_some_and(|by_leaf| by_leaf.values().sum::<u64>() > 0)
+        })
+    });
     clickhouse.kill();
-    std::thread::sleep(Duration::from_secs(4));
+    wait_for("the collectors kept windows in their stores", LIMIT, || {
+        collectors
+            .iter()
+            .all(|collector| collector.log().contains("windows wait in the store"))
+    });
     clickhouse.run();
     for jvm in jvms {
         let output = wait_with_limit(jvm, Duration::from_secs(180));
@@ -282,29 +363,26 @@ fn two_collectors_forward_every_window_once_into_one_clickhouse_restarted_mid_ru
     }
     assert_eq!(stored.len(), 4, "{stored:?}");
     // The forwarders catch up: ClickHouse then holds each agent's samples exactly once.
-    let deadline = Instant::now() + Duration::from_secs(60);
     for (agent, (heavy, light, all)) in &stored {
-        loop {
+        let mut total = 0;
+        let by_leaf = poll(LIMIT, || {
             let by_leaf = fleet_by_leaf(&url, database, &["--agent", agent], dir.path());
-            let total: u64 = by_leaf.iter().flat_map(|by| by.values()).sum();
-            if total == *all {
-                let by_leaf = by_leaf.unwrap();
-                assert_eq!(by_leaf.get("CpuSplit.heavy").copied().unwrap_or(0), *heavy);
-                assert_eq!(by_leaf.get("CpuSplit.light").copied().unwrap_or(0), *light);
-                break;
-            }
+            total = by_leaf.iter().flat_map(|by| by.values()).sum();
             assert!(
-                total < *all,
+                total <= *all,
                 "agent {agent}: ClickHouse holds {total} samples, its collector stored {all}"
             );
-            assert!(
-                Instant::now() < deadline,
+            by_leaf.filter(|_| total == *all)
+        })
+        .unwrap_or_else(|| {
+            panic!(
                 "agent {agent}: ClickHouse holds {total} of its {all} samples\n{}\n{}",
                 collectors[0].log(),
                 collectors[1].log()
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
+            )
+        });
+        assert_eq!(by_leaf.get("CpuSplit.heavy").copied().unwrap_or(0), *heavy);
+        assert_eq!(by_leaf.get("CpuSplit.light").copied().unwrap_or(0), *light);
     }
     // The outage was felt: windows waited in the collectors' stores meanwhile.
     let logs = format!("{}{}", collectors[0].log(), collectors[1].log());
@@ -378,8 +456,9 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
     };
     let url = clickhouse.url();
     let database = "joined_test";
+    let store = dir.path().join("store");
     let collector = Collector::start_with(
-        &dir.path().join("store"),
+        &store,
         "127.0.0.1:0",
         &[
             "--clickhouse",
@@ -400,13 +479,13 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         ),
     );
     let (mut command, _dir) = java_command(Some(&options), "MptJoined", &["6"]);
-    let started = Instant::now();
+    let started = std::time::Instant::now();
     let output = wait_with_limit(
         command.spawn().expect("start java"),
         Duration::from_secs(120),
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
-    // Wait until the forwarder has every window: then the labelled samples stop growing.
+    // Until the forwarder has every window: ClickHouse holds every sample the store has.
     let in_lookup = |selection: &[&str]| -> u64 {
         fleet_folded(&url, database, selection, dir.path())
             .iter()
@@ -414,17 +493,7 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
             .map(|(_, count)| count)
             .sum()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = 0;
-    loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let now = in_lookup(&["--service", "joined"]);
-        if now > 0 && now == last {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{}", collector.log());
-        last = now;
-    }
+    wait_for_every_window(&url, database, &store, &collector, "cpu", &[], dir.path());
     // The calls whose key was "slow" hold the slow branch's frames only.
     let slow = fleet_folded(
         &url,
@@ -610,6 +679,7 @@ fn hprof_text_windows_bring_wall_clock_states_into_clickhouse() {
          continuous=1s,label=service:wall",
     );
     let (mut command, _dir) = java_command(Some(&options), "WallStates", &["4", "40"]);
+    let store = dir.path().join("store");
     let output = wait_with_limit(
         command.spawn().expect("start java"),
         Duration::from_secs(120),
@@ -634,18 +704,17 @@ fn hprof_text_windows_bring_wall_clock_states_into_clickhouse() {
             .map(|(_, count)| count)
             .sum()
     };
-    // Until the forwarder has every window: the total stops growing.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut last = 0;
-    let all = loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let now = total(&[]);
-        if now > 0 && now == last {
-            break now;
-        }
-        assert!(Instant::now() < deadline, "{}", collector.log());
-        last = now;
-    };
+    // Until the forwarder has every window.
+    wait_for_every_window(
+        &url,
+        database,
+        &store,
+        &collector,
+        "wall",
+        &["--event", "wall"],
+        dir.path(),
+    );
+    let all = total(&[]);
     assert!(all > 1_000, "{all} wall samples");
     for (state, share) in measured {
         let sampled = total(&["--label", &format!("state={state}")]) as f64 / all as f64;
@@ -705,19 +774,25 @@ fn allocation_windows_carry_each_windows_allocations_into_clickhouse() {
             }
             by_method
         };
-        // Until the forwarder has every window: the total stops growing.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut last = 0;
-        let bytes = loop {
-            std::thread::sleep(Duration::from_secs(2));
+        // Until the forwarder has every window of this run's agent (the last one).
+        let agent = agents_in(&store).last().unwrap().clone();
+        let stored = stored_weight(&store, &agent, &["--event", "alloc_bytes", "--total"]);
+        let mut held = 0;
+        let bytes = poll(LIMIT, || {
             let bytes = by_method("alloc_bytes");
-            let now: u64 = bytes.values().sum();
-            if now > 0 && now == last {
-                break bytes;
-            }
-            assert!(Instant::now() < deadline, "{}", collector.log());
-            last = now;
-        };
+            held = bytes.values().sum();
+            assert!(
+                held <= stored,
+                "format={format}: {held} bytes in ClickHouse, {stored} stored"
+            );
+            (held == stored).then_some(bytes)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "format={format}: ClickHouse holds {held} of {stored} bytes\n{}",
+                collector.log()
+            )
+        });
         let share = |figures: &HashMap<String, u64>| {
             let big = figures.get("AllocSplit.big byte[]").copied().unwrap_or(0) as f64;
             let small = figures.get("AllocSplit.small byte[]").copied().unwrap_or(0) as f64;
@@ -871,21 +946,23 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
             })
             .collect()
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let lookups = loop {
+    let mut calls = 0;
+    let lookups = poll(LIMIT, || {
         let lookups = values(&["--method", "MptJoined.lookup(java.lang.String)"]);
-        let calls: u64 = lookups.values().map(|(calls, _)| calls).sum();
-        if calls == requests {
-            break lookups;
-        }
+        calls = lookups.values().map(|(calls, _)| calls).sum();
         assert!(
-            Instant::now() < deadline && calls < requests,
-            "{calls} lookups stored, {requests} made: {lookups:?}\n{}\n{}",
+            calls <= requests,
+            "{calls} lookups stored, {requests} made: {lookups:?}"
+        );
+        (calls == requests).then_some(lookups)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{calls} lookups stored, {requests} made\n{}\n{}",
             fleet_printed(&url, database, &["--values"]),
             collector.log()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
+        )
+    });
     let (slow, fast) = (lookups["slow"], lookups["fast"]);
     assert!(slow.0.abs_diff(fast.0) <= 4, "{lookups:?}");
     let ratio = slow.1 / fast.1;
@@ -933,29 +1010,27 @@ fn traced_values_trace_elements_and_the_hierarchy_are_stored_in_clickhouse_and_q
             Some((trace.to_string(), elements))
         })
         .unwrap_or_else(|| panic!("no trace in {listing}"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let stored = clickhouse_answer(
+    let (mut stored, mut ended) = (String::new(), String::new());
+    poll(LIMIT, || {
+        stored = clickhouse_answer(
             &url,
             &format!(
                 "SELECT count() FROM {database}.trace_elements FINAL WHERE trace = '{trace}' \
                  AND collation > 0"
             ),
         );
-        let ended = clickhouse_answer(
+        ended = clickhouse_answer(
             &url,
             &format!("SELECT max(ended) FROM {database}.traces FINAL WHERE trace = '{trace}'"),
         );
-        if stored.parse::<u64>().unwrap() == elements && ended == "1" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
+        (stored.parse::<u64>().unwrap() == elements && ended == "1").then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
             "{stored} of {elements} elements in ClickHouse, ended {ended}\n{}",
             collector.log()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    }
+        )
+    });
     let calls = fleet_printed(&url, database, &["--calls", "--top", "50"]);
     let work = calls
         .lines()
@@ -1048,11 +1123,11 @@ fn retention_drops_the_days_past_it_from_clickhouse() {
     let database = "retention_test";
     let store = dir.path().join("store");
     let schema_made = |collector: &Collector| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while clickhouse_answer(&url, &format!("EXISTS TABLE {database}.trace_elements")) != "1" {
-            assert!(Instant::now() < deadline, "{}", collector.log());
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        let exists = format!("EXISTS TABLE {database}.trace_elements");
+        poll(LIMIT, || {
+            (clickhouse_answer(&url, &exists) == "1").then_some(())
+        })
+        .unwrap_or_else(|| panic!("no schema made\n{}", collector.log()));
     };
     let collector = Collector::start_with(
         &store,

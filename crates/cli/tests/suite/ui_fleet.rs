@@ -15,11 +15,11 @@
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use openprof_testkit::{java_command, wait_with_limit};
+use openprof_testkit::{java_command, poll, wait_with_limit};
 use serde_json::{json, Value};
 
 use crate::collector::{agent_options, Collector, CONTROL_TOKEN};
-use crate::fleet::ClickHouseServer;
+use crate::fleet::{wait_for_every_window, ClickHouseServer};
 use crate::helpers::text;
 use crate::ui::{api_get, drive, exchange};
 
@@ -262,28 +262,33 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
         .unwrap_or_else(|| panic!("{stdout}"));
     let output = wait_with_limit(calls_jvm, Duration::from_secs(120));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    // Until the forwarder has every window: ClickHouse's count stops growing, every lookup is
-    // counted, and so is every call of work().
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut last = 0;
-    loop {
-        std::thread::sleep(Duration::from_secs(2));
-        let now = samples_in_clickhouse(&web);
-        let (lookups, looked_up) = lookups_in_clickhouse(&web);
-        let worked = work_calls_in_clickhouse(&web);
+    // Until the forwarder has every window: ClickHouse holds every sample the store has (the
+    // web UI counts them all too), every lookup is counted, and so is every call of work().
+    let stored = wait_for_every_window(
+        &url,
+        "ui_fleet",
+        &dir.path().join("store"),
+        &collector,
+        "cpu",
+        &[],
+        dir.path(),
+    );
+    let (mut looked_up, mut worked) = (0, 0);
+    poll(Duration::from_secs(120), || {
+        let lookups;
+        (lookups, looked_up) = lookups_in_clickhouse(&web);
+        worked = work_calls_in_clickhouse(&web);
         assert!(looked_up <= requests, "{requests} requests: {lookups:#?}");
         assert!(worked <= WORK_CALLS, "Calls.work {worked}");
-        if now > 0 && now == last && looked_up == requests && worked == WORK_CALLS {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "ClickHouse holds {now} samples, {looked_up} of {requests} lookups, {worked} calls \
-             of Calls.work\n{}",
+        (looked_up == requests && worked == WORK_CALLS).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "ClickHouse holds {looked_up} of {requests} lookups, {worked} calls of Calls.work\n{}",
             collector.log()
-        );
-        last = now;
-    }
+        )
+    });
+    assert_eq!(samples_in_clickhouse(&web), stored);
 
     // The traced values over HTTP: lookup's two keys, each call once, the slow key's calls
     // taking 3 to 5 times the CPU of the fast key's (4 times the rounds), the slow key first
