@@ -582,19 +582,20 @@ fn jshell_is_profiled_by_start_dump_and_stop_while_it_runs() {
     stdin.write_all(JSHELL_FIRST.as_bytes()).unwrap();
     stdin.flush().unwrap();
     assert_eq!(lines.until("loop_sum="), "loop_sum=8999997");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    let mut said = String::new();
+    openprof_testkit::poll(Duration::from_secs(60), || {
         let started = profile(&["start", &pid, "-e", "cpu,wall,alloc", "-i", "2ms"]);
         if started.status.success() {
-            break;
+            return Some(());
         }
-        let said = text(&started.stderr);
+        said = text(&started.stderr);
         assert!(
-            said.contains("is it still starting") && Instant::now() < deadline,
+            said.contains("is it still starting"),
             "openprof profile start: {said}"
         );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        None
+    })
+    .unwrap_or_else(|| panic!("openprof profile start: {said}"));
     // jshell works while the session runs; a dump of it so far, then more work, then stop.
     stdin.write_all(JSHELL_SECOND.as_bytes()).unwrap();
     stdin.flush().unwrap();
