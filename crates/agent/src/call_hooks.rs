@@ -25,8 +25,9 @@ use openprof_classfile::{
 use openprof_format::java_names::class_name_from_signature;
 use openprof_format::trace::filter::FilterBlock;
 
+use crate::agent_work::{agent_work, in_agent_work};
 use crate::coverage::Coverage;
-use crate::guard::{agent_work, callback, guarded, in_agent_work, Admit};
+use crate::guard::{callback, guarded, Admit};
 use crate::jni::Jni;
 use crate::jvmti::{
     jclass, jint, jmethodID, jobject, jvmtiCapabilities, jvmtiEnv, jvmtiEventCallbacks, JNIEnv,

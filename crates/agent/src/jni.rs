@@ -169,7 +169,7 @@ impl Jni {
     /// A class by JNI name (`java/lang/String`) from the bootstrap or system loader.
     pub fn find_class(self, name: &str) -> JniResult<jclass> {
         let name = CString::new(name).map_err(|_| Thrown)?;
-        crate::guard::agent_work(|| self.non_null(jni!(self, FindClass(name.as_ptr()))))
+        crate::agent_work::agent_work(|| self.non_null(jni!(self, FindClass(name.as_ptr()))))
             .unwrap_or(Err(Thrown))
     }
 
@@ -280,7 +280,7 @@ impl Jni {
         returns: u8,
         args: &[jvalue],
     ) -> JniResult<Typed> {
-        crate::guard::agent_work(|| self.call_unguarded(object, method, returns, args))
+        crate::agent_work::agent_work(|| self.call_unguarded(object, method, returns, args))
             .unwrap_or(Err(Thrown))
     }
 
@@ -339,7 +339,7 @@ impl Jni {
         returns: u8,
         args: &[jvalue],
     ) -> JniResult<Typed> {
-        crate::guard::agent_work(|| self.call_static_unguarded(class, method, returns, args))
+        crate::agent_work::agent_work(|| self.call_static_unguarded(class, method, returns, args))
             .unwrap_or(Err(Thrown))
     }
 
@@ -431,7 +431,7 @@ impl Jni {
         constructor: jmethodID,
         args: &[jvalue],
     ) -> JniResult<jobject> {
-        crate::guard::agent_work(|| {
+        crate::agent_work::agent_work(|| {
             self.non_null(jni!(self, NewObjectA(class, constructor, args.as_ptr())))
         })
         .unwrap_or(Err(Thrown))
@@ -661,7 +661,7 @@ pub fn with_local_frame(jni: *mut JNIEnv, body: impl FnOnce()) {
 
 /// The heap's (total, used) bytes, from java.lang.Runtime on this thread.
 pub fn heap_figures(jni: *mut JNIEnv) -> Option<(u64, u64)> {
-    crate::guard::agent_work(|| heap_figures_unguarded(jni)).flatten()
+    crate::agent_work::agent_work(|| heap_figures_unguarded(jni)).flatten()
 }
 
 fn heap_figures_unguarded(jni: *mut JNIEnv) -> Option<(u64, u64)> {
@@ -705,7 +705,7 @@ fn heap_figures_unguarded(jni: *mut JNIEnv) -> Option<(u64, u64)> {
 
 /// Calls `System.exit(status)` on the calling thread (which the JVM ends there).
 pub fn call_system_exit(jni: *mut JNIEnv, status: i32) {
-    crate::guard::agent_work(|| call_system_exit_unguarded(jni, status));
+    crate::agent_work::agent_work(|| call_system_exit_unguarded(jni, status));
 }
 
 fn call_system_exit_unguarded(jni: *mut JNIEnv, status: i32) {

@@ -41,7 +41,7 @@ impl std::error::Error for JvmtiError {}
 
 pub type JvmtiResult<T> = Result<T, JvmtiError>;
 
-/// A call the agent did not make: its own work was nested too deep (`guard::agent_work`).
+/// A call the agent did not make: its own work was nested too deep (`agent_work::agent_work`).
 const NESTED_TOO_DEEP: JvmtiError = JvmtiError {
     function: "(not called: the agent's work nested too deep)",
     code: 113, // JVMTI_ERROR_INTERNAL
@@ -491,8 +491,8 @@ impl Jvmti {
         package: &CStr,
         to_module: jobject,
     ) -> JvmtiResult<()> {
-        // The JVM runs Java code of its own for it: the agent's work (see guard::agent_work).
-        crate::guard::agent_work(|| {
+        // The JVM runs Java code of its own for it: the agent's work (see agent_work::agent_work).
+        crate::agent_work::agent_work(|| {
             call!(self, AddModuleExports(module, package.as_ptr(), to_module))
         })
         .unwrap_or(Err(NESTED_TOO_DEEP))
@@ -501,7 +501,7 @@ impl Jvmti {
     /// Lets `module` read `to_module` (needed before its code may call into it).
     pub fn add_module_reads(self, module: jobject, to_module: jobject) -> JvmtiResult<()> {
         // As above.
-        crate::guard::agent_work(|| call!(self, AddModuleReads(module, to_module)))
+        crate::agent_work::agent_work(|| call!(self, AddModuleReads(module, to_module)))
             .unwrap_or(Err(NESTED_TOO_DEEP))
     }
 

@@ -15,6 +15,7 @@
 //! this side of the boundary and turns problems into a clear message and `JNI_ERR`.
 
 mod agent;
+mod agent_work;
 mod binary_output;
 mod call_hooks;
 mod code_map;

@@ -20,11 +20,11 @@ fn mpt() -> Option<&'static Mpt> {
 /// agent's, not the program's), keeping panics on this side of the boundary.
 fn hook(what: &str, body: impl FnOnce(&'static Mpt)) {
     crate::guard::guarded(what, || {
-        if crate::guard::in_agent_work() {
+        if crate::agent_work::in_agent_work() {
             return;
         }
         if let Some(mpt) = mpt() {
-            crate::guard::agent_work(|| body(mpt));
+            crate::agent_work::agent_work(|| body(mpt));
         }
     });
 }

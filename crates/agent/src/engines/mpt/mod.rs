@@ -276,7 +276,7 @@ impl Mpt {
     /// natives, and instruments the loaded classes the specifications name.
     fn start(&self, jni: *mut JNIEnv) -> AgentResult<()> {
         let jni = Jni(jni);
-        crate::guard::as_agent_work(|| {
+        crate::agent_work::as_agent_work(|| {
             let known = Known::resolve(jni).ok_or("can't resolve java.lang.String and Class")?;
             let _ = self.known.set(known);
             let hook = jni
@@ -332,7 +332,7 @@ impl Mpt {
                 instrumentation.add(spec);
             }
         }
-        let methods = crate::guard::as_agent_work(|| self.rescan(Jni(jni)));
+        let methods = crate::agent_work::as_agent_work(|| self.rescan(Jni(jni)));
         self.drain_deferred(Jni(jni));
         format!("{count} specification(s) added; {methods} method(s) instrumented now")
     }
@@ -363,7 +363,7 @@ impl Mpt {
                 }
             }
         }
-        let methods = crate::guard::as_agent_work(|| self.rescan(Jni(jni)));
+        let methods = crate::agent_work::as_agent_work(|| self.rescan(Jni(jni)));
         self.drain_deferred(Jni(jni));
         Ok(format!(
             "{} specification(s) removed; {methods} method(s) instrumented now",
@@ -409,7 +409,7 @@ impl Mpt {
                 Err(TryLockError::WouldBlock) => return false,
             }
         };
-        crate::guard::as_agent_work(|| {
+        crate::agent_work::as_agent_work(|| {
             planning(&mut instrumentation, |instrumentation| {
                 if instrumentation.specs.is_empty() {
                     return;
