@@ -715,7 +715,7 @@ pub fn invocations(args: InvocationsArgs) -> Result<ExitCode> {
     for call in &joined {
         println!(
             "agent {} thread {} {} -> {} [{} .. {} ms]
-  agent {} thread {} {} [{} .. {} ms]",
+  agent {} thread {} {} [{} .. {} ms]{}",
             call.caller_agent,
             call.caller_thread,
             printable(call.caller_method.as_deref().unwrap_or("?")),
@@ -727,6 +727,11 @@ pub fn invocations(args: InvocationsArgs) -> Result<ExitCode> {
             printable(&call.callee_method),
             millis(call.entry_ns),
             millis(call.exit_ns),
+            call.clock_error_ns
+                .map_or_else(String::new, |error| format!(
+                    " (clocks within {:.3} ms)",
+                    error as f64 / 1e6
+                )),
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -32,6 +32,10 @@ pub struct JoinedCall {
     /// The callee's methodEntry's and methodExit's times, ns on the collector's clock.
     pub entry_ns: Option<u128>,
     pub exit_ns: Option<u128>,
+    /// How far apart the two agents' times may be on the collector's clock: the sum of their
+    /// clock offsets' error bounds (half the shortest heartbeat round trip each), when both
+    /// are known. The callee's entry and exit lie within the caller's call up to this.
+    pub clock_error_ns: Option<u64>,
 }
 
 /// A call or an entry, by (agent, thread, ticket).
@@ -165,7 +169,7 @@ impl Calls {
         Ok(())
     }
 
-    fn joined(self) -> Vec<JoinedCall> {
+    fn joined(self, clock_errors: &HashMap<Uuid, u64>) -> Vec<JoinedCall> {
         let mut joined = Vec::new();
         for (callee_agent, caller, entry_thread, entry_ticket) in self.contexts {
             let (Some(call), Some(entry)) = (
@@ -187,6 +191,10 @@ impl Calls {
                 callee_method: entry.method.clone(),
                 entry_ns: entry.start,
                 exit_ns: entry.end,
+                clock_error_ns: clock_errors
+                    .get(&caller.0)
+                    .zip(clock_errors.get(&callee_agent))
+                    .map(|(caller, callee)| caller + callee),
             });
         }
         joined.sort_by_key(|call| (call.call_ns, call.entry_ns));
@@ -208,5 +216,10 @@ pub fn join_calls(store: &dyn Store) -> Result<Vec<JoinedCall>, StoreError> {
         )?;
         calls.read(trace.agent, &document)?;
     }
-    Ok(calls.joined())
+    let clock_errors: HashMap<Uuid, u64> = catalog
+        .agents
+        .iter()
+        .filter_map(|agent| Some((agent.agent, agent.clock?.error_ns)))
+        .collect();
+    Ok(calls.joined(&clock_errors))
 }
