@@ -2060,10 +2060,11 @@ fn a_call_from_one_jvm_into_another_is_joined_under_the_callers_call() {
         assert_eq!(call["callerMethod"], "HttpCaller$Client.fetch", "{call}");
         assert_eq!(call["calleeMethod"], "HttpCallee$Greeter.handle", "{call}");
         assert_ne!(call["callerAgent"], call["calleeAgent"]);
-        // On the collector's clock, the callee's entry and exit lie within the caller's call,
-        // up to the error bounds of the two agents' clock offsets, which the join states (half
-        // the shortest heartbeat round trip of each: under a millisecond on an idle machine,
-        // more when heartbeats wait for a CPU).
+        // On the collector's clock, the callee's entry lies within the caller's call, up to the
+        // error bounds of the two agents' clock offsets, which the join states (half the
+        // shortest heartbeat round trip of each: under a millisecond on an idle machine, more
+        // when heartbeats wait for a CPU). Its exit may come after the call returned: the
+        // handler sends the response and closes the exchange before it returns.
         let ns = |name: &str| {
             call[name]
                 .as_u64()
@@ -2071,7 +2072,7 @@ fn a_call_from_one_jvm_into_another_is_joined_under_the_callers_call() {
         };
         let slack = ns("clockErrorNs");
         assert!(ns("entryNs") + slack >= ns("callNs"), "{call}");
-        assert!(ns("exitNs") <= ns("returnNs") + slack, "{call}");
+        assert!(ns("entryNs") <= ns("returnNs") + slack, "{call}");
         assert!(ns("exitNs") >= ns("entryNs"), "{call}");
     }
 }
