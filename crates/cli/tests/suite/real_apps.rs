@@ -466,7 +466,10 @@ fn javac_compiles_every_workload_under_allocation_sites() {
         out.display().to_string(),
     ];
     args.extend(sources.iter().map(|path| path.display().to_string()));
-    let run = run_app(&java, Some("heap=sites,file=profile.txt"), &args);
+    // Deep enough stacks that an allocation made for javac, under the collections and arrays
+    // it allocates through, reaches javac's frames (HPROF's default depth, 4, often does not:
+    // a run beside two busy loops found no site in javac's code at that depth).
+    let run = run_app(&java, Some("heap=sites,depth=16,file=profile.txt"), &args);
     // Every source's class is there, in its package's directory.
     let made = class_files(&out);
     for source in &sources {
