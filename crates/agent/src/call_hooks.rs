@@ -314,8 +314,9 @@ struct Keys {
 ///   lambdas and string concatenation link and run, and its continuation internals (lambda
 ///   forms, hidden frames, stack switching);
 /// - `jdk.internal.` (Unsafe, index checks, reflection, class loading support) and `sun.misc.`;
-/// - the atomics coverage counts with, and the few `java.lang`/`java.util` classes their code
-///   calls (`Object`, `Class`, `Objects`).
+/// - the atomics, and the few `java.lang`/`java.util` classes the VarHandle and Unsafe paths
+///   call (`Object`, `Class`, `Objects`): coverage counts through Unsafe, and the JDK code the
+///   agent's own Java calls run leans on them.
 ///
 /// Classes loaded while the agent runs Java code of its own are left out too (see
 /// `CallHooks::own_classes`), which covers whatever else the agent's calls reach.
