@@ -317,11 +317,63 @@ pub fn wall_signal_taken() -> bool {
     }
 }
 
-/// Sends the wall-clock signal to a thread of this process; false if it has ended.
-pub fn signal_for_wall_sample(kernel_id: i32) -> bool {
+/// The threads with a wall-clock signal sent and not yet handled, one slot per kernel id
+/// modulo the table's size (0: none). The kernel keeps at most one pending SIGVTALRM per
+/// thread: a signal sent to a thread that is runnable but waiting for a CPU (a busy machine)
+/// before it handled the previous one is merged into it, and the intervals the second stood
+/// for would be lost, from running threads only. The agent's thread asks here first and adds
+/// those intervals to the pending sample instead.
+static WALL_PENDING: [AtomicI32; 1024] = [const { AtomicI32::new(0) }; 1024];
+
+fn wall_pending_slot(kernel_id: i32) -> &'static AtomicI32 {
+    &WALL_PENDING[kernel_id.unsigned_abs() as usize % WALL_PENDING.len()]
+}
+
+/// What became of a wall-clock signal for a thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WallSignal {
+    /// Sent: the thread's handler will take one sample.
+    Sent,
+    /// Not sent: the thread has not yet handled the last one, whose sample is still to come.
+    StillPending,
+    /// Not sent: the thread has ended.
+    Gone,
+}
+
+/// Sends the wall-clock signal to a thread of this process, unless one is still pending there.
+pub fn signal_for_wall_sample(kernel_id: i32) -> WallSignal {
+    let slot = wall_pending_slot(kernel_id);
+    // A slot held by another thread (ids equal modulo the table) is not ours to track: that
+    // signal is sent untracked, as if there were no table.
+    let tracked = match slot.compare_exchange(0, kernel_id, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(holder) if holder == kernel_id => return WallSignal::StillPending,
+        Err(_) => false,
+    };
     // SAFETY: tgkill with our own pid and a thread id; a thread that ended is an error (ESRCH),
     // and a reused id is a thread of this process whose handler is ours.
-    unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), kernel_id, WALL_SIGNAL) == 0 }
+    let sent =
+        unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), kernel_id, WALL_SIGNAL) == 0 };
+    if sent {
+        WallSignal::Sent
+    } else {
+        if tracked {
+            let _ = slot.compare_exchange(kernel_id, 0, Ordering::AcqRel, Ordering::Relaxed);
+        }
+        WallSignal::Gone
+    }
+}
+
+/// Forgets a wall-clock signal still marked pending for a thread: it ended before handling it,
+/// or the mark is so old that the signal must have been lost, and a thread reusing the id
+/// must not wait on it.
+pub fn forget_wall_signal(kernel_id: i32) {
+    let _ = wall_pending_slot(kernel_id).compare_exchange(
+        kernel_id,
+        0,
+        Ordering::AcqRel,
+        Ordering::Relaxed,
+    );
 }
 
 /// The ring the handler writes to, once installed.
@@ -430,6 +482,8 @@ extern "C" fn on_wall_signal(_signal: c_int, _info: *mut libc::siginfo_t, contex
         slot.compare_exchange(0, thread, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     });
+    // The signal is handled: the agent's thread may send the next one.
+    forget_wall_signal(current_thread_id());
     on_sample_signal(context, WALL_SAMPLE);
     if let Some(slot) = slot {
         slot.store(0, Ordering::Release);
@@ -1132,6 +1186,42 @@ mod tests {
         assert_eq!(failure_name(-10), "ticks_safepoint");
         assert_eq!(failure_name(-11), "ticks_unknown_code");
         assert_eq!(failure_name(i32::MIN), "ticks_unknown_code");
+    }
+
+    /// Blocks or unblocks the wall-clock signal on the calling thread.
+    fn mask_wall_signal(how: c_int) {
+        // SAFETY: a signal set we own, built with sigemptyset/sigaddset, given to
+        // pthread_sigmask for the calling thread only.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, WALL_SIGNAL);
+            assert_eq!(libc::pthread_sigmask(how, &set, ptr::null_mut()), 0);
+        }
+    }
+
+    #[test]
+    fn a_wall_signal_is_not_sent_again_before_it_is_handled() {
+        install_wall_signal().expect("the wall-clock handler");
+        let me = current_thread_id();
+        // A thread that cannot take the signal yet, as one waiting for a CPU: the second signal
+        // would be merged into the first by the kernel, so it is not sent.
+        mask_wall_signal(libc::SIG_BLOCK);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::Sent);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::StillPending);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::StillPending);
+        // Unblocked, the pending signal is handled at once, and the next one is sent.
+        let handled = signals_received(SampleKind::Wall);
+        mask_wall_signal(libc::SIG_UNBLOCK);
+        assert_eq!(signals_received(SampleKind::Wall), handled + 1);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::Sent);
+        // A mark left by a thread that ended is forgotten, and the id signalled again.
+        mask_wall_signal(libc::SIG_BLOCK);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::Sent);
+        forget_wall_signal(me);
+        assert_eq!(signal_for_wall_sample(me), WallSignal::Sent);
+        mask_wall_signal(libc::SIG_UNBLOCK);
+        assert_eq!(signal_for_wall_sample(i32::MAX), WallSignal::Gone);
     }
 
     #[test]

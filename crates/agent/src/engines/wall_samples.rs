@@ -26,12 +26,17 @@ use crate::jvmti::{JNIEnv, JavaVM};
 use crate::output::hprof_date;
 use crate::profile::SampledFrame;
 use crate::sampled::{self, Kind};
-use crate::signals::{self, InstallError};
+use crate::signals::{self, InstallError, WallSignal};
 use crate::sync::lock;
 
 /// At most this many threads are signalled per interval: the cost stays bounded with thousands
 /// of threads (mostly idle ones), each of which is then sampled less often.
 pub const THREADS_PER_TICK: usize = 16;
+
+/// How long a signal sent to a thread may stay unhandled before the agent's thread takes it
+/// for lost and sends another: a runnable thread waits for a CPU far less, even on a busy
+/// machine.
+const PENDING_PATIENCE: Duration = Duration::from_secs(2);
 
 /// Which threads were sampled when, and what each was last seen doing.
 #[derive(Default)]
@@ -47,6 +52,8 @@ struct Turns {
     weights: HashMap<i32, VecDeque<u64>>,
     /// Threads whose last sample found them running or in native code.
     busy: HashSet<i32>,
+    /// The interval each thread was last sent a signal in, by kernel id.
+    sent_at: HashMap<i32, u64>,
 }
 
 impl Turns {
@@ -83,6 +90,10 @@ impl Turns {
     /// Forgets threads that are gone.
     fn keep_only(&mut self, threads: &[i32]) {
         let alive: HashSet<i32> = threads.iter().copied().collect();
+        for gone in self.sent_at.keys().filter(|id| !alive.contains(id)) {
+            signals::forget_wall_signal(*gone);
+        }
+        self.sent_at.retain(|id, _| alive.contains(id));
         self.last_signalled.retain(|id, _| alive.contains(id));
         self.weights.retain(|id, _| alive.contains(id));
         self.busy.retain(|id| alive.contains(id));
@@ -205,16 +216,36 @@ impl Engine for WallSamples {
         self.intervals.fetch_add(1, Ordering::Relaxed);
         self.skipped
             .fetch_add((threads.len() - chosen.len()) as u64, Ordering::Relaxed);
+        let stale_after = (PENDING_PATIENCE.as_millis() as u64
+            / u64::from(self.interval_ms.load(Ordering::Relaxed)).max(1))
+        .max(1);
         for (kernel_id, intervals) in chosen {
-            if signals::signal_for_wall_sample(kernel_id) {
-                self.sampled.fetch_add(1, Ordering::Relaxed);
-                turns
-                    .weights
-                    .entry(kernel_id)
-                    .or_default()
-                    .push_back(intervals);
-            } else {
-                self.lost.fetch_add(1, Ordering::Relaxed);
+            let tick = turns.tick;
+            let sent_at = turns.sent_at.get(&kernel_id).copied().unwrap_or(tick);
+            if tick - sent_at > stale_after {
+                signals::forget_wall_signal(kernel_id);
+            }
+            match signals::signal_for_wall_sample(kernel_id) {
+                WallSignal::Sent => {
+                    self.sampled.fetch_add(1, Ordering::Relaxed);
+                    turns.sent_at.insert(kernel_id, tick);
+                    turns
+                        .weights
+                        .entry(kernel_id)
+                        .or_default()
+                        .push_back(intervals);
+                }
+                WallSignal::StillPending => {
+                    // The sample still to come stands for these intervals too.
+                    let weights = turns.weights.entry(kernel_id).or_default();
+                    match weights.back_mut() {
+                        Some(last) => *last += intervals,
+                        None => weights.push_back(intervals),
+                    }
+                }
+                WallSignal::Gone => {
+                    self.lost.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
     }
