@@ -1,6 +1,7 @@
 /**
- * Ground truth for CPU sampling: heavy() does three times the work of light(), so a correct
- * profile gives heavy 75 % and light 25 % of the samples in these two methods.
+ * Ground truth for CPU sampling: heavy() does three times the work of light() in every call
+ * (whose length varies at random), so a correct profile gives heavy 75 % and light 25 % of the
+ * samples in these two methods.
  * The split is also measured with thread CPU time and printed, as a second ground truth.
  *
  * Usage: java CpuSplit CPU_SECONDS
@@ -35,10 +36,18 @@ public class CpuSplit {
     public static void main(String[] args) {
         double seconds = args.length > 0 ? Double.parseDouble(args[0]) : 5;
         ThreadMXBean cpu = ManagementFactory.getThreadMXBean();
-        int rounds = 200_000;
         long heavyNanos = 0, lightNanos = 0, calls = 0;
         long budget = (long) (seconds * 1e9);
+        long random = 0x9E3779B97F4A7C15L;
         while (heavyNanos + lightNanos < budget) {
+            // Each call's length varies (100,000 to 300,000 rounds, both methods alike), so the
+            // program has no period for a sampling clock to fall in step with: a CPU timer
+            // checked at the scheduler's tick would otherwise catch the same few points of a
+            // strictly periodic loop again and again.
+            random ^= random << 13;
+            random ^= random >>> 7;
+            random ^= random << 17;
+            int rounds = 100_000 + (int) Math.floorMod(random, 200_000L);
             long t0 = cpu.getCurrentThreadCpuTime();
             sink += heavy(sink, rounds);
             long t1 = cpu.getCurrentThreadCpuTime();

@@ -2,9 +2,9 @@
  * Ground truth for profiling a running JVM from outside (openprof profile): a service that
  * runs until its standard input closes. Its thread "worker" repeats, forever, 30 ms of work
  * then 30 ms of sleep; the work is heavy() and light() with the same loop body, heavy called
- * for three times the trips of light. So a CPU profile of any period gives heavy 75 % and light
- * 25 % of the samples in the two, and a wall-clock profile of "worker" gives it running half
- * of the time and sleeping the other half. Before each sleep, buffer() allocates 64 KiB: by
+ * for three times the trips of light (a number that varies from call to call). So a CPU
+ * profile of any period gives heavy 75 % and light 25 % of the samples in the two, and a
+ * wall-clock profile of "worker" gives it running half of the time and sleeping the other half. Before each sleep, buffer() allocates 64 KiB: by
  * far the most bytes the program allocates.
  *
  * Prints "ready" once the worker runs. Each line read on standard input is answered with the
@@ -19,22 +19,23 @@ import java.io.InputStreamReader;
 public class Service {
     static final long WORK_NS = 30_000_000, SLEEP_NS = 30_000_000;
     static volatile long sink;
+    static long random = 0x9E3779B97F4A7C15L;
     static volatile long runningNs, sleepingNs;
     static volatile byte[] buffer;
 
     // heavy and light have the same loop body; only the trip count differs (3:1).
-    static long heavy(long seed) {
+    static long heavy(long seed, int trips) {
         long x = seed;
-        for (int i = 0; i < 30_000; i++) {
+        for (int i = 0; i < trips * 3; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;
         }
         return x;
     }
 
-    static long light(long seed) {
+    static long light(long seed, int trips) {
         long x = seed;
-        for (int i = 0; i < 10_000; i++) {
+        for (int i = 0; i < trips; i++) {
             x = x * 6364136223846793005L + 1442695040888963407L;
             x ^= x >>> 29;
         }
@@ -45,8 +46,14 @@ public class Service {
         long start = System.nanoTime();
         long until = start + WORK_NS;
         while (System.nanoTime() < until) {
-            sink += heavy(sink);
-            sink += light(sink);
+            // 5,000 to 15,000 trips, alike for both: the loop has no period for a sampling
+            // clock to fall in step with.
+            random ^= random << 13;
+            random ^= random >>> 7;
+            random ^= random << 17;
+            int trips = 5_000 + (int) Math.floorMod(random, 10_000L);
+            sink += heavy(sink, trips);
+            sink += light(sink, trips);
         }
         runningNs += System.nanoTime() - start;
     }

@@ -93,9 +93,10 @@ fn split_and_rate_are_right_at_interval_1() {
 #[test]
 fn posix_timers_give_the_same_split() {
     // POSIX CPU timers expire on the scheduler's tick (4 ms at HZ=250), not at 1 ms: at
-    // interval=1 several expiries fall on one tick, and on a busy machine the split they give
-    // drifted by 6 points. The fallback is checked at an interval it can keep.
-    assert_split(10, "10", "posix");
+    // interval=1 several expiries fall on one tick. The fallback is checked at one sample a
+    // tick, where beside two busy loops on two cores its split stays within 2 points of the
+    // truth; at interval=10 it drifted by up to 4.5 (docs/decisions.md).
+    assert_split(4, "8", "posix");
 }
 
 #[test]
