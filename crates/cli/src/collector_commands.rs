@@ -172,6 +172,61 @@ pub struct ServeArgs {
     /// given.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    /// The UI's connections at most (with --http); more are answered 503. With
+    /// --max-connections it shares the process's descriptor limit (docs/security.md).
+    #[arg(long, default_value_t = openprof_web::connections::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_http_connections: u32,
+}
+
+/// Descriptors kept for everything but connections: the store's files, SQLite's journal, the
+/// forwarders' HTTP clients, the runtime's own.
+const RESERVED_DESCRIPTORS: u64 = 128;
+
+/// How many connections each port may hold within the process's descriptor limit `limit`,
+/// asked `agents` for the agents' port and `ui` for the UI's (0: no UI): as asked when both fit
+/// with [`RESERVED_DESCRIPTORS`] to spare, else both cut in proportion, the UI keeping at least
+/// 4, so that neither port can take the descriptors the other needs.
+fn share_descriptors(limit: u64, agents: usize, ui: usize) -> (usize, usize) {
+    let budget = limit.saturating_sub(RESERVED_DESCRIPTORS).max(16) as usize;
+    if agents + ui <= budget {
+        return (agents, ui);
+    }
+    let ui_share = match (agents, ui) {
+        (_, 0) => 0,
+        (0, _) => budget,
+        _ => (budget * ui / (agents + ui)).clamp(4, budget / 2),
+    };
+    (budget - ui_share, ui_share)
+}
+
+/// The UI's bounds with room for `connections`: one address may hold at most half of them.
+fn web_limits(connections: usize) -> openprof_web::connections::Limits {
+    openprof_web::connections::Limits {
+        max_connections: connections,
+        max_per_address: openprof_web::connections::DEFAULT_MAX_PER_ADDRESS
+            .min((connections / 2).max(1)),
+        ..Default::default()
+    }
+}
+
+/// The process's descriptor limit, raised to its hard limit first (as servers do: the soft
+/// limit is often 1024 where the hard one is far higher).
+fn descriptor_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if let (Some(current), Some(maximum)) = (limit.current, limit.maximum) {
+        if maximum > current {
+            let raised = rustix::process::Rlimit {
+                current: Some(maximum),
+                maximum: Some(maximum),
+            };
+            if setrlimit(Resource::Nofile, raised).is_ok() {
+                return maximum;
+            }
+        }
+    }
+    // No limit at all: as good as the largest a server would ever want.
+    limit.current.unwrap_or(1 << 20)
 }
 
 /// A byte count: a number, optionally followed by k, m or g (powers of 1024).
@@ -255,8 +310,18 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     config.control_token = control_token.clone();
     config.heartbeat = Duration::from_millis(args.heartbeat_ms.max(10));
     config.command_timeout = Duration::from_secs(args.command_timeout.max(1));
-    config.max_unauthenticated = args.max_unauthenticated as usize;
-    config.max_connections = args.max_connections as usize;
+    let limit = descriptor_limit();
+    let wanted_ui = args.http.map_or(0, |_| args.max_http_connections as usize);
+    let (agents, ui) = share_descriptors(limit, args.max_connections as usize, wanted_ui);
+    if agents < args.max_connections as usize || ui < wanted_ui {
+        eprintln!(
+            "openprof WARNING: {limit} descriptors (ulimit -n) leave room for {agents} agent and \
+             {ui} UI connections (asked: {}, {wanted_ui}); raise the limit for more",
+            args.max_connections
+        );
+    }
+    config.max_connections = agents;
+    config.max_unauthenticated = (args.max_unauthenticated as usize).min(agents);
     config.queue_bytes = usize::try_from(args.queue_bytes).unwrap_or(usize::MAX);
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(openprof_collector::tls::load(cert, key)?),
@@ -289,16 +354,16 @@ pub fn serve(args: ServeArgs) -> Result<ExitCode> {
                         .as_ref()
                         .map(|tls| Trust::Config(tls.own_client.clone())),
                 };
-                let running = start_web(
-                    http,
+                let config = openprof_web::WebConfig {
+                    listen: http,
                     credential,
-                    &args.store,
-                    Some(collector),
-                    Some(server.connected_agents_watch()),
-                    tls.map(|tls| tls.server),
-                    web_clickhouse,
-                )
-                .await?;
+                    store_dir: args.store.clone(),
+                    collector: Some(collector),
+                    tls: tls.map(|tls| tls.server),
+                    clickhouse: web_clickhouse,
+                    limits: web_limits(ui),
+                };
+                let running = start_web(config, Some(server.connected_agents_watch())).await?;
                 Some(running)
             }
             _ => None,
@@ -405,29 +470,17 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
 }
 
 /// Starts the web UI over a store (read-only: the collector, if any, writes it), over HTTPS
-/// with `tls`, and says where on stdout.
+/// when `config` has TLS, and says where on stdout.
 async fn start_web(
-    listen: SocketAddr,
-    credential: String,
-    store_dir: &Path,
-    collector: Option<Endpoint>,
+    config: openprof_web::WebConfig,
     connected: Option<openprof_web::ConnectedAgents>,
-    tls: Option<Arc<openprof_collector::tls::ServerConfig>>,
-    clickhouse: Option<openprof_collector::clickhouse::ClickHouse>,
 ) -> Result<openprof_web::Running> {
-    let store: Arc<dyn Store> = Arc::new(open_store(store_dir)?);
-    let config = openprof_web::WebConfig {
-        listen,
-        credential,
-        store_dir: store_dir.to_path_buf(),
-        collector,
-        tls: tls.clone(),
-        clickhouse,
-    };
+    let store: Arc<dyn Store> = Arc::new(open_store(&config.store_dir)?);
+    let (listen, tls) = (config.listen, config.tls.is_some());
     let running = openprof_web::serve(config, store, connected)
         .await
         .with_context(|| format!("can't serve the web UI on {listen}"))?;
-    let scheme = if tls.is_some() { "https" } else { "http" };
+    let scheme = if tls { "https" } else { "http" };
     println!("openprof web UI on {scheme}://{}/", running.local_addr);
     Ok(running)
 }
@@ -448,6 +501,9 @@ pub struct UiArgs {
     /// TLS: the certificate's private key (PEM).
     #[arg(long, requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// The UI's connections at most; more are answered 503.
+    #[arg(long, default_value_t = openprof_web::connections::DEFAULT_MAX_CONNECTIONS as u32, value_parser = clap::value_parser!(u32).range(1..))]
+    max_http_connections: u32,
 }
 
 /// `openprof ui`: the web UI over a store alone (no collector: nothing is live, no command is
@@ -467,7 +523,17 @@ pub fn ui(args: UiArgs) -> Result<ExitCode> {
         .build()
         .context("can't start the runtime")?;
     runtime.block_on(async move {
-        let _web = start_web(args.http, credential, &args.store, None, None, tls, None).await?;
+        let (_, ui) = share_descriptors(descriptor_limit(), 0, args.max_http_connections as usize);
+        let config = openprof_web::WebConfig {
+            listen: args.http,
+            credential,
+            store_dir: args.store.clone(),
+            collector: None,
+            tls,
+            clickhouse: None,
+            limits: web_limits(ui),
+        };
+        let _web = start_web(config, None).await?;
         tokio::signal::ctrl_c().await?;
         anyhow::Ok(())
     })?;
@@ -819,7 +885,26 @@ pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
 
 #[cfg(test)]
 mod tests {
-    use super::printable;
+    use super::{printable, share_descriptors, web_limits};
+
+    #[test]
+    fn the_two_ports_share_the_descriptors_and_neither_takes_them_all() {
+        // Room for both: as asked.
+        assert_eq!(share_descriptors(65536, 900, 100), (900, 100));
+        assert_eq!(share_descriptors(1024, 800, 96), (800, 96));
+        // Not enough: both cut in proportion within the limit less the reserve.
+        assert_eq!(share_descriptors(1024, 900, 100), (807, 89));
+        assert_eq!(share_descriptors(256, 900, 100), (116, 12));
+        // A tiny limit still leaves the UI a few and the agents the rest.
+        assert_eq!(share_descriptors(130, 900, 100), (12, 4));
+        // One port alone takes what there is.
+        assert_eq!(share_descriptors(256, 900, 0), (128, 0));
+        assert_eq!(share_descriptors(256, 0, 1000), (0, 128));
+        // One address holds at most half of the UI's connections, and 24.
+        assert_eq!(web_limits(12).max_per_address, 6);
+        assert_eq!(web_limits(100).max_per_address, 24);
+        assert_eq!(web_limits(1).max_per_address, 1);
+    }
 
     #[test]
     fn control_characters_are_escaped() {

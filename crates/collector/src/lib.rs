@@ -19,6 +19,7 @@
 //! - [`clickhouse`]: the fleet's windows, traced values, trace elements and hierarchy forwarded
 //!   to ClickHouse, and queried there.
 //! - [`pyroscope`]: the fleet's windows pushed to Pyroscope as pprof.
+//! - [`repeated_warnings`]: warnings that come in floods, logged once a while with a count.
 
 pub mod clickhouse;
 pub mod client;
@@ -27,6 +28,7 @@ pub mod elements;
 pub mod forward;
 pub mod invocations;
 pub mod pyroscope;
+pub mod repeated_warnings;
 pub mod replay;
 pub mod scan;
 pub mod server;

@@ -10,11 +10,10 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::fmt::Display;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use openprof_format::handshake::{CommandSigner, ServerHandshake};
 use openprof_format::wire::{
@@ -28,6 +27,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use crate::clock::ClockEstimator;
+use crate::repeated_warnings::RepeatedWarnings;
 use crate::scan::scan_fragment;
 use crate::store::{AgentInfo, Received, Store};
 
@@ -115,69 +115,6 @@ tokio::task_local! {
 /// [`ServerConfig::max_unauthenticated`].
 fn authenticated() {
     let _ = UNAUTHENTICATED.try_with(|place| place.borrow_mut().take());
-}
-
-/// A warning that may come in floods (refused connections, accept errors, failing commits):
-/// logged once, then at most every few seconds with how many times it came meanwhile.
-#[derive(Default)]
-struct RepeatedWarnings {
-    seen: Mutex<HashMap<&'static str, Repeats>>,
-}
-
-struct Repeats {
-    logged: Instant,
-    /// Since `logged`: how many times, and the last message.
-    more: u64,
-    last: String,
-}
-
-impl RepeatedWarnings {
-    const INTERVAL: Duration = Duration::from_secs(5);
-
-    fn warn(&self, key: &'static str, message: impl Display) {
-        let mut seen = lock(&self.seen);
-        match seen.get_mut(key) {
-            Some(repeats) if repeats.logged.elapsed() < Self::INTERVAL => {
-                repeats.more += 1;
-                repeats.last = message.to_string();
-            }
-            previous => {
-                match previous {
-                    Some(repeats) if repeats.more > 0 => warn!(
-                        "{message} (and {} more like it in the last {} s)",
-                        repeats.more,
-                        repeats.logged.elapsed().as_secs()
-                    ),
-                    _ => warn!("{message}"),
-                }
-                seen.insert(
-                    key,
-                    Repeats {
-                        logged: Instant::now(),
-                        more: 0,
-                        last: String::new(),
-                    },
-                );
-            }
-        }
-    }
-
-    /// Logs the counts of warnings repeated since they were last logged.
-    fn flush(&self) {
-        let mut seen = lock(&self.seen);
-        for repeats in seen.values_mut() {
-            if repeats.more > 0 && repeats.logged.elapsed() >= Self::INTERVAL {
-                warn!(
-                    "{} (and {} more like it in the last {} s)",
-                    repeats.last,
-                    repeats.more - 1,
-                    repeats.logged.elapsed().as_secs()
-                );
-                repeats.more = 0;
-                repeats.logged = Instant::now();
-            }
-        }
-    }
 }
 
 /// A connected agent, as control requests reach it.

@@ -15,11 +15,14 @@
 //! - [`control`]: commands to live agents through the collector, as `openprof control`
 //!   sends them, each logged with who asked ([`audit`]).
 //! - [`snapshots`]: named snapshots of an agent's data, kept in the store's directory.
+//! - [`connections`]: the bounds of the UI's connections (how many, from one address, how
+//!   long idle or slow), so no client without a credential can take the port or descriptors.
 //! - [`https`]: HTTPS with the collector's certificate, when the collector has TLS.
 
 pub mod api;
 pub mod audit;
 pub mod auth;
+pub mod connections;
 pub mod control;
 pub mod fleet;
 pub mod fleet_profile;
@@ -55,6 +58,8 @@ pub struct WebConfig {
     /// The ClickHouse database the collector forwards windows into, for the fleet's routes on
     /// ClickHouse (`openprof serve --clickhouse`).
     pub clickhouse: Option<openprof_collector::clickhouse::ClickHouse>,
+    /// How many connections, from how many places, for how long ([`connections`]).
+    pub limits: connections::Limits,
 }
 
 /// What every request handler shares.
@@ -99,26 +104,12 @@ pub async fn serve(
         audit,
         live: control::LiveDumps::default(),
     });
-    let tls = web.config.tls.clone();
-    let app = api::router(web).into_make_service_with_connect_info::<SocketAddr>();
-    let task = match tls {
-        None => tokio::spawn(async move {
-            if let Err(error) = axum::serve(listener, app).await {
-                tracing::warn!("the web UI stopped: {error}");
-            }
-        }),
-        Some(tls) => {
-            // `tap_io` is how axum gives a listener of our own the peer's address (the
-            // ConnectInfo the log in and the action log read); nothing is done to the stream.
-            use axum::serve::ListenerExt;
-            let listener = https::TlsListener::new(listener, https::ui_config(&tls))?
-                .tap_io(|_: &mut tokio_rustls::server::TlsStream<tokio::net::TcpStream>| {});
-            tokio::spawn(async move {
-                if let Err(error) = axum::serve(listener, app).await {
-                    tracing::warn!("the web UI stopped: {error}");
-                }
-            })
-        }
-    };
+    let tls = web
+        .config
+        .tls
+        .as_ref()
+        .map(|tls| tokio_rustls::TlsAcceptor::from(https::ui_config(tls)));
+    let limits = web.config.limits.clone();
+    let task = tokio::spawn(connections::serve(listener, api::router(web), tls, limits));
     Ok(Running { local_addr, task })
 }

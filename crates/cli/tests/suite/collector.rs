@@ -48,7 +48,12 @@ impl Collector {
 
     /// With `shell` (a shell command line ending in `exec "$0" "$@"`), the collector runs
     /// under what that shell sets up: a umask, an ignored signal. `exec` keeps the pid.
-    fn start_under(shell: Option<&str>, store: &Path, listen: &str, extra: &[&str]) -> Collector {
+    pub(crate) fn start_under(
+        shell: Option<&str>,
+        store: &Path,
+        listen: &str,
+        extra: &[&str],
+    ) -> Collector {
         let mut command = match shell {
             Some(script) => {
                 let mut command = Command::new("sh");
@@ -950,7 +955,12 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     let mut dumps = 0;
     wait_until("a dump of more than 100 samples was stored", LIMIT, || {
         let dump = control(&collector.address, &["cpu-samples"]);
-        assert!(dump.status.success(), "{}", text(&dump.stderr));
+        assert!(
+            dump.status.success(),
+            "dump {dumps}: {}{}",
+            text(&dump.stdout),
+            text(&dump.stderr)
+        );
         dumps += 1;
         let hprof = std::fs::read_to_string(export_only_agent(store.path(), "so-far.hprof.txt"));
         let last = hprof

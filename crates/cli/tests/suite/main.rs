@@ -18,6 +18,7 @@ mod statistics;
 mod token_files;
 mod ui;
 mod ui_fleet;
+mod ui_limits;
 mod views;
 mod views_html;
 mod views_jfr;

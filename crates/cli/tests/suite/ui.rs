@@ -142,14 +142,14 @@ pub(crate) fn drive(web: &str, args: &[&str]) -> Value {
 }
 
 /// A JVM with the agent streaming to the collector, once it printed "ready" (or at once).
-fn jvm(address: &str, extra: &str, class: &str, args: &[&str]) -> Child {
+pub(crate) fn jvm(address: &str, extra: &str, class: &str, args: &[&str]) -> Child {
     let options = agent_options(address, extra);
     let (mut command, _) = java_command(Some(&options), class, args);
     command.stdin(Stdio::piped()).spawn().expect("start java")
 }
 
 /// The agent id of the JVM of this pid, once the collector has it connected.
-fn agent_of(web: &str, pid: u32) -> String {
+pub(crate) fn agent_of(web: &str, pid: u32) -> String {
     agent_in_fleet(|path| api_get(web, path, Some(CONTROL_TOKEN)), pid)
 }
 
