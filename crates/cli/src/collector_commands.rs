@@ -18,6 +18,7 @@ use openprof_collector::server::{
 use openprof_collector::store::sqlite::{SqliteOptions, SqliteStore};
 use openprof_collector::store::{ExportOptions, Store};
 use openprof_format::private_file::{create_private, AtALink};
+use openprof_format::wire::printable;
 use openprof_format::wire::ControlRequest;
 use uuid::Uuid;
 
@@ -866,26 +867,10 @@ pub fn replay_command(args: ReplayArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Text that agents sent (host names, process names, replies), with control characters shown
-/// as escapes: printed raw, they could drive the reader's terminal.
-pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
-        return std::borrow::Cow::Borrowed(text);
-    }
-    let mut shown = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if c.is_control() {
-            shown.extend(c.escape_default());
-        } else {
-            shown.push(c);
-        }
-    }
-    std::borrow::Cow::Owned(shown)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{printable, share_descriptors, web_limits};
+    use super::{share_descriptors, web_limits};
+    use openprof_format::wire::printable;
 
     #[test]
     fn the_two_ports_share_the_descriptors_and_neither_takes_them_all() {

@@ -275,7 +275,11 @@ async fn accept_loop(
                             Err(reason @ (Fault::Store(_) | Fault::Unstored(_))) => shared
                                 .warnings
                                 .warn("store", format_args!("{peer}: connection closed: {reason}")),
-                            Err(reason) => warn!("{peer}: connection closed: {reason}"),
+                            // A fault may quote what the peer sent: escaped, never raw.
+                            Err(reason) => warn!(
+                                "{peer}: connection closed: {}",
+                                wire::printable(&reason.to_string())
+                            ),
                         }
                         drop(place);
                     };

@@ -273,17 +273,38 @@ impl Refusal {
 }
 
 impl std::fmt::Display for Hello {
-    /// For logs.
+    /// For logs: what the peer chose (its host name, its format) with control characters
+    /// escaped, so that a CR or LF cannot forge a line of the log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.agent_id {
             Some(agent) => write!(
                 f,
                 "{:?} {agent} (pid {} on {}, format={})",
-                self.role, self.pid, self.hostname, self.format
+                self.role,
+                self.pid,
+                printable(&self.hostname),
+                printable(&self.format)
             ),
             None => write!(f, "{:?} client", self.role),
         }
     }
+}
+
+/// Text that agents sent (host names, process names, replies), with control characters shown
+/// as escapes: printed raw, they could drive the reader's terminal.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
 }
 
 /// The collector's answer to an accepted hello.
@@ -677,6 +698,18 @@ pub struct AgentReply {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hello_in_the_log_cannot_forge_a_line() {
+        let hello = Hello {
+            hostname: "web-1\r\n2026-11-28T00:00:00Z  WARN forged".into(),
+            format: "a\u{1b}[31m".into(),
+            ..Hello::new(Role::Agent, Some(Uuid::nil()))
+        };
+        let logged = hello.to_string();
+        assert!(!logged.contains('\n') && !logged.contains('\r') && !logged.contains('\u{1b}'));
+        assert!(logged.contains("web-1\\r\\n2026"), "{logged}");
+    }
 
     fn all_commands() -> Vec<Command> {
         vec![

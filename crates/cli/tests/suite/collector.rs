@@ -872,7 +872,7 @@ fn names_agents_send_are_shown_with_control_characters_escaped() {
         &collector.address,
         TOKEN,
         uuid::Uuid::new_v4(),
-        "evil\u{1b}]0;owned\u{7}\u{1b}[2J",
+        "evil\u{1b}]0;owned\u{7}\u{1b}[2J\r\n2026-01-01T00:00:00Z  WARN forged line",
     )
     .unwrap();
     wire::write_frame(
@@ -889,6 +889,14 @@ fn names_agents_send_are_shown_with_control_characters_escaped() {
         "{listing:?}"
     );
     assert!(listing.contains("evil\\u{1b}]0;owned\\u{7}"), "{listing}");
+    // The collector's log names the agent's host on the line that says it connected: a CR or
+    // LF in the name cannot start a forged line.
+    let log = collector.log_with(" connected; resuming");
+    assert!(
+        !log.lines().any(|line| line.starts_with("2026-01-01T00:00:00Z")),
+        "{log}"
+    );
+    assert!(log.contains("\\r\\n2026-01-01T00:00:00Z"), "{log}");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
