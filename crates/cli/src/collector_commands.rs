@@ -441,8 +441,12 @@ pub fn control(args: ControlArgs) -> Result<ExitCode> {
     })?;
     let argument = match args.argument.as_deref() {
         Some(path) if args.command.starts_with("mpt-") && path.starts_with('@') => Some(
-            std::fs::read_to_string(&path[1..])
-                .with_context(|| format!("can't read the specifications in {}", &path[1..]))?,
+            openprof_format::secret::read_option_file(
+                Path::new(&path[1..]),
+                openprof_format::secret::SPEC_FILE_MAX_BYTES,
+                "a file of parameter tracing specifications",
+            )?
+            .text,
         ),
         other => other.map(str::to_string),
     };

@@ -1,5 +1,6 @@
-//! Reading the collector's token from a file (`token=@FILE` of the agent, `--token-file` of the
-//! command): one reader for both, bounded, that says when others may read the file too.
+//! Files named by options and flags (`token=@FILE`, `filter=@FILE`, `mpt=@FILE` of the agent,
+//! `--token-file` of the command): one reader for all, bounded, which refuses FIFOs and
+//! sockets (opening one could wait forever) and says when others may read a token file.
 
 use std::fs::File;
 use std::io::Read;
@@ -9,27 +10,90 @@ use std::path::{Path, PathBuf};
 /// The most a token file may hold. A token is one line of a few dozen bytes; the bound keeps
 /// a wrong path (a log, `/dev/zero`) from being read into memory.
 pub const TOKEN_FILE_MAX_BYTES: usize = 4096;
+/// The most a file of filters or of parameter tracing specifications may hold: thousands of
+/// lines, far more than anyone writes, and little for the JVM to hold while it starts.
+pub const SPEC_FILE_MAX_BYTES: usize = 1 << 20;
 
-/// Why a token file could not be used. Every message names the file.
+/// Why a file named by an option could not be read. Every message names the file.
 #[derive(Debug, thiserror::Error)]
-pub enum TokenFileError {
+pub enum OptionFileError {
     #[error("can't read {}: {source}", path.display())]
     Unreadable {
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "{} is a FIFO or a socket, not a file holding a token (reading it could wait forever)",
+        "{} is a FIFO or a socket, not {what} (reading it could wait forever)",
         path.display()
     )]
-    NotAFile { path: PathBuf },
-    #[error(
-        "{} is longer than {TOKEN_FILE_MAX_BYTES} bytes: not a token file (its first line is the token)",
-        path.display()
-    )]
-    TooLong { path: PathBuf },
+    NotAFile { path: PathBuf, what: &'static str },
+    #[error("{} is longer than {max} bytes: not {what}", path.display())]
+    TooLong {
+        path: PathBuf,
+        max: usize,
+        what: &'static str,
+    },
     #[error("{} is not UTF-8 text", path.display())]
     NotText { path: PathBuf },
+}
+
+/// A file named by an option, read.
+#[derive(Debug)]
+pub struct OptionFile {
+    pub text: String,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Whether it is a regular file (not a device).
+    pub regular: bool,
+}
+
+/// Reads `path`, `what` the option calls it ("a token file", ...), refusing more than `max`
+/// bytes, FIFOs and sockets, and text that is not UTF-8.
+pub fn read_option_file(
+    path: &Path,
+    max: usize,
+    what: &'static str,
+) -> Result<OptionFile, OptionFileError> {
+    let unreadable = |source| OptionFileError::Unreadable {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Opening a FIFO blocks until someone writes to it: the JVM would never start.
+    let kind = std::fs::metadata(path).map_err(unreadable)?.file_type();
+    if kind.is_fifo() || kind.is_socket() {
+        return Err(OptionFileError::NotAFile {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    let file = File::open(path).map_err(unreadable)?;
+    let mode = file.metadata().map_err(unreadable)?.mode();
+    let mut bytes = Vec::with_capacity(256);
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() > max {
+        return Err(OptionFileError::TooLong {
+            path: path.to_path_buf(),
+            max,
+            what,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| OptionFileError::NotText {
+        path: path.to_path_buf(),
+    })?;
+    Ok(OptionFile {
+        text,
+        mode,
+        regular: kind.is_file(),
+    })
+}
+
+/// Why a token file could not be used. Every message names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenFileError {
+    #[error(transparent)]
+    File(#[from] OptionFileError),
     #[error("{} is empty: its first line is the token", path.display())]
     Empty { path: PathBuf },
 }
@@ -46,42 +110,22 @@ pub struct TokenFile {
 /// Reads the token: the first line of `path`, which may hold at most
 /// [`TOKEN_FILE_MAX_BYTES`].
 pub fn read_token_file(path: &Path) -> Result<TokenFile, TokenFileError> {
-    let unreadable = |source| TokenFileError::Unreadable {
-        path: path.to_path_buf(),
-        source,
-    };
-    // Opening a FIFO blocks until someone writes to it: the JVM would never start.
-    let kind = std::fs::metadata(path).map_err(unreadable)?.file_type();
-    if kind.is_fifo() || kind.is_socket() {
-        return Err(TokenFileError::NotAFile {
-            path: path.to_path_buf(),
-        });
-    }
-    let file = File::open(path).map_err(unreadable)?;
-    let mode = file.metadata().map_err(unreadable)?.mode();
-    let mut bytes = Vec::with_capacity(256);
-    file.take(TOKEN_FILE_MAX_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(unreadable)?;
-    if bytes.len() > TOKEN_FILE_MAX_BYTES {
-        return Err(TokenFileError::TooLong {
-            path: path.to_path_buf(),
-        });
-    }
-    let text = String::from_utf8(bytes).map_err(|_| TokenFileError::NotText {
-        path: path.to_path_buf(),
-    })?;
-    let token = text.lines().next().unwrap_or("").trim().to_string();
+    let file = read_option_file(
+        path,
+        TOKEN_FILE_MAX_BYTES,
+        "a token file (its first line is the token)",
+    )?;
+    let token = file.text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
         return Err(TokenFileError::Empty {
             path: path.to_path_buf(),
         });
     }
-    let readable_by_others = (kind.is_file() && mode & 0o044 != 0).then(|| {
+    let readable_by_others = (file.regular && file.mode & 0o044 != 0).then(|| {
         format!(
             "the token file {} may be read by other users (mode {:o}); `chmod 600` it",
             path.display(),
-            mode & 0o777
+            file.mode & 0o777
         )
     });
     Ok(TokenFile {
@@ -147,7 +191,7 @@ mod tests {
         let (_dir, path) = file_with(b"\xff\xfe\n", 0o600);
         assert!(matches!(
             read_token_file(&path),
-            Err(TokenFileError::NotText { .. })
+            Err(TokenFileError::File(OptionFileError::NotText { .. }))
         ));
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("fifo");
@@ -158,7 +202,7 @@ mod tests {
         assert!(made.success());
         assert!(matches!(
             read_token_file(&fifo),
-            Err(TokenFileError::NotAFile { .. })
+            Err(TokenFileError::File(OptionFileError::NotAFile { .. }))
         ));
         let error = read_token_file(Path::new("/nonexistent/token"))
             .unwrap_err()

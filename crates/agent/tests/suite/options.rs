@@ -263,6 +263,32 @@ fn a_token_file_too_long_or_endless_is_refused_naming_it() {
 }
 
 #[test]
+fn every_file_an_option_names_is_read_bounded_and_never_waited_on() {
+    // A file that never ends (a wrong path) stops the JVM at once, naming it, instead of
+    // holding its start-up while memory grows.
+    assert_refused(
+        "mpt=@/dev/zero",
+        "option mpt: /dev/zero is longer than 1048576 bytes: not a file of parameter tracing specifications",
+    );
+    assert_refused(
+        "format=x,cpu=times,filter=@/dev/zero",
+        "option filter: /dev/zero is longer than 1048576 bytes: not a filter file",
+    );
+    // A FIFO: opening it would wait for a writer forever.
+    let dir = openprof_testkit::kept_temp_dir("openprof-fifo-");
+    let fifo = dir.join("specs");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    assert_refused(
+        &format!("mpt=@{}", fifo.display()),
+        &format!("option mpt: {} is a FIFO or a socket", fifo.display()),
+    );
+}
+
+#[test]
 fn a_token_file_others_may_read_is_used_with_a_warning() {
     let file = token_file(b"s3cret-token\n", 0o644);
     let run = run_with(&format!(

@@ -893,7 +893,8 @@ fn names_agents_send_are_shown_with_control_characters_escaped() {
     // LF in the name cannot start a forged line.
     let log = collector.log_with(" connected; resuming");
     assert!(
-        !log.lines().any(|line| line.starts_with("2026-01-01T00:00:00Z")),
+        !log.lines()
+            .any(|line| line.starts_with("2026-01-01T00:00:00Z")),
         "{log}"
     );
     assert!(log.contains("\\r\\n2026-01-01T00:00:00Z"), "{log}");

@@ -378,9 +378,13 @@ impl Options {
             None => Ok(FilterBlock::default()),
             Some(value) => match value.strip_prefix('@') {
                 Some(path) => {
-                    let text = std::fs::read_to_string(path)
-                        .map_err(|error| bad("filter", format!("can't read {path}: {error}")))?;
-                    FilterBlock::parse_file(&text)
+                    let file = crate::secret::read_option_file(
+                        std::path::Path::new(path),
+                        crate::secret::SPEC_FILE_MAX_BYTES,
+                        "a filter file",
+                    )
+                    .map_err(|error| bad("filter", error.to_string()))?;
+                    FilterBlock::parse_file(&file.text)
                         .map_err(|problem| bad("filter", format!("{path}: {problem}")))
                 }
                 None => FilterBlock::parse_inline(value).map_err(|problem| bad("filter", problem)),
@@ -406,10 +410,14 @@ impl Options {
         else {
             return Ok(specs);
         };
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| bad("mpt", format!("can't read {path}: {error}")))?;
+        let file = crate::secret::read_option_file(
+            std::path::Path::new(path),
+            crate::secret::SPEC_FILE_MAX_BYTES,
+            "a file of parameter tracing specifications",
+        )
+        .map_err(|error| bad("mpt", error.to_string()))?;
         specs.extend(
-            crate::mpt::parse_specs(&text)
+            crate::mpt::parse_specs(&file.text)
                 .map_err(|error| bad("mpt", format!("{path}: {error}")))?,
         );
         Ok(specs)
