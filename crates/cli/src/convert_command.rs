@@ -11,6 +11,7 @@ use clap::Args;
 use openprof_analysis::inputs;
 use openprof_analysis::profile::Profile;
 use openprof_analysis::views::{self, OutputFormat, ViewOptions, ViewRequest};
+use openprof_format::private_file::{create_private, AtALink};
 
 /// How a profile is shown, for `convert`, `run` and `attach`.
 #[derive(Args, Debug, Clone, Default)]
@@ -231,13 +232,15 @@ pub fn check_event(profile: &Profile, options: &ViewOptions) -> Result<()> {
     views::check(profile, OutputFormat::Collapsed, options).map_err(anyhow::Error::msg)
 }
 
-/// Creates `output` and writes it through a buffer.
+/// Creates `output` and writes it through a buffer. A view holds what the application did
+/// (its methods, its threads, parameter values): the file is private to its owner, whatever
+/// the umask, and never written through a link found at its path.
 fn write_file(
     output: &Path,
     write: impl FnOnce(&mut BufWriter<fs::File>) -> std::io::Result<()>,
 ) -> Result<()> {
-    let file =
-        fs::File::create(output).with_context(|| format!("can't write {}", output.display()))?;
+    let file = create_private(output, AtALink::Refuse)
+        .map_err(|error| anyhow::anyhow!("can't write {}: it {error}", output.display()))?;
     let mut out = BufWriter::new(file);
     write(&mut out)
         .and_then(|()| out.flush())

@@ -12,6 +12,7 @@ use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use openprof_analysis::profile::Event;
 use openprof_collector::clickhouse::{ClickHouse, WindowFilter};
+use openprof_format::private_file::{create_private, AtALink};
 use openprof_web::fleet_query::{
     check_agent_label, check_sample_label, window_event, window_event_names, FleetQuery,
 };
@@ -144,8 +145,9 @@ pub fn fleet(args: FleetArgs) -> Result<ExitCode> {
         let partial = output.with_extension("partial");
         let written = (|| {
             let mut file = std::io::BufWriter::new(
-                std::fs::File::create(&partial)
-                    .map_err(|error| anyhow!("{}: {error}", partial.display()))?,
+                // The trace holds what the application did: private, never through a link.
+                create_private(&partial, AtALink::Refuse)
+                    .map_err(|error| anyhow!("{} {error}", partial.display()))?,
             );
             let elements = clickhouse
                 .export_trace(trace, &mut file)

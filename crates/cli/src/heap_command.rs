@@ -15,6 +15,7 @@ use openprof_analysis::heap::{
     html, GraphError, GraphOptions, HeapAnalysis, HeapGraph, HeapReport, ObjectRef, PathReport,
     Progress, ReportOptions, Target, DEFAULT_CONCENTRATION, DEFAULT_THRESHOLD,
 };
+use openprof_format::private_file::{create_private, AtALink};
 
 #[derive(Args)]
 pub struct HeapArgs {
@@ -208,7 +209,9 @@ pub fn heap(args: HeapArgs) -> Result<ExitCode> {
     bar.bar.finish_and_clear();
     if let Some(output) = &args.output {
         let mut out = std::io::BufWriter::new(
-            fs::File::create(output).with_context(|| format!("writing {}", output.display()))?,
+            // The report shows the heap's contents: private, never through a link.
+            create_private(output, AtALink::Refuse)
+                .map_err(|error| anyhow::anyhow!("writing {}: it {error}", output.display()))?,
         );
         html::write(&report, &mut out)
             .and_then(|()| out.flush())

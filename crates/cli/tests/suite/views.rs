@@ -541,3 +541,51 @@ fn a_large_input_converts_with_a_progress_bar_in_bounded_memory() {
         "{peak_kib} KiB at the peak, reading {bytes} bytes"
     );
 }
+
+/// A view holds what the application did (its methods, its threads, parameter values): like
+/// the agent's outputs, it is written private to its owner whatever the umask, replaces a file
+/// there with a private one, and is never written through a link.
+#[test]
+fn views_are_private_whatever_the_umask_and_never_written_through_a_link() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mode = |path: &Path| std::fs::symlink_metadata(path).unwrap().mode() & 0o7777;
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.hprof.txt");
+    write_many_traces(&input, 20, 5);
+    let convert_under_open_umask = |output: &str| {
+        let mut command = std::process::Command::new("sh");
+        command
+            .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+            .arg(env!("CARGO_BIN_EXE_openprof"))
+            .args(["convert", "in.hprof.txt", "-o", output])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        crate::helpers::finish(command, crate::helpers::LIMIT)
+    };
+    for output in ["fresh.html", "fresh.collapsed"] {
+        let converted = convert_under_open_umask(output);
+        assert!(converted.status.success(), "{}", text(&converted.stderr));
+        assert_eq!(mode(&dir.path().join(output)), 0o600, "{output}");
+    }
+    // A file already there is replaced by a private one.
+    let earlier = dir.path().join("earlier.html");
+    std::fs::write(&earlier, "earlier").unwrap();
+    std::fs::set_permissions(&earlier, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let converted = convert_under_open_umask("earlier.html");
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    assert_eq!(mode(&earlier), 0o600);
+    assert!(std::fs::read_to_string(&earlier).unwrap().contains("<html"));
+    // A link is neither followed nor replaced.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "victim\n").unwrap();
+    std::os::unix::fs::symlink(&victim, dir.path().join("link.html")).unwrap();
+    let converted = convert_under_open_umask("link.html");
+    let stderr = text(&converted.stderr);
+    assert!(!converted.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("link.html: it is a symbolic link"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
+}
