@@ -1,7 +1,6 @@
 /**
- * Ground truth for CPU sampling: heavy() does three times the work of light() in every call
- * (whose length varies at random), so a correct profile gives heavy 75 % and light 25 % of the
- * samples in these two methods.
+ * Ground truth for CPU sampling: heavy() does three times the work of light() in every call, so
+ * a correct profile gives heavy 75 % and light 25 % of the samples in these two methods.
  * The split is also measured with thread CPU time and printed, as a second ground truth.
  *
  * Usage: java CpuSplit CPU_SECONDS

@@ -326,8 +326,30 @@ impl PipeText {
 /// Tests that check that nothing happens for a while (no signal, no sample) wait until the
 /// process has run that long on a CPU: on a busy machine wall time says little about it.
 pub fn cpu_time(pid: u32) -> Duration {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_else(|error| panic!("/proc/{pid}/stat: {error}"));
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).unwrap_or_else(|error| panic!("{path}: {error}"));
+    cpu_time_in_stat(&path, &stat)
+}
+
+/// The CPU time used so far by the thread of process `pid` named `name` (as the kernel keeps
+/// it: 15 bytes), or None while there is no such thread. A test that waits for one thread's
+/// work reads this: the whole process's time also counts the profiler's own work on other
+/// threads, which on a busy machine can be most of it.
+pub fn thread_cpu_time(pid: u32, name: &str) -> Option<Duration> {
+    fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .find_map(|task| {
+            let task = task.ok()?.path();
+            let comm = fs::read_to_string(task.join("comm")).ok()?;
+            (comm.trim_end() == name).then_some(())?;
+            let path = task.join("stat");
+            let stat = fs::read_to_string(&path).ok()?;
+            Some(cpu_time_in_stat(&path.display().to_string(), &stat))
+        })
+}
+
+/// utime + stime of a /proc stat line.
+fn cpu_time_in_stat(path: &str, stat: &str) -> Duration {
     // The fields after the command's name (which may hold spaces) in parentheses: utime and
     // stime are the 14th and 15th of the line, the 12th and 13th after the name.
     let after_name = &stat[stat.rfind(')').expect("/proc/PID/stat's name") + 2..];
@@ -336,7 +358,7 @@ pub fn cpu_time(pid: u32) -> Duration {
             .split_whitespace()
             .nth(index)
             .and_then(|value| value.parse().ok())
-            .unwrap_or_else(|| panic!("/proc/{pid}/stat: {stat}"))
+            .unwrap_or_else(|| panic!("{path}: {stat}"))
     };
     // SAFETY: sysconf has no preconditions.
     let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
