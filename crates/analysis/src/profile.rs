@@ -354,6 +354,12 @@ pub struct Profile {
     /// bootstrap`), by class name, where the input tells it (traces do); a class of one name
     /// defined by several loaders has them all, joined by `, `.
     pub class_loaders: BTreeMap<String, String>,
+    /// The sums of every sample's value and count so far: each stays within a u64, so that no
+    /// sum a view makes of them can wrap.
+    value_sum: u64,
+    count_sum: u64,
+    /// Whether a sample was cut down to keep those sums within a u64.
+    saturated: bool,
 }
 
 impl Profile {
@@ -477,8 +483,25 @@ impl Profile {
         &self.threads[id as usize]
     }
 
-    pub fn add_sample(&mut self, sample: Sample) {
+    /// Adds a sample. Values and counts that would take the profile's sums past a u64 (only a
+    /// crafted or corrupt input has them: 2^64 nanoseconds are 584 years) are held at what
+    /// fits, and the profile says so ([`Profile::saturated`]).
+    pub fn add_sample(&mut self, mut sample: Sample) {
+        let value_room = u64::MAX - self.value_sum;
+        let count_room = u64::MAX - self.count_sum;
+        if sample.value > value_room || sample.count > count_room {
+            sample.value = sample.value.min(value_room);
+            sample.count = sample.count.min(count_room);
+            self.saturated = true;
+        }
+        self.value_sum += sample.value;
+        self.count_sum += sample.count;
         self.samples.push(sample);
+    }
+
+    /// Whether some sample's value or count was held back to keep the sums within a u64.
+    pub fn saturated(&self) -> bool {
+        self.saturated
     }
 
     /// The events the profile has samples of, in `Event::ALL`'s order.
@@ -619,6 +642,30 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_that_would_wrap_a_u64_are_held_at_its_largest_and_said() {
+        let mut profile = Profile::new("crafted");
+        let first = sample(&mut profile, &["main", "a"], u64::MAX, "main");
+        let second = sample(&mut profile, &["main", "b"], 5, "main");
+        profile.add_sample(first);
+        assert!(!profile.saturated());
+        profile.add_sample(second);
+        assert!(profile.saturated());
+        assert_eq!(profile.total(Event::Cpu), u64::MAX);
+        // Every view's sums stay within a u64 (a debug build would panic on a wrap).
+        let mut folded = Vec::new();
+        crate::views::write(
+            &profile,
+            crate::views::OutputFormat::Collapsed,
+            &crate::views::ViewOptions::default(),
+            &mut folded,
+        )
+        .unwrap();
+        assert!(String::from_utf8(folded)
+            .unwrap()
+            .contains(&u64::MAX.to_string()));
+    }
 
     fn sample(profile: &mut Profile, stack: &[&str], value: u64, thread: &str) -> Sample {
         let stack =

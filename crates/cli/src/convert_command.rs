@@ -141,7 +141,15 @@ pub fn read_input(input: &Path) -> Result<Profile> {
     let bar = crate::report::progress_bar(bytes);
     let profile = inputs::read_file(input, &mut |read| bar.set_position(read));
     bar.finish_and_clear();
-    Ok(profile?)
+    let profile = profile?;
+    if profile.saturated() {
+        eprintln!(
+            "openprof WARNING: {}: its counts add up past 2^64 - 1 (a crafted or corrupt input?); \
+             they are held at that, and the shares shown are not exact",
+            input.display()
+        );
+    }
+    Ok(profile)
 }
 
 /// The view options of the arguments, checked.

@@ -235,9 +235,15 @@ fn read_agent<'a>(
             sink.name()
         );
         state.unreadable = true;
+        // Nothing more is decoded: what the decoder holds goes now.
+        state.decoder = WindowDecoder::default();
         return Ok(None);
     }
     state.fed = fed;
+    if agent.finished && fed >= agent.last_sequence {
+        // The agent said goodbye and all it sent is decoded: no record is left to complete.
+        state.decoder = WindowDecoder::default();
+    }
     if windows.is_empty() && elements.is_empty() {
         return Ok(None);
     }

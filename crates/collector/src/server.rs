@@ -894,6 +894,39 @@ async fn control_connection(
     Ok(())
 }
 
+/// The most JSON text one of `agents` replies may take in a control answer: half a frame
+/// shared out, at least 1 KiB and at most 64 KiB (far more than any command's reply).
+fn reply_share(agents: usize) -> usize {
+    (wire::MAX_PAYLOAD as usize / 2 / agents.max(1)).clamp(1 << 10, 64 << 10)
+}
+
+/// `message`, cut so that it takes at most `max_json` bytes once JSON-escaped (a control
+/// character takes six), with what was cut said at its end.
+fn bounded_reply(message: String, max_json: usize) -> String {
+    let escaped_len = |c: char| match c {
+        '"' | '\\' => 2,
+        c if (c as u32) < 0x20 || c == '\u{7f}' => 6,
+        c => c.len_utf8(),
+    };
+    let mut used = 0;
+    let mut end = None;
+    for (at, c) in message.char_indices() {
+        used += escaped_len(c);
+        if used > max_json.saturating_sub(80) {
+            end = Some(at);
+            break;
+        }
+    }
+    match end {
+        None => message,
+        Some(at) => format!(
+            "{}... (the agent's reply was cut here: {} bytes more)",
+            &message[..at],
+            message.len() - at
+        ),
+    }
+}
+
 /// Sends a command to its agents and gathers their replies.
 async fn run_control(shared: &Shared, request: ControlRequest) -> ControlResponse {
     let targets: Vec<(Uuid, Arc<LiveAgent>)> = {
@@ -932,6 +965,9 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
             .is_ok();
         waiting.push((agent, sent, reply));
     }
+    // Every reply fits its share of half a frame, as JSON: one agent's huge reply (a bug, or
+    // an agent that means harm) is cut, and never makes the whole answer too large to send.
+    let share = reply_share(waiting.len());
     let mut replies = Vec::new();
     for (agent, sent, reply) in waiting {
         let outcome = if !sent {
@@ -950,7 +986,7 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
             Ok(reply) => AgentReply {
                 agent,
                 ok: reply.ok,
-                message: reply.message,
+                message: bounded_reply(reply.message, share),
             },
             Err(message) => AgentReply {
                 agent,
@@ -962,5 +998,29 @@ async fn run_control(shared: &Shared, request: ControlRequest) -> ControlRespons
     ControlResponse {
         replies,
         error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_reply_is_cut_to_its_share_and_the_answer_fits_a_frame() {
+        // 3 MB of control bytes: 18 MB of JSON once escaped, past a frame.
+        let huge = "\u{1}".repeat(3 << 20);
+        let share = reply_share(2);
+        assert_eq!(share, 64 << 10);
+        let cut = bounded_reply(huge, share);
+        assert!(cut.ends_with("bytes more)"), "{}", &cut[cut.len() - 80..]);
+        let json = serde_json::to_string(&cut).unwrap();
+        assert!(json.len() <= share, "{} > {share}", json.len());
+        // A reply within its share is kept whole, multi-byte characters and all.
+        let fine = "ok: stack depth 2 — ünïcode".to_string();
+        assert_eq!(bounded_reply(fine.clone(), share), fine);
+        // Up to 8,192 agents, every share together fits in half a frame.
+        for agents in [1, 10, 900, 8192] {
+            assert!(reply_share(agents) * agents <= wire::MAX_PAYLOAD as usize / 2);
+        }
     }
 }

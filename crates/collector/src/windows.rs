@@ -26,6 +26,12 @@ const HEADER_TAIL: usize = 4 + 8;
 const RECORD_HEAD: usize = 9;
 const TAG_HEAP_DUMP: u8 = 0x0c;
 const TAG_HEAP_DUMP_SEGMENT: u8 = 0x1c;
+/// The longest record of a window the decoder holds (CPU SAMPLES, ALLOC SITES, TRACE, ...):
+/// far longer than any an agent writes, and a bound on what a hostile length makes it keep.
+/// A heap dump's records are not windows: they are passed over as they come, never held.
+pub const MAX_WINDOW_RECORD: usize = 64 << 20;
+/// The most HPROF text the decoder holds without a table's END line.
+pub const MAX_TEXT_PENDING: usize = 64 << 20;
 
 /// Samples of one stack with one set of labels.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -90,6 +96,8 @@ pub struct WindowDecoder {
     traces: HashMap<u32, Vec<u64>>,
     /// Set once the stream turned out to be HPROF text.
     text: Option<TextWindows>,
+    /// Bytes of a heap dump record still to pass over.
+    skip: u64,
 }
 
 /// What a decoder of HPROF text keeps between frames.
@@ -102,6 +110,9 @@ struct TextWindows {
     /// The last MPT record's figures per method, specification and value: the agent's count
     /// from the start, so a window's are the difference.
     mpt_seen: HashMap<(String, String, ValueKey), ValueStats>,
+    /// Where the pending text's last line starts that was not looked at yet: each byte is
+    /// scanned for END lines once, however many frames a table spans.
+    scanned: usize,
 }
 
 impl WindowDecoder {
@@ -143,15 +154,36 @@ impl WindowDecoder {
         }
         let mut windows = Vec::new();
         let mut at = 0;
+        // What is left of a heap dump record goes by unkept.
+        if self.skip > 0 {
+            let passed = self
+                .pending
+                .len()
+                .min(usize::try_from(self.skip).unwrap_or(usize::MAX));
+            at = passed;
+            self.skip -= passed as u64;
+        }
         while self.pending.len() - at >= RECORD_HEAD {
             let head = &self.pending[at..at + RECORD_HEAD];
             let length = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) as usize;
             let end = at + RECORD_HEAD + length;
+            let tag = head[0];
+            let heap_dump = tag == TAG_HEAP_DUMP || tag == TAG_HEAP_DUMP_SEGMENT;
+            if heap_dump && self.pending.len() < end {
+                self.skip = (end - self.pending.len()) as u64;
+                at = self.pending.len();
+                break;
+            }
+            if !heap_dump && length > MAX_WINDOW_RECORD {
+                return Err(format!(
+                    "a record (tag {tag:#04x}) of {length} bytes is longer than the \
+                     {MAX_WINDOW_RECORD} bytes a window's record may be"
+                ));
+            }
             if self.pending.len() < end {
                 break;
             }
-            let tag = head[0];
-            if tag != TAG_HEAP_DUMP && tag != TAG_HEAP_DUMP_SEGMENT {
+            if !heap_dump {
                 let record = self.read_record(at, end)?;
                 for (event, stacks) in self.take(record) {
                     windows.push(Window {
@@ -315,9 +347,17 @@ impl TextWindows {
         sequence: u64,
         received_ns: u64,
     ) -> Result<Vec<Window>, String> {
-        let Some(cut) = end_of_last_table(pending) else {
+        let (cut, last_line) = end_of_last_table(pending, self.scanned);
+        let Some(cut) = cut else {
+            if pending.len() > MAX_TEXT_PENDING {
+                return Err(format!(
+                    "more than {MAX_TEXT_PENDING} bytes of HPROF text without a table's END line"
+                ));
+            }
+            self.scanned = last_line;
             return Ok(Vec::new());
         };
+        self.scanned = last_line - cut;
         let whole: Vec<u8> = pending.drain(..cut).collect();
         let mut windows = Vec::new();
         // At each FORGOTTEN TRACES record the agent forgot the traces printed before it; so
@@ -519,11 +559,12 @@ fn forgotten_traces_at(text: &[u8]) -> Vec<usize> {
     starts
 }
 
-/// Where the last whole table of HPROF text ends (after its `… END` line), if one does.
-fn end_of_last_table(text: &[u8]) -> Option<usize> {
+/// Where the last whole table of HPROF text ends (after its `… END` line), if one does,
+/// looking from `from` (a line's start) on; and where the last line, not ended yet, starts.
+fn end_of_last_table(text: &[u8], from: usize) -> (Option<usize>, usize) {
     let mut end = None;
-    let mut start = 0;
-    for (at, &byte) in text.iter().enumerate() {
+    let mut start = from;
+    for (at, &byte) in text.iter().enumerate().skip(from) {
         if byte != b'\n' {
             continue;
         }
@@ -537,7 +578,7 @@ fn end_of_last_table(text: &[u8]) -> Option<usize> {
         }
         start = at + 1;
     }
-    end
+    (end, start)
 }
 
 /// A TRACE as windows name it: frames outermost first as `package.Class.method`, its labels
@@ -650,6 +691,97 @@ mod tests {
                 "frames of {frame_size} bytes"
             );
         }
+    }
+
+    impl WindowDecoder {
+        /// Bytes held between frames.
+        fn held(&self) -> usize {
+            self.pending.len()
+        }
+    }
+
+    /// A stream's header: the format name and its tail (identifier size and time).
+    fn binary_header() -> Vec<u8> {
+        let bytes = stream();
+        let nul = bytes.iter().position(|&byte| byte == 0).unwrap();
+        bytes[..nul + 1 + HEADER_TAIL].to_vec()
+    }
+
+    #[test]
+    fn a_hostile_record_length_holds_nothing_and_windows_go_on() {
+        // A heap dump record that says it is 4 GiB long is passed over as it comes: 300 MiB of
+        // it in 1 MiB frames hold at most one frame's bytes.
+        let mut decoder = WindowDecoder::default();
+        decoder.feed(&binary_header(), 1, 0).unwrap();
+        let mut head = vec![TAG_HEAP_DUMP_SEGMENT, 0, 0, 0, 0];
+        head.extend_from_slice(&u32::MAX.to_be_bytes());
+        decoder.feed(&head, 2, 0).unwrap();
+        let chunk = vec![0xabu8; 1 << 20];
+        for sequence in 0..300 {
+            assert!(decoder.feed(&chunk, 3 + sequence, 0).unwrap().is_empty());
+            assert!(
+                decoder.held() <= chunk.len(),
+                "{} bytes held",
+                decoder.held()
+            );
+        }
+        // Any other record longer than a window's may be is refused at its head, naming it.
+        let mut decoder = WindowDecoder::default();
+        decoder.feed(&binary_header(), 1, 0).unwrap();
+        let mut head = vec![0x05, 0, 0, 0, 0];
+        head.extend_from_slice(&u32::MAX.to_be_bytes());
+        let error = decoder.feed(&head, 2, 0).unwrap_err();
+        assert!(
+            error.contains("of 4294967295 bytes is longer than"),
+            "{error}"
+        );
+        // A heap dump between windows is skipped whole, and the windows around it come out.
+        let bytes = stream();
+        // Before the last record (the second window).
+        let mut split = binary_header().len();
+        loop {
+            let length = u32::from_be_bytes(bytes[split + 5..split + 9].try_into().unwrap());
+            let next = split + RECORD_HEAD + length as usize;
+            if next >= bytes.len() {
+                break;
+            }
+            split = next;
+        }
+        let mut dump = vec![TAG_HEAP_DUMP, 0, 0, 0, 0];
+        dump.extend_from_slice(&(3u32 << 20).to_be_bytes());
+        dump.extend(std::iter::repeat_n(0u8, 3 << 20));
+        let mut with_dump = bytes[..split].to_vec();
+        with_dump.extend_from_slice(&dump);
+        with_dump.extend_from_slice(&bytes[split..]);
+        let mut decoder = WindowDecoder::default();
+        let mut windows = 0;
+        for (sequence, body) in with_dump.chunks(4096).enumerate() {
+            windows += decoder.feed(body, sequence as u64 + 1, 0).unwrap().len();
+            assert!(decoder.held() <= 8192);
+        }
+        assert_eq!(windows, 2);
+    }
+
+    #[test]
+    fn text_without_an_end_line_is_bounded_and_each_byte_scanned_once() {
+        let mut decoder = WindowDecoder::default();
+        decoder
+            .feed(b"JAVA PROFILE 1.0.1, created today\n\n", 1, 0)
+            .unwrap();
+        let line = b"\tcom.example.Class.method(Class.java:1)\n".repeat(1 << 14);
+        let mut sequence = 2;
+        let error = loop {
+            match decoder.feed(&line, sequence, 0) {
+                Ok(windows) => assert!(windows.is_empty()),
+                Err(error) => break error,
+            }
+            // The scan resumes where the last frame's whole lines ended.
+            let text = decoder.text.as_ref().unwrap();
+            assert_eq!(text.scanned, decoder.held());
+            sequence += 1;
+        };
+        assert!(error.contains("without a table's END line"), "{error}");
+        assert!(decoder.held() <= MAX_TEXT_PENDING + line.len());
     }
 
     #[test]

@@ -92,7 +92,7 @@ impl HprofIngest {
                 let (stack, thread) = self.stack_of_trace(hprof, row.trace, None, depth);
                 match table.kind {
                     CpuTableKind::Samples => {
-                        listed += row.count;
+                        listed = listed.saturating_add(row.count);
                         self.profile.add_sample(Sample {
                             stack,
                             event: Event::Cpu,
@@ -116,7 +116,7 @@ impl HprofIngest {
                         self.add(stack, thread, Event::Calls, row.count, row.count);
                     }
                     CpuTableKind::Wall => {
-                        listed += row.count;
+                        listed = listed.saturating_add(row.count);
                         self.profile.add_sample(Sample {
                             stack,
                             event: Event::Wall,

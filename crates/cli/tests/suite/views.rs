@@ -589,3 +589,44 @@ fn views_are_private_whatever_the_umask_and_never_written_through_a_link() {
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "victim\n");
 }
+
+/// Counts whose sum passes 2^64 - 1 (a crafted input) are held at that and said, never
+/// wrapped round to a small number that would look like a real profile.
+#[test]
+fn counts_that_add_up_past_a_u64_are_held_and_said_never_wrapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = u64::MAX;
+    std::fs::write(
+        dir.path().join("huge.hprof.txt"),
+        format!(
+            "JAVA PROFILE 1.0.1, created Mon Nov 23 10:00:00 2026\n\n--------\n\
+             TRACE 300001:\n\tcom.example.A.a(A.java:1)\nTRACE 300002:\n\tcom.example.B.b(B.java:1)\n\
+             CPU SAMPLES BEGIN (total = {max}) Mon Nov 23 10:00:10 2026\n\
+             rank   self  accum   count trace method\n\
+                1 99.99% 99.99% {max} 300001 com.example.A.a\n\
+                2  0.01% 100.00%       5 300002 com.example.B.b\n\
+             CPU SAMPLES END\n"
+        ),
+    )
+    .unwrap();
+    let output = openprof_in(
+        dir.path(),
+        &["convert", "huge.hprof.txt", "-o", "huge.collapsed"],
+    );
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("add up past 2^64 - 1"), "{stderr}");
+    let folded = std::fs::read_to_string(dir.path().join("huge.collapsed")).unwrap();
+    let weights: Vec<u64> = folded
+        .lines()
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse().ok())
+        .collect();
+    assert_eq!(weights.iter().copied().max(), Some(max), "{folded}");
+    assert!(
+        weights
+            .iter()
+            .try_fold(0u64, |sum, weight| sum.checked_add(*weight))
+            .is_some(),
+        "{folded}"
+    );
+}
