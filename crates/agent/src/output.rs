@@ -83,6 +83,9 @@ pub fn create_output_file(options: &Options) -> AgentResult<(File, PathBuf)> {
             Err(_) => {}
         }
     }
+    if options.force && !options.force_given {
+        refuse_to_replace_what_is_not_ours(&path)?;
+    }
     match create_private(&path, at_a_link) {
         Ok(file) => Ok((file, path)),
         Err(PrivateFileError::Create(error)) => {
@@ -90,6 +93,36 @@ pub fn create_output_file(options: &Options) -> AgentResult<(File, PathBuf)> {
         }
         Err(error) => Err(format!("file={} {error}", path.display()).into()),
     }
+}
+
+/// With HPROF's default `force=y` (not given), a file already at `path` is replaced only when
+/// it is empty or is a profile or trace (HPROF text or binary, a trace document): a mistyped
+/// `file=` run as root must not replace /etc/passwd. `force=y` given replaces anything.
+fn refuse_to_replace_what_is_not_ours(path: &std::path::Path) -> AgentResult<()> {
+    use std::io::Read;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.is_file() || meta.len() == 0 {
+        // Links and others are create_private's to judge; an empty file holds nothing.
+        return Ok(());
+    }
+    let mut start = [0u8; 64];
+    let read = File::open(path)
+        .and_then(|mut file| file.read(&mut start))
+        .unwrap_or(0);
+    let start = &start[..read];
+    let ours = start.starts_with(b"JAVA PROFILE ")
+        || start.starts_with(openprof_format::trace::writer::DOCUMENT_HEAD.as_bytes());
+    if ours {
+        return Ok(());
+    }
+    Err(format!(
+        "file={} exists and is not a profile or a trace; refusing to replace it (give \
+         force=y to replace it anyway, or another file=)",
+        path.display()
+    )
+    .into())
 }
 
 impl Output {

@@ -289,6 +289,40 @@ fn every_file_an_option_names_is_read_bounded_and_never_waited_on() {
 }
 
 #[test]
+fn hprofs_default_force_replaces_only_profiles_and_traces() {
+    let dir = openprof_testkit::kept_temp_dir("openprof-force-");
+    // A file that is not a profile: HPROF's default force=y would have replaced it (as root,
+    // file=/etc/passwd replaced the system's password file).
+    let precious = dir.join("passwd");
+    std::fs::write(&precious, "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    assert_refused(
+        &format!("cpu=samples,file={}", precious.display()),
+        &format!(
+            "file={} exists and is not a profile or a trace; refusing to replace it",
+            precious.display()
+        ),
+    );
+    assert_eq!(
+        std::fs::read_to_string(&precious).unwrap(),
+        "root:x:0:0:root:/root:/bin/bash\n"
+    );
+    // A profile of an earlier run is replaced, as HPROF did.
+    let earlier = dir.join("earlier.txt");
+    std::fs::write(&earlier, "JAVA PROFILE 1.0.1, created then\n").unwrap();
+    let run = run_with(&format!("cpu=samples,file={}", earlier.display()));
+    assert!(run.success(), "{}", run.stderr());
+    assert!(std::fs::read_to_string(&earlier)
+        .unwrap()
+        .contains("CPU SAMPLES BEGIN"));
+    // force=y, said, replaces anything.
+    let run = run_with(&format!("cpu=samples,force=y,file={}", precious.display()));
+    assert!(run.success(), "{}", run.stderr());
+    assert!(std::fs::read_to_string(&precious)
+        .unwrap()
+        .starts_with("JAVA PROFILE 1.0.1"));
+}
+
+#[test]
 fn a_token_file_others_may_read_is_used_with_a_warning() {
     let file = token_file(b"s3cret-token\n", 0o644);
     let run = run_with(&format!(

@@ -184,6 +184,9 @@ pub struct Options {
     pub doe: bool,
     pub msa: bool,
     pub force: bool,
+    /// Whether `force=` was given (not HPROF's default): only then is a file that is not a
+    /// profile or trace replaced.
+    pub force_given: bool,
     pub verbose: bool,
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
@@ -256,6 +259,7 @@ impl Default for Options {
             doe: true,
             msa: false,
             force: true,
+            force_given: false,
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,

@@ -362,7 +362,10 @@ impl Options {
                 "thread" => options.thread = parse_yes_no(name, value)?,
                 "doe" => options.doe = parse_yes_no(name, value)?,
                 "msa" => options.msa = parse_yes_no(name, value)?,
-                "force" => options.force = parse_yes_no(name, value)?,
+                "force" => {
+                    options.force = parse_yes_no(name, value)?;
+                    options.force_given = true;
+                }
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
                 "lock" => options.lock_ns = Some(parse_duration_ns(name, value)?),
