@@ -959,10 +959,18 @@ fn commands_change_a_running_agent_and_the_data_shows_it() {
     // Counts from before the change go; what is counted from now on is at most two deep.
     let clear = control(&collector.address, &["clear-cpu-samples"]);
     assert!(clear.status.success(), "{}", text(&clear.stderr));
-    // Dumps (each of everything counted since the clear) until the store has one of more
-    // than 100 samples.
+    // Dumps (each of what was counted since the last) until the store has one of more than
+    // 100 samples. Each waits for 150 ms of the JVM's CPU first: on a busy machine the dumps
+    // came faster than the JVM ran, 143 of them with fewer samples each, until it ended.
     let mut dumps = 0;
+    let mut since = cpu_time(child.id());
     wait_until("a dump of more than 100 samples was stored", LIMIT, || {
+        wait_for(
+            "the JVM used 150 ms of CPU since the last dump",
+            LIMIT,
+            || cpu_time(child.id()) >= since + Duration::from_millis(150),
+        );
+        since = cpu_time(child.id());
         let dump = control(&collector.address, &["cpu-samples"]);
         assert!(
             dump.status.success(),
