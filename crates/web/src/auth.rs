@@ -5,7 +5,7 @@
 //! data.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,71 @@ pub const COOKIE: &str = "openprof_session";
 const SESSION_LIFE: Duration = Duration::from_secs(12 * 3600);
 /// How long a wrong credential is answered after: guessing stays slow.
 const REFUSAL_DELAY: Duration = Duration::from_millis(300);
+
+/// Wrong credentials an address may give in [`GUESS_WINDOW`] before its next tries are answered
+/// 429 without being checked, until the window ends.
+pub const MAX_WRONG: u32 = 20;
+pub const GUESS_WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at most: past it, those whose window ended are forgotten first.
+const ADDRESSES_KEPT: usize = 10_000;
+
+/// Wrong credentials by address (bearer tokens and the login page alike): guessing is throttled
+/// per address, and logged as a count every few seconds rather than a line a guess.
+#[derive(Default)]
+pub struct Guesses {
+    /// Each address's window start and wrong credentials in it.
+    wrong: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    warnings: openprof_collector::repeated_warnings::RepeatedWarnings,
+}
+
+impl Guesses {
+    /// How long `address` must still wait before its credential is checked again, if it must.
+    pub fn throttled(&self, address: IpAddr) -> Option<Duration> {
+        let wrong = crate::api::lock(&self.wrong);
+        let (since, count) = wrong.get(&address)?;
+        let left = GUESS_WINDOW.checked_sub(since.elapsed())?;
+        (*count >= MAX_WRONG).then_some(left)
+    }
+
+    /// Counts a wrong credential from `address`, and says so in the log (in counts).
+    pub fn wrong(&self, address: IpAddr, how: &str) {
+        {
+            let mut wrong = crate::api::lock(&self.wrong);
+            if wrong.len() >= ADDRESSES_KEPT {
+                wrong.retain(|_, (since, _)| since.elapsed() < GUESS_WINDOW);
+                if wrong.len() >= ADDRESSES_KEPT {
+                    wrong.clear();
+                }
+            }
+            let entry = wrong.entry(address).or_insert((Instant::now(), 0));
+            if entry.0.elapsed() >= GUESS_WINDOW {
+                *entry = (Instant::now(), 0);
+            }
+            entry.1 = entry.1.saturating_add(1);
+        }
+        self.warnings.warn(
+            "wrong credential",
+            format_args!("web UI: a wrong credential ({how}) from {address}"),
+        );
+    }
+
+    /// Logs the counts of the wrong credentials since they were last logged.
+    pub fn flush(&self) {
+        self.warnings.flush();
+    }
+}
+
+/// The answer to a throttled address.
+fn too_many(left: Duration) -> Response {
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, left.as_secs().max(1).to_string())],
+        axum::Json(serde_json::json!({
+            "error": format!("too many wrong credentials from this address: try again in {} s", left.as_secs().max(1))
+        })),
+    )
+        .into_response()
+}
 
 /// Who a request comes from, for the action log.
 #[derive(Clone, Debug)]
@@ -132,7 +197,16 @@ pub async fn require(
 ) -> Response {
     let path = request.uri().path().to_string();
     let api = path.starts_with("/api/");
+    let bearer = request.headers().contains_key(header::AUTHORIZATION);
+    if bearer {
+        if let Some(left) = web.guesses.throttled(address.ip()) {
+            return too_many(left);
+        }
+    }
     let Some(caller) = caller(&web, request.headers(), address) else {
+        if bearer {
+            web.guesses.wrong(address.ip(), "a bearer token");
+        }
         return if api {
             (
                 StatusCode::UNAUTHORIZED,
@@ -198,12 +272,15 @@ pub async fn login(
     ConnectInfo(address): ConnectInfo<SocketAddr>,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    if let Some(left) = web.guesses.throttled(address.ip()) {
+        return too_many(left);
+    }
     if !same_secret(
         form.token.trim().as_bytes(),
         web.config.credential.as_bytes(),
     ) {
         tokio::time::sleep(REFUSAL_DELAY).await;
-        tracing::warn!("web UI: a wrong credential from {}", address.ip());
+        web.guesses.wrong(address.ip(), "the login page");
         let mut response = crate::api::page(LOGIN_PAGE.replace(
             "<!--MESSAGE-->",
             "<p class=\"error\" id=\"refused\">That is not the control credential.</p>",

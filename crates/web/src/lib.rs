@@ -74,6 +74,7 @@ pub struct Web {
     pub snapshots: snapshots::Snapshots,
     pub audit: audit::AuditLog,
     pub live: control::LiveDumps,
+    pub guesses: auth::Guesses,
 }
 
 /// A web server running until its future is dropped or [`serve`]'s shutdown signal comes.
@@ -103,6 +104,7 @@ pub async fn serve(
         snapshots,
         audit,
         live: control::LiveDumps::default(),
+        guesses: auth::Guesses::default(),
     });
     let tls = web
         .config
@@ -110,6 +112,20 @@ pub async fn serve(
         .as_ref()
         .map(|tls| tokio_rustls::TlsAcceptor::from(https::ui_config(tls)));
     let limits = web.config.limits.clone();
+    // The counts of wrong credentials are logged every few seconds while the UI lives.
+    let guesses = Arc::downgrade(&web);
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(
+            openprof_collector::repeated_warnings::RepeatedWarnings::INTERVAL,
+        );
+        loop {
+            every.tick().await;
+            match guesses.upgrade() {
+                Some(web) => web.guesses.flush(),
+                None => return,
+            }
+        }
+    });
     let task = tokio::spawn(connections::serve(listener, api::router(web), tls, limits));
     Ok(Running { local_addr, task })
 }

@@ -118,3 +118,46 @@ fn connections_without_a_credential_cannot_take_the_uis_port_or_the_agents_descr
     let _ = agent.kill();
     let _ = agent.wait();
 }
+
+/// One request from `source` with `bearer`: its status.
+fn status_from(source: &str, web: &str, path: &str, bearer: &str) -> u16 {
+    let stream = connect_from(source, web);
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    crate::ui::exchange(stream, web, "GET", path, Some(bearer), None).0
+}
+
+#[test]
+fn guessing_the_credential_is_throttled_per_address_and_logged_in_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let collector = Collector::start_with(
+        &dir.path().join("store"),
+        "127.0.0.1:0",
+        &["--http", "127.0.0.1:0"],
+    );
+    let web = collector.web.clone().expect("the web UI's address");
+    // 20 wrong bearer tokens from one address are refused as wrong; from the 21st its tries
+    // are not even checked, the right credential included, until its minute is over.
+    let statuses: Vec<u16> = (0..40)
+        .map(|guess| status_from("127.0.0.2", &web, "/api/fleet", &format!("guess-{guess}")))
+        .collect();
+    assert!(statuses[..20].iter().all(|&status| status == 401), "{statuses:?}");
+    assert!(statuses[20..].iter().all(|&status| status == 429), "{statuses:?}");
+    assert_eq!(
+        status_from("127.0.0.2", &web, "/api/fleet", CONTROL_TOKEN),
+        429
+    );
+    // Another address is not held back.
+    assert_eq!(
+        status_from("127.0.0.1", &web, "/api/fleet", CONTROL_TOKEN),
+        200
+    );
+    // The log says it in counts, not a line a guess.
+    let log = collector.log_with("more like it");
+    let lines = log
+        .lines()
+        .filter(|line| line.contains("wrong credential"))
+        .count();
+    assert!(lines < 10, "{lines} lines:\n{log}");
+}
