@@ -142,8 +142,14 @@ fn guessing_the_credential_is_throttled_per_address_and_logged_in_counts() {
     let statuses: Vec<u16> = (0..40)
         .map(|guess| status_from("127.0.0.2", &web, "/api/fleet", &format!("guess-{guess}")))
         .collect();
-    assert!(statuses[..20].iter().all(|&status| status == 401), "{statuses:?}");
-    assert!(statuses[20..].iter().all(|&status| status == 429), "{statuses:?}");
+    assert!(
+        statuses[..20].iter().all(|&status| status == 401),
+        "{statuses:?}"
+    );
+    assert!(
+        statuses[20..].iter().all(|&status| status == 429),
+        "{statuses:?}"
+    );
     assert_eq!(
         status_from("127.0.0.2", &web, "/api/fleet", CONTROL_TOKEN),
         429

@@ -1059,12 +1059,42 @@ fn index(
     Ok(())
 }
 
+impl Inner {
+    /// With `--max-store-bytes`, refuses to add an agent the catalog does not have yet once the
+    /// store is at its limit: the catalog counts against the limit too, and new agent ids must
+    /// not grow it past. An agent already there may always come back for its data.
+    fn room_for_agent(&self, agent: Uuid) -> Result<(), StoreError> {
+        let Some(limit) = self.writer.as_ref().and_then(|writer| writer.max_bytes) else {
+            return Ok(());
+        };
+        let known: bool = self.db.query_row(
+            "SELECT EXISTS (SELECT 1 FROM agents WHERE agent = ?1)",
+            params![agent.to_string()],
+            |row| row.get(0),
+        )?;
+        if known {
+            return Ok(());
+        }
+        let catalog = std::fs::metadata(self.dir.join("catalog.sqlite"))?.len();
+        let used = self
+            .writer
+            .as_ref()
+            .map_or(0, |writer| writer.segments_total)
+            + catalog;
+        if used >= limit {
+            return Err(StoreError::Full { used, limit });
+        }
+        Ok(())
+    }
+}
+
 impl Store for SqliteStore {
     fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError> {
         let mut inner = self.lock();
         if inner.writer.is_none() {
             return Err(inner.read_only());
         }
+        inner.room_for_agent(info.agent)?;
         lazily(&inner.db, |db| {
             db.execute(
                 "INSERT INTO agents (agent, hostname, pid, format, options)
@@ -1167,6 +1197,7 @@ impl Store for SqliteStore {
         if inner.writer.is_none() {
             return Err(inner.read_only());
         }
+        inner.room_for_agent(agent)?;
         // Synchronous: a binding lost in a crash would let the id be taken over.
         inner.db.execute(
             "INSERT INTO agents (agent, identity) VALUES (?1, ?2)

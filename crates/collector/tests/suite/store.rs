@@ -1160,6 +1160,30 @@ fn a_store_at_its_limit_refuses_appends_and_keeps_what_it_has() {
     )
     .unwrap();
     assert!(store.append(&all[stored..stored + 1]).is_err());
+    // New agent ids do not grow the catalog past the limit either: handshakes with fresh ids
+    // are refused as the store is full (before, 3,000 of them took a 1 MiB store to 17 MB),
+    // while the agent the store has may still come back for its data.
+    let mut accepted = 0;
+    let mut refused = None;
+    for _ in 0..3000 {
+        match store.bind_identity(Uuid::new_v4(), &[7u8; 32]) {
+            Ok(_) if refused.is_none() => accepted += 1,
+            Ok(_) => panic!("a new agent accepted after {accepted} and a refusal"),
+            Err(error) => refused = Some(error),
+        }
+    }
+    let refused = refused.expect("new agents were refused once the store was full");
+    assert!(matches!(refused, StoreError::Full { .. }), "{refused}");
+    assert!(accepted < 3000, "{accepted}");
+    let info = AgentInfo {
+        agent: Uuid::new_v4(),
+        ..recording.info()
+    };
+    assert!(matches!(
+        store.open_agent(&info),
+        Err(StoreError::Full { .. })
+    ));
+    assert_eq!(store.open_agent(&recording.info()).unwrap(), stored as u64);
     // Without the limit the rest goes in and the trace is whole.
     drop(store);
     let store = SqliteStore::open(dir.path()).unwrap();
