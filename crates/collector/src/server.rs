@@ -175,7 +175,20 @@ impl Server {
             .spawn(move || write_loop(writer_store, received, &writer_warnings))?;
         let (shutdown, shutdown_seen) = watch::channel(false);
         let registry = Arc::new(Registry::default());
+        let trace_owners = match store.catalog() {
+            Ok(catalog) => catalog
+                .traces
+                .iter()
+                .map(|trace| (trace.trace, trace.agent))
+                .collect(),
+            Err(error) => {
+                return Err(std::io::Error::other(format!(
+                    "reading the store's traces: {error}"
+                )))
+            }
+        };
         let shared = Arc::new(Shared {
+            trace_owners: Mutex::new(trace_owners),
             connections: Arc::new(Semaphore::new(config.max_connections.max(1))),
             unauthenticated: Arc::new(Semaphore::new(config.max_unauthenticated.max(1))),
             // A frame as large as the wire allows must fit, or its connection would wait forever.
@@ -222,6 +235,9 @@ struct Shared {
     unauthenticated: Arc<Semaphore>,
     queue_budget: Arc<Semaphore>,
     warnings: Arc<RepeatedWarnings>,
+    /// Which agent each trace belongs to: the one whose connection carried its first element.
+    /// Another agent's elements for it are refused, a second traceEnd included.
+    trace_owners: Mutex<HashMap<Uuid, Uuid>>,
 }
 
 fn queue_capacity(config: &ServerConfig) -> usize {
@@ -720,6 +736,9 @@ async fn agent_connection(
                                 break Err(protocol(format!("checking frame {sequence} failed: {error}")))
                             }
                         };
+                        if let Err(fault) = own_traces(&shared, &received) {
+                            break Err(fault);
+                        }
                         let submission = Submission {
                             frame: received,
                             link: ConnectionLink {
@@ -812,6 +831,27 @@ async fn agent_connection(
 
 fn wire_now() -> u64 {
     now_ns()
+}
+
+/// Refuses a frame with elements of a trace another agent started (whoever holds an agent
+/// credential and knows a trace's id could otherwise add to it, even end it a second time);
+/// the traces it starts become its own.
+fn own_traces(shared: &Shared, received: &Received) -> Result<(), Fault> {
+    let Some(summary) = &received.summary else {
+        return Ok(());
+    };
+    let mut owners = lock(&shared.trace_owners);
+    for trace in summary.elements.iter().filter_map(|element| element.trace) {
+        let owner = *owners.entry(trace).or_insert(received.agent);
+        if owner != received.agent {
+            return Err(protocol(format!(
+                "fragment {}: trace {trace} belongs to agent {owner}: an agent adds elements \
+                 only to its own traces",
+                received.sequence
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Frames up to this size are checked on the async worker that read them.

@@ -680,6 +680,52 @@ fn fragments_nested_too_deep_or_with_too_many_attributes_are_refused_and_the_res
 }
 
 #[test]
+fn an_agent_cannot_add_to_a_trace_another_agent_started() {
+    let store = tempfile::tempdir().unwrap();
+    let collector = Collector::start(store.path(), "127.0.0.1:0");
+    let owner = uuid::Uuid::new_v4();
+    let trace = uuid::Uuid::new_v4();
+    let (mut started, _) = raw_agent_as(&collector.address, TOKEN, owner, "owner").unwrap();
+    let start = format!(
+        "<traceStart traceId=\"{trace}\" agentIdRef=\"{owner}\" time=\"1.0\" collationValue=\"1\"/>"
+    );
+    wire::write_frame(
+        &mut started,
+        FrameKind::Fragment,
+        &wire::with_sequence(1, start.as_bytes()),
+    )
+    .unwrap();
+    while wire::read_frame(&mut started).unwrap().unwrap().kind != FrameKind::Ack {}
+    // Another holder of the agent credential, knowing the trace's id, tries to end it.
+    let mut intruder = raw_agent(&collector.address, TOKEN).unwrap();
+    let end = format!("<traceEnd traceIdRef=\"{trace}\" time=\"2.0\" collationValue=\"2\"/>");
+    wire::write_frame(
+        &mut intruder,
+        FrameKind::Fragment,
+        &wire::with_sequence(1, end.as_bytes()),
+    )
+    .unwrap();
+    let reason = refusal(&mut intruder);
+    assert!(
+        reason.contains(&format!("trace {trace} belongs to agent {owner}")),
+        "{reason}"
+    );
+    // The trace has its owner's element only, and is not ended; its owner may end it.
+    let listing = ls(store.path());
+    assert!(listing.contains(&trace.to_string()), "{listing}");
+    assert!(!listing.contains("ended"), "{listing}");
+    wire::write_frame(
+        &mut started,
+        FrameKind::Fragment,
+        &wire::with_sequence(2, end.as_bytes()),
+    )
+    .unwrap();
+    while wire::read_frame(&mut started).unwrap().unwrap().kind != FrameKind::Ack {}
+    let listing = ls(store.path());
+    assert!(listing.contains("ended"), "{listing}");
+}
+
+#[test]
 fn a_wrong_credential_is_refused_for_good_and_never_travels() {
     let store = tempfile::tempdir().unwrap();
     let collector = Collector::start(store.path(), "127.0.0.1:0");
