@@ -6,7 +6,7 @@
 //!
 //! With more threads than the bound, the threads last seen running (or in native code) are
 //! sampled every interval, up to half the bound, and the others take turns, round robin, in
-//! the rest. A sample counts for the intervals since its thread's previous one, so the shares
+//! the rest. A sample counts for the wall time (in intervals) since its thread's previous one, so the shares
 //! stay those of wall time whichever threads were picked, while the busy threads, whose stacks
 //! change, get the samples. Owns the WALL SAMPLER record and the WALL SAMPLES table of a dump.
 
@@ -45,8 +45,9 @@ struct Turns {
     tick: u64,
     /// Where the next round robin of the other threads starts.
     next: usize,
-    /// The interval each thread was last signalled in, by kernel id.
-    last_signalled: HashMap<i32, u64>,
+    /// When each thread was last signalled (nanoseconds of a monotonic clock), and the wall
+    /// time since then not yet counted in whole intervals, by kernel id.
+    last_signalled: HashMap<i32, (u64, u64)>,
     /// The intervals each signalled sample stands for, oldest first, by kernel id: the collect
     /// takes them in the order the samples arrive.
     weights: HashMap<i32, VecDeque<u64>>,
@@ -57,8 +58,18 @@ struct Turns {
 }
 
 impl Turns {
-    /// The threads of this interval, each with the intervals its sample will stand for.
-    fn choose(&mut self, threads: &[i32], bound: usize) -> Vec<(i32, u64)> {
+    /// The threads of this interval (it is `now` by a monotonic clock, in nanoseconds), each
+    /// with the intervals of `interval_ns` its sample will stand for: the wall time since the
+    /// thread was last signalled, not the ticks. On a busy machine the agent's thread ticks
+    /// less often while the application's threads run than while they sleep, and counting
+    /// ticks gave sleep more weight than it had.
+    fn choose(
+        &mut self,
+        threads: &[i32],
+        bound: usize,
+        now: u64,
+        interval_ns: u64,
+    ) -> Vec<(i32, u64)> {
         self.tick += 1;
         let busy: Vec<i32> = threads
             .iter()
@@ -77,13 +88,24 @@ impl Turns {
         let turn = round_robin(&idle, self.next, rest);
         self.next = (self.next + turn.len()) % idle.len().max(1);
         chosen.extend(turn);
-        let tick = self.tick;
+        let interval_ns = interval_ns.max(1);
         chosen
             .into_iter()
             .map(|id| {
-                let since = self.last_signalled.insert(id, tick);
-                (id, since.map_or(1, |last| tick - last))
+                let intervals = match self.last_signalled.get(&id) {
+                    None => {
+                        self.last_signalled.insert(id, (now, 0));
+                        1
+                    }
+                    Some(&(last, carried)) => {
+                        let elapsed = now.saturating_sub(last) + carried;
+                        self.last_signalled.insert(id, (now, elapsed % interval_ns));
+                        elapsed / interval_ns
+                    }
+                };
+                (id, intervals)
             })
+            .filter(|(_, intervals)| *intervals > 0)
             .collect()
     }
 
@@ -212,7 +234,13 @@ impl Engine for WallSamples {
         if turns.tick % 100 == 0 {
             turns.keep_only(&threads);
         }
-        let chosen = turns.choose(&threads, THREADS_PER_TICK);
+        let interval_ns = u64::from(self.interval_ms.load(Ordering::Relaxed)) * 1_000_000;
+        let chosen = turns.choose(
+            &threads,
+            THREADS_PER_TICK,
+            signals::monotonic_nanos(),
+            interval_ns,
+        );
         self.intervals.fetch_add(1, Ordering::Relaxed);
         self.skipped
             .fetch_add((threads.len() - chosen.len()) as u64, Ordering::Relaxed);
@@ -372,7 +400,7 @@ mod tests {
         turns.busy.extend([7, 8]);
         let mut intervals_of: HashMap<i32, u64> = HashMap::new();
         for _ in 0..1000 {
-            let chosen = turns.choose(&threads, 16);
+            let chosen = turns.choose(&threads, 16, turns.tick * 1000 + 1000, 1000);
             assert_eq!(chosen.len(), 16);
             assert!(chosen.iter().any(|(id, _)| *id == 7) && chosen.iter().any(|(id, _)| *id == 8));
             for (id, intervals) in chosen {
