@@ -6,9 +6,9 @@
 //!
 //! With more threads than the bound, the threads last seen running (or in native code) are
 //! sampled every interval, up to half the bound, and the others take turns, round robin, in
-//! the rest. A sample counts for the wall time (in intervals) since its thread's previous one, so the shares
-//! stay those of wall time whichever threads were picked, while the busy threads, whose stacks
-//! change, get the samples. Owns the WALL SAMPLER record and the WALL SAMPLES table of a dump.
+//! the rest. A sample counts for the wall time (in intervals) since its thread's previous one,
+//! so the shares stay those of wall time whichever threads were picked, while the busy threads,
+//! whose stacks change, get the samples. Owns the WALL SAMPLER record and the WALL SAMPLES table of a dump.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
