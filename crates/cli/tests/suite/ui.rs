@@ -661,9 +661,15 @@ fn with_tls_the_ui_is_https_and_its_commands_reach_the_agent_over_tls() {
     // Over HTTPS, with the credential: the fleet has the agent, streaming over TLS.
     let agent = agent_in_fleet(|path| get(path, Some(CONTROL_TOKEN)), hot.id());
 
-    // A command, through the collector's TLS port, reaches the agent and is carried out.
+    // A command, through the collector's TLS port, reaches the agent and is carried out (an
+    // agent connects before the JVM has started, and answers "not ready" until it has).
     let command = format!("/api/agents/{agent}/command");
-    let (status, body) = post(&command, r#"{"command": "interval", "argument": "2"}"#);
+    let mut answer = (0, String::new());
+    poll(LIMIT, || {
+        answer = post(&command, r#"{"command": "interval", "argument": "2"}"#);
+        (!answer.1.contains("not ready for commands yet")).then_some(())
+    });
+    let (status, body) = answer;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("every 2 ms"), "{body}");
     let (status, body) = post(&command, r#"{"command": "dump"}"#);
