@@ -83,7 +83,7 @@ pub fn create_output_file(options: &Options) -> AgentResult<(File, PathBuf)> {
             Err(_) => {}
         }
     }
-    if options.force && !options.force_given {
+    if options.force && !options.force_given.0 {
         refuse_to_replace_what_is_not_ours(&path)?;
     }
     match create_private(&path, at_a_link) {

@@ -186,7 +186,7 @@ pub struct Options {
     pub force: bool,
     /// Whether `force=` was given (not HPROF's default): only then is a file that is not a
     /// profile or trace replaced.
-    pub force_given: bool,
+    pub force_given: Given,
     pub verbose: bool,
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
@@ -241,6 +241,18 @@ pub struct Options {
     pub labels: Vec<(String, String)>,
 }
 
+/// Whether an option was given rather than left to its default. Two sets of options are equal
+/// whatever it says: their text names every value, given or not, so reading it back gives the
+/// same values, and equality is that of the values.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Given(pub bool);
+
+impl PartialEq for Given {
+    fn eq(&self, _: &Given) -> bool {
+        true
+    }
+}
+
 impl Default for Options {
     fn default() -> Self {
         Options {
@@ -259,7 +271,7 @@ impl Default for Options {
             doe: true,
             msa: false,
             force: true,
-            force_given: false,
+            force_given: Given(false),
             verbose: true,
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,

@@ -364,7 +364,7 @@ impl Options {
                 "msa" => options.msa = parse_yes_no(name, value)?,
                 "force" => {
                     options.force = parse_yes_no(name, value)?;
-                    options.force_given = true;
+                    options.force_given = super::Given(true);
                 }
                 "verbose" => options.verbose = parse_yes_no(name, value)?,
                 "vmthreads" => options.vmthreads = parse_yes_no(name, value)?,
