@@ -154,7 +154,9 @@ pub async fn serve(
                 format_args!(
                     "web UI: {} turned away: {} connections are open, at most {} from one address",
                     peer.ip(),
-                    limits.max_connections.saturating_sub(open.available_permits()),
+                    limits
+                        .max_connections
+                        .saturating_sub(open.available_permits()),
                     limits.max_per_address
                 ),
             );
