@@ -12,8 +12,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use openprof_analysis::heap::{
-    html, GraphError, GraphOptions, HeapAnalysis, HeapGraph, HeapReport, ObjectRef, PathReport,
-    Progress, ReportOptions, Target, DEFAULT_CONCENTRATION, DEFAULT_THRESHOLD,
+    html, Elision, GraphError, GraphOptions, HeapAnalysis, HeapGraph, HeapReport, ObjectRef,
+    PathReport, Progress, ReportOptions, Target, DEFAULT_CONCENTRATION, DEFAULT_THRESHOLD,
 };
 use openprof_format::private_file::{create_private, AtALink};
 
@@ -249,6 +249,13 @@ fn object(o: &ObjectRef) -> String {
     format!("{} @ {}", o.class, o.id)
 }
 
+/// The line standing for a chain's links left out, before the link at `index`.
+fn elision_line(out: &mut String, elided: Option<Elision>, index: usize, indent: &str) {
+    if let Some(elision) = elided.filter(|elision| elision.after == index) {
+        let _ = writeln!(out, "{indent}... {} links left out ...", elision.links);
+    }
+}
+
 fn render_path(out: &mut String, path: &PathReport, indent: &str) {
     if path.steps.is_empty() {
         let _ = writeln!(
@@ -273,7 +280,8 @@ fn render_path(out: &mut String, path: &PathReport, indent: &str) {
             ""
         }
     );
-    for step in &path.steps {
+    for (index, step) in path.steps.iter().enumerate() {
+        elision_line(out, path.elided, index, &format!("{indent}  "));
         let _ = writeln!(
             out,
             "{indent}  {}{}",
@@ -390,7 +398,13 @@ fn render(report: &HeapReport, sections: &Sections) -> String {
                     object(point),
                     point.retained.unwrap_or(0)
                 );
-                for step in &suspect.accumulation {
+                for (index, step) in suspect.accumulation.iter().enumerate() {
+                    elision_line(
+                        &mut out,
+                        suspect.accumulation_elided,
+                        index,
+                        &format!("       {:>14}  ", ""),
+                    );
                     let _ = writeln!(
                         out,
                         "       {:>14}  {}",

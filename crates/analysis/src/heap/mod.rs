@@ -20,7 +20,7 @@ use serde::Serialize;
 
 pub use graph::{GraphError, GraphOptions, HeapGraph, Progress, Root};
 pub use histogram::{ClassRow, DiffRow, Totals};
-pub use paths::{RootPath, Step};
+pub use paths::{Elision, RootPath, Step, CHAIN_END_LINKS};
 pub use retained::HeapAnalysis;
 pub use suspects::{Suspect, SuspectKind};
 
@@ -115,8 +115,10 @@ pub struct SuspectReport {
     pub instances: u64,
     pub retained: u64,
     pub share: f64,
-    /// From the suspect down to its accumulation point, both included.
+    /// From the suspect down to its accumulation point, both included; the middle of a long
+    /// path left out (`accumulation_elided`).
     pub accumulation: Vec<ObjectRef>,
+    pub accumulation_elided: Option<Elision>,
     /// The shortest path from a GC root to the accumulation point.
     pub path: Option<PathReport>,
 }
@@ -135,8 +137,10 @@ pub struct PathReport {
     pub exclude_weak: bool,
     /// The root's kinds, as HPROF's text names them (`<system class>`, `<Java stack>`...).
     pub root_kinds: Vec<String>,
-    /// The root first, the target last; empty when no root reaches it.
+    /// The root first, the target last; empty when no root reaches it. A long path keeps its
+    /// first and last links; `elided` says how many between are left out.
     pub steps: Vec<PathStep>,
+    pub elided: Option<Elision>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -240,6 +244,7 @@ impl HeapAnalysis {
 
     pub fn path_report(&self, node: u32, exclude_weak: bool) -> Result<PathReport, GraphError> {
         let path = self.graph.path_to_roots(node, exclude_weak)?;
+        let elided = path.as_ref().and_then(|path| path.elided);
         Ok(PathReport {
             target: self.object_ref(node),
             exclude_weak,
@@ -263,6 +268,7 @@ impl HeapAnalysis {
                         .collect()
                 })
                 .unwrap_or_default(),
+            elided,
         })
     }
 
@@ -342,6 +348,7 @@ impl HeapAnalysis {
                     Some(point) => Some(self.path_report(point, options.exclude_weak)?),
                     None => None,
                 };
+                let (accumulation, accumulation_elided) = Elision::apply(&suspect.accumulation);
                 Ok(SuspectReport {
                     kind,
                     object: self.object_ref(object),
@@ -349,11 +356,11 @@ impl HeapAnalysis {
                     instances,
                     retained: suspect.retained,
                     share: suspect.share,
-                    accumulation: suspect
-                        .accumulation
-                        .iter()
-                        .map(|&node| self.object_ref(node))
+                    accumulation: accumulation
+                        .into_iter()
+                        .map(|node| self.object_ref(node))
                         .collect(),
+                    accumulation_elided,
                     path,
                 })
             })

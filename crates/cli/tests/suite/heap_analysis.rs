@@ -569,7 +569,6 @@ fn the_html_report_and_the_diff_of_two_dumps() {
 /// expanded child, the histogram sorted by a click. OPENPROF_SCREENSHOTS=DIR keeps pictures.
 #[test]
 fn the_html_report_in_a_browser() {
-    use crate::views_html::{browser_deps, chromium};
     let dumps = dumps();
     let dir = kept_temp_dir("openprof-heap-page-");
     let page = dir.join("heap.html");
@@ -583,24 +582,7 @@ fn the_html_report_in_a_browser() {
         ],
     );
     assert!(output.status.success(), "{}", text(&output.stderr));
-    let mut command = Command::new("node");
-    command
-        .arg(workspace_root().join("crates/cli/tests/browser/heap.mjs"))
-        .arg(&page)
-        .env("OPENPROF_BROWSER_DEPS", browser_deps())
-        .env("CHROMIUM", chromium())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(shots) = std::env::var_os("OPENPROF_SCREENSHOTS").filter(|d| !d.is_empty()) {
-        let shots = workspace_root().join(shots);
-        std::fs::create_dir_all(&shots).unwrap();
-        command.arg("--screenshots").arg(shots);
-    }
-    let output = crate::helpers::finish(command, crate::helpers::LIMIT);
-    assert!(output.status.success(), "{}", text(&output.stderr));
-    let seen: Value = serde_json::from_slice(&output.stdout).expect("the script's JSON");
-    assert_eq!(seen["errors"], Value::Array(Vec::new()), "script errors");
-    assert_eq!(seen["requests"], Value::Array(Vec::new()), "the network");
+    let seen = in_a_browser(&page);
 
     let report = heap_json(dumps.jdk.parent().unwrap(), &dumps.jdk, &["--suspects"]);
     let point = report["suspects"][0]["accumulation"]
@@ -657,4 +639,133 @@ fn the_html_report_in_a_browser() {
         "{counts:?}"
     );
     assert!(rows("histogramFirst").len() == 5);
+}
+
+/// A list of HeapChain's LINKS links: the suspect's dominator path and its path from a GC root
+/// are each about LINKS long. Text, JSON and HTML list the first and last links and count the
+/// ones between, exactly: the output's size does not grow with the list.
+#[test]
+fn long_chains_are_listed_by_their_ends_and_counted_between() {
+    const LINKS: u64 = 300_000;
+    let (mut command, dir) =
+        java_command_with(&["-Xmx256m"], None, "HeapChain", &[&LINKS.to_string()]);
+    let mut child = command.stdin(Stdio::piped()).spawn().expect("start java");
+    wait_until_ready(&mut child);
+    let dump = dir.join("chain.hprof");
+    jcmd(child.id(), &["GC.heap_dump", dump.to_str().unwrap()]);
+    drop(child.stdin.take());
+    wait_with_limit(child, Duration::from_secs(120));
+
+    let report = heap_json(&dir, &dump, &["--suspects"]);
+    let suspect = &report["suspects"][0];
+    let accumulation = suspect["accumulation"].as_array().unwrap();
+    let first = &accumulation[0];
+    assert_eq!(first["class"], "class HeapChain", "{suspect:#}");
+    assert_eq!(accumulation[1]["class"], "HeapChain$Link", "{suspect:#}");
+    // The accumulation point is a link k links before the end; it retains those k links.
+    let point = accumulation.last().unwrap();
+    let link_bytes = accumulation[1]["shallow"].as_u64().unwrap();
+    let to_the_end = point["retained"].as_u64().unwrap() / link_bytes;
+    assert!(to_the_end >= 1 && to_the_end < 10, "{point}");
+    // The class, then every link from the head to the point.
+    let whole = 1 + (LINKS - to_the_end + 1);
+    let elided = |value: &Value| -> (u64, u64) {
+        (
+            value["after"].as_u64().expect("an elision"),
+            value["links"].as_u64().expect("an elision"),
+        )
+    };
+    let (after, links) = elided(&suspect["accumulation_elided"]);
+    assert_eq!(accumulation.len() as u64 + links, whole, "{suspect:#}");
+    assert!(after > 1 && accumulation.len() < 100, "{after}");
+    // Each listed link retains its distance to the end, also after the gap.
+    for (index, link) in accumulation.iter().enumerate().skip(1) {
+        let position = index as u64 - 1 + if index as u64 >= after { links } else { 0 };
+        assert_eq!(
+            link["retained"].as_u64().unwrap(),
+            (LINKS - position) * link_bytes,
+            "{link}"
+        );
+    }
+    // The path from the root reaches the class (through the launcher's static, or as a root
+    // itself), then goes through its static and from link to link by `next`.
+    let path = &suspect["path"];
+    let steps = path_steps(path);
+    let (_, path_links) = elided(&path["elided"]);
+    let class_at = steps
+        .iter()
+        .position(|(id, _)| *id == first["id"].as_str().unwrap())
+        .expect("the path goes through the class");
+    assert!(class_at < 5, "{path:#}");
+    assert_eq!(
+        steps.len() as u64 + path_links,
+        class_at as u64 + whole,
+        "{path:#}"
+    );
+    assert_eq!(steps[class_at].1.as_deref(), Some("static head"));
+    assert!(steps[class_at + 1..steps.len() - 1]
+        .iter()
+        .all(|(_, via)| via.as_deref() == Some("next")));
+    assert_eq!(steps.last().unwrap().0, point["id"].as_str().unwrap());
+
+    // The text and the page stay small and say how many links they leave out.
+    let output = openprof_in(&dir, &["heap", "chain.hprof", "-o", "chain.html"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains(&format!("... {links} links left out ...")),
+        "{stdout}"
+    );
+    assert!(stdout.len() < 64 << 10, "{} bytes of text", stdout.len());
+    let page = dir.join("chain.html");
+    let page_bytes = std::fs::metadata(&page).unwrap().len();
+    assert!(page_bytes < 4 << 20, "{page_bytes} bytes of HTML");
+    let seen = in_a_browser(&page);
+    let suspect = seen["suspects"][0].as_str().unwrap();
+    assert!(
+        suspect.contains(&format!("... {} links left out ...", group(links))),
+        "{suspect}"
+    );
+    assert!(
+        suspect.contains(&format!("... {} links left out ...", group(path_links))),
+        "{suspect}"
+    );
+}
+
+/// A number with a comma between each group of three digits, as the page shows it.
+fn group(number: u64) -> String {
+    let digits = number.to_string();
+    let mut grouped = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+/// What `tests/browser/heap.mjs` sees of a heap page in Chromium (no script errors, no network).
+/// OPENPROF_SCREENSHOTS=DIR keeps pictures.
+fn in_a_browser(page: &Path) -> Value {
+    use crate::views_html::{browser_deps, chromium};
+    let mut command = Command::new("node");
+    command
+        .arg(workspace_root().join("crates/cli/tests/browser/heap.mjs"))
+        .arg(page)
+        .env("OPENPROF_BROWSER_DEPS", browser_deps())
+        .env("CHROMIUM", chromium())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(shots) = std::env::var_os("OPENPROF_SCREENSHOTS").filter(|d| !d.is_empty()) {
+        let shots = workspace_root().join(shots);
+        std::fs::create_dir_all(&shots).unwrap();
+        command.arg("--screenshots").arg(shots);
+    }
+    let output = crate::helpers::finish(command, crate::helpers::LIMIT);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let seen: Value = serde_json::from_slice(&output.stdout).expect("the script's JSON");
+    assert_eq!(seen["errors"], Value::Array(Vec::new()), "script errors");
+    assert_eq!(seen["requests"], Value::Array(Vec::new()), "the network");
+    seen
 }
