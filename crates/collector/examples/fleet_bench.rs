@@ -292,6 +292,7 @@ fn run(args: &Args) -> Result<(), String> {
         &format!("DROP DATABASE IF EXISTS {}", args.database),
     )?;
     clickhouse.create_schema()?;
+    let stack_key = clickhouse.stack_key()?;
     if args.store.exists() {
         return Err(format!(
             "--store {}: give a directory that does not exist yet",
@@ -376,7 +377,7 @@ fn run(args: &Args) -> Result<(), String> {
             totals.samples += batch_samples;
             totals.calls += 1;
             let (began, cpu) = (Instant::now(), thread_cpu_ns());
-            clickhouse.insert_windows(&[(agent.id, batch)], &mut known)?;
+            clickhouse.insert_windows(&[(agent.id, batch)], &stack_key, &mut known)?;
             totals.clickhouse += began.elapsed();
             totals.clickhouse_cpu_ns += thread_cpu_ns() - cpu;
             let (began, cpu) = (Instant::now(), thread_cpu_ns());

@@ -7,8 +7,9 @@
 //! forwards the agents connected to it.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::Hasher;
 use std::time::Duration;
+
+use ring::hmac;
 
 use serde::Deserialize;
 use uuid::Uuid;
@@ -26,6 +27,9 @@ use crate::windows::{ValueCalls, Window};
 const RETENTION_PERIOD: Duration = Duration::from_secs(3600);
 /// The tables partitioned by day, which retention drops day by day.
 const DAILY_TABLES: [&str; 3] = ["samples", "traced_values", "trace_elements"];
+/// Seconds after which no claim on an agent id or a secret can come before one already made
+/// (ClickHouse's clock counts seconds).
+const CLAIM_SETTLES: u32 = 2;
 /// How long a query or an insert may take.
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -178,6 +182,17 @@ impl ClickHouse {
                  ENGINE = ReplacingMergeTree PARTITION BY date \
                  ORDER BY (agent, sequence, window, method, spec, value_type, value)"
             ),
+            // The first key that claims an agent id keeps it (the earliest row, by ClickHouse's
+            // own clock): collectors bind identities where their data meets.
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.identities (agent String, identity String, \
+                 bound DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY agent"
+            ),
+            // Secrets the collectors share, the earliest of a name winning: the stack key.
+            format!(
+                "CREATE TABLE IF NOT EXISTS {db}.secrets (name String, value String, \
+                 made DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY name"
+            ),
             // An element received twice (the same collationValue) is one, as on export.
             format!(
                 "CREATE TABLE IF NOT EXISTS {db}.trace_elements (date Date, time DateTime, \
@@ -190,6 +205,88 @@ impl ClickHouse {
             self.execute(&statement, "")?;
         }
         Ok(())
+    }
+
+    /// The earliest claim on `name` in `table` (identities by agent, secrets by name), and
+    /// whether it is settled: made more than [`CLAIM_SETTLES`] seconds ago by ClickHouse's
+    /// clock, so that every claim that could come before it (made in the same second) is in.
+    /// The first writer wins, also when two collectors write at once: ties in a second go to
+    /// the smaller value, and a claim is trusted only once settled.
+    fn first_claim(&self, table: &str, name: &str) -> Result<Option<(String, bool)>, String> {
+        let (key, value, made) = match table {
+            "identities" => ("agent", "identity", "bound"),
+            _ => ("name", "value", "made"),
+        };
+        let answer = self.execute(
+            &format!(
+                "SELECT {value}, toUInt8(now() - {made} > {CLAIM_SETTLES}) FROM {}.{table} \
+                 WHERE {key} = {} ORDER BY {made}, {value} LIMIT 1 FORMAT TSVRaw",
+                self.database,
+                quoted(name),
+            ),
+            "",
+        )?;
+        let answer = answer.trim_end_matches('\n');
+        if answer.is_empty() {
+            return Ok(None);
+        }
+        match answer.split_once('\t') {
+            Some((value, settled)) => Ok(Some((value.to_string(), settled == "1"))),
+            None => Err(format!("ClickHouse answered {answer:?} for a claim")),
+        }
+    }
+
+    /// Inserts a claim on `name` in `table`, made now by ClickHouse's clock.
+    fn claim(&self, table: &str, name: &str, value: &str) -> Result<(), String> {
+        let row = match table {
+            "identities" => serde_json::json!({ "agent": name, "identity": value }),
+            _ => serde_json::json!({ "name": name, "value": value }),
+        };
+        self.execute(
+            &format!("INSERT INTO {}.{table} FORMAT JSONEachRow", self.database),
+            &format!("{row}\n"),
+        )
+        .map(drop)
+    }
+
+    /// Claims `agent`'s id for `identity` (its public key, `None` for an agent that proved
+    /// none). The id is that key's when the key claimed it first, or when nobody claimed it
+    /// and it has no key; a claim just made is [`Claim::Unsettled`] until no earlier one can
+    /// turn up.
+    pub fn claim_identity(&self, agent: Uuid, identity: Option<&[u8]>) -> Result<Claim, String> {
+        let id = agent.to_string();
+        let mine = identity.map(hex);
+        match (self.first_claim("identities", &id)?, mine) {
+            (Some((_, false)), _) => Ok(Claim::Unsettled),
+            (Some((holder, true)), mine) if Some(&holder) == mine.as_ref() => Ok(Claim::Granted),
+            (Some(_), _) => Ok(Claim::Refused),
+            (None, None) => Ok(Claim::Granted),
+            (None, Some(mine)) => {
+                self.claim("identities", &id, &mine)?;
+                Ok(Claim::Unsettled)
+            }
+        }
+    }
+
+    /// The key stacks are hashed under, shared by every collector forwarding here: made at
+    /// random by the first that asks (which then waits for its claim to settle).
+    pub fn stack_key(&self) -> Result<StackKey, String> {
+        const NAME: &str = "stack key";
+        loop {
+            match self.first_claim("secrets", NAME)? {
+                Some((key, true)) => {
+                    return Ok(StackKey(hmac::Key::new(hmac::HMAC_SHA256, key.as_bytes())))
+                }
+                Some((_, false)) => {}
+                None => {
+                    let mut bytes = [0u8; 32];
+                    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+                        .map_err(|_| "the system gave no random bytes for the stack key")?;
+                    self.claim("secrets", NAME, &hex(&bytes))?;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
     }
 
     /// The highest frame sequence of `agent` whose windows (or trace elements) ClickHouse
@@ -281,6 +378,7 @@ impl ClickHouse {
     pub fn insert_windows(
         &self,
         batch: &[(Uuid, &[Window])],
+        key: &StackKey,
         known: &mut HashSet<u64>,
     ) -> Result<(), String> {
         let mut stacks = String::new();
@@ -315,7 +413,7 @@ impl ClickHouse {
             }
             for (labelled, count) in &window.stacks {
                 let frames = &labelled.frames;
-                let stack = stack_hash(frames);
+                let stack = key.stack(frames);
                 if !known.contains(&stack) && !new_stacks.contains(&stack) {
                     new_stacks.push(stack);
                     stacks.push_str(
@@ -757,15 +855,39 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\\', "\\\\").replace('\'', "\\'"))
 }
 
-/// A stack's key in the stacks table: FNV-1a over its frames (stable across runs and
-/// collectors, unlike std's hasher), each frame's length first so that no two stacks meet.
-pub fn stack_hash(frames: &[String]) -> u64 {
-    let mut hasher = fnv::FnvHasher::default();
-    for frame in frames {
-        hasher.write_u64(frame.len() as u64);
-        hasher.write(frame.as_bytes());
+/// What ClickHouse says of an agent's claim on its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// The id is this agent's: its windows go in.
+    Granted,
+    /// Another identity key holds the id: its windows stay in this collector's store.
+    Refused,
+    /// A claim too recent to trust: ask again later.
+    Unsettled,
+}
+
+/// The key of the stacks table's rows: HMAC-SHA256 of a stack's frames, each frame's length
+/// first so that no two stacks meet, cut to 64 bits. Under a key agents never see, an agent
+/// can't craft frames whose row would replace another stack's.
+pub struct StackKey(hmac::Key);
+
+impl StackKey {
+    pub fn stack(&self, frames: &[String]) -> u64 {
+        let mut context = hmac::Context::with_key(&self.0);
+        for frame in frames {
+            context.update(&(frame.len() as u64).to_le_bytes());
+            context.update(frame.as_bytes());
+        }
+        let tag = context.sign();
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&tag.as_ref()[..8]);
+        u64::from_le_bytes(first)
     }
-    hasher.finish()
+}
+
+/// Bytes as lowercase hexadecimal.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 fn now_seconds() -> u64 {
@@ -810,6 +932,8 @@ fn date_of(seconds: u64) -> String {
 /// kept, so that each goes in once while ClickHouse stays up.
 pub struct ClickHouseSink {
     clickhouse: ClickHouse,
+    /// The stack key, read when the schema is made.
+    stack_key: Option<StackKey>,
     /// Stacks inserted since the last failure, by hash.
     known: HashSet<u64>,
     /// Each trace's elements and whether it ended, as last recorded.
@@ -823,6 +947,7 @@ impl ClickHouseSink {
     pub fn new(clickhouse: ClickHouse) -> ClickHouseSink {
         ClickHouseSink {
             clickhouse,
+            stack_key: None,
             known: HashSet::new(),
             traces: HashMap::new(),
             retention_days: None,
@@ -847,7 +972,19 @@ impl WindowSink for ClickHouseSink {
         // After a failure ClickHouse may have been emptied: insert every stack again.
         self.known.clear();
         self.traces.clear();
-        self.clickhouse.create_schema()
+        self.clickhouse.create_schema()?;
+        self.stack_key = Some(self.clickhouse.stack_key()?);
+        Ok(())
+    }
+
+    fn claim_agent(&mut self, agent: &AgentEntry) -> Result<Option<bool>, String> {
+        Ok(
+            match (self.clickhouse).claim_identity(agent.agent, agent.identity.as_deref())? {
+                Claim::Granted => Some(true),
+                Claim::Refused => Some(false),
+                Claim::Unsettled => None,
+            },
+        )
     }
 
     fn resume_point(&mut self, agent: Uuid) -> Result<u64, String> {
@@ -906,7 +1043,9 @@ impl WindowSink for ClickHouseSink {
             .map(|taken| (taken.agent.agent, taken.windows.as_slice()))
             .collect();
         if !windows.is_empty() {
-            self.clickhouse.insert_windows(&windows, &mut self.known)?;
+            let key = (self.stack_key.as_ref()).ok_or("ClickHouse: no stack key yet")?;
+            self.clickhouse
+                .insert_windows(&windows, key, &mut self.known)?;
         }
         let elements: Vec<(Uuid, &[ElementRow])> = (batch.iter())
             .filter(|taken| !taken.elements.is_empty())
@@ -937,12 +1076,16 @@ mod tests {
     }
 
     #[test]
-    fn stack_hashes_tell_frames_apart_and_stay_put() {
-        let stack =
-            |frames: &[&str]| stack_hash(&frames.iter().map(|f| f.to_string()).collect::<Vec<_>>());
-        assert_ne!(stack(&["a.b", "c"]), stack(&["a", "b.c"]));
-        assert_ne!(stack(&["ab"]), stack(&["a", "b"]));
-        assert_eq!(stack(&["Split.main"]), stack(&["Split.main"]));
+    fn stack_keys_tell_frames_apart_stay_put_and_depend_on_the_key() {
+        let key = |secret: &[u8]| StackKey(hmac::Key::new(hmac::HMAC_SHA256, secret));
+        let (one, other) = (key(b"one"), key(b"other"));
+        let stack = |key: &StackKey, frames: &[&str]| {
+            key.stack(&frames.iter().map(|f| f.to_string()).collect::<Vec<_>>())
+        };
+        assert_ne!(stack(&one, &["a.b", "c"]), stack(&one, &["a", "b.c"]));
+        assert_ne!(stack(&one, &["ab"]), stack(&one, &["a", "b"]));
+        assert_eq!(stack(&one, &["Split.main"]), stack(&one, &["Split.main"]));
+        assert_ne!(stack(&one, &["Split.main"]), stack(&other, &["Split.main"]));
     }
 
     #[test]

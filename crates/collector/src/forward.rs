@@ -38,6 +38,14 @@ pub trait WindowSink {
     /// Makes what the sink needs before windows go in (a schema). Called before the first
     /// windows and again after every failure, when the forwarder starts over.
     fn prepare(&mut self) -> Result<(), String>;
+    /// Whether `agent`'s id belongs to the identity key this collector bound it to, where
+    /// several collectors' data meets in the sink: the first key that claims an id there keeps
+    /// it. `false`: another collector's agent holds the id, and this one's windows stay in the
+    /// store; `None`: not known yet, ask again next pass. A sink whose rows can't mix agents
+    /// of different collectors takes every agent.
+    fn claim_agent(&mut self, _agent: &AgentEntry) -> Result<Option<bool>, String> {
+        Ok(Some(true))
+    }
     /// The highest frame sequence of `agent` all of whose windows the sink holds (0: none):
     /// the forwarder hands it only windows above it.
     fn resume_point(&mut self, agent: Uuid) -> Result<u64, String>;
@@ -82,6 +90,8 @@ struct Followed {
     /// The last frame whose windows the sink holds; `None` until asked.
     forwarded: Option<u64>,
     recorded: bool,
+    /// Whether the sink granted its id to its identity key; `None` until asked.
+    claimed: Option<bool>,
     /// Why its stream can't be read, once said.
     unreadable: bool,
 }
@@ -180,8 +190,25 @@ fn read_agent<'a>(
     agent: &'a AgentEntry,
     state: &mut Followed,
 ) -> Result<Option<AgentBatch<'a>>, String> {
-    if state.unreadable {
+    if state.unreadable || state.claimed == Some(false) {
         return Ok(None);
+    }
+    if state.claimed.is_none() {
+        let Some(claimed) = sink.claim_agent(agent)? else {
+            return Ok(None);
+        };
+        if !claimed {
+            tracing::warn!(
+                "agent {}: its windows are not forwarded to {}: another collector's agent \
+                 holds that id with another identity key",
+                agent.agent,
+                sink.name()
+            );
+        }
+        state.claimed = Some(claimed);
+        if !claimed {
+            return Ok(None);
+        }
     }
     let forwarded = match state.forwarded {
         Some(forwarded) => forwarded,

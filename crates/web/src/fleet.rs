@@ -116,6 +116,7 @@ mod tests {
                 .iter()
                 .map(|(name, value)| (name.to_string(), value.to_string()))
                 .collect(),
+            identity: None,
         }
     }
 

@@ -505,10 +505,23 @@ fn raw_agent_as(
     agent: uuid::Uuid,
     hostname: &str,
 ) -> Result<(Box<dyn Transport>, std::sync::Arc<Identity>), String> {
+    raw_agent_of(address, token, agent, hostname, "x", None)
+}
+
+/// The same for an agent of output format `format` (`a`, `b` or `x`), with `identity` or a
+/// new identity key.
+pub(crate) fn raw_agent_of(
+    address: &str,
+    token: &str,
+    agent: uuid::Uuid,
+    hostname: &str,
+    format: &str,
+    identity: Option<std::sync::Arc<Identity>>,
+) -> Result<(Box<dyn Transport>, std::sync::Arc<Identity>), String> {
     let mut hello = Hello::new(Role::Agent, Some(agent));
     hello.hostname = hostname.into();
-    hello.format = "x".into();
-    let identity = std::sync::Arc::new(Identity::generate().unwrap());
+    hello.format = format.into();
+    let identity = identity.unwrap_or_else(|| std::sync::Arc::new(Identity::generate().unwrap()));
     let connected = client::connect(
         &Endpoint::plain(address),
         hello,

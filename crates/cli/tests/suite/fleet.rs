@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use openprof_testkit::{java_command, poll, wait_for, wait_with_limit};
 
-use crate::collector::{agent_options, export_agent, Collector, CONTROL_TOKEN};
+use crate::collector::{
+    agent_options, export_agent, raw_agent_of, Collector, CONTROL_TOKEN, TOKEN,
+};
 use crate::helpers::{openprof, text};
 use crate::views_pprof::{go_pprof, parse_top};
 
@@ -1208,4 +1210,205 @@ fn retention_drops_the_days_past_it_from_clickhouse() {
             "{table}: {kept}"
         );
     }
+}
+
+/// An HPROF binary stream as an agent writes it, with one window: `samples` samples of the
+/// stack `class.method` called from `class.main`.
+fn one_window(class: &str, method: &str, samples: u32) -> Vec<u8> {
+    use openprof_format::hprof_binary::{HprofWriter, Record};
+    let mut writer = HprofWriter::new(Vec::new(), 8, 0).unwrap();
+    let utf8 = |id, text: &str| Record::Utf8 {
+        id,
+        text: text.as_bytes().to_vec(),
+    };
+    let frame = |frame_id, method_name_id| Record::StackFrame {
+        frame_id,
+        method_name_id,
+        signature_id: 0,
+        source_id: 0,
+        class_serial: 1,
+        line: 1,
+    };
+    for record in [
+        utf8(1, class),
+        utf8(2, method),
+        utf8(3, "main"),
+        Record::LoadClass {
+            class_serial: 1,
+            class_id: 100,
+            stack_serial: 0,
+            name_id: 1,
+        },
+        frame(10, 2),
+        frame(11, 3),
+        Record::StackTrace {
+            stack_serial: 1,
+            thread_serial: 1,
+            frames: vec![10, 11],
+        },
+        Record::CpuSamples {
+            total: samples,
+            traces: vec![(samples, 1)],
+        },
+    ] {
+        writer.record(&record).unwrap();
+    }
+    writer.finish().unwrap()
+}
+
+/// Sends one frame of HPROF bytes as a raw agent and waits until the collector stored it.
+fn send_window(
+    socket: &mut Box<dyn openprof_collector::client::Transport>,
+    sequence: u64,
+    bytes: &[u8],
+) {
+    use openprof_format::wire::{self, FrameKind};
+    wire::write_frame(
+        socket,
+        FrameKind::Hprof,
+        &wire::with_sequence(sequence, bytes),
+    )
+    .unwrap();
+    loop {
+        let frame = wire::read_frame(socket).unwrap().expect("an ack");
+        if frame.kind == FrameKind::Ack {
+            break;
+        }
+    }
+}
+
+/// Two collectors forward to one ClickHouse. An agent id bound to one agent's identity key
+/// through collector A, claimed with another key through collector B (someone holding the
+/// agent credential): B keeps the impostor's windows in its own store and forwards none, so
+/// ClickHouse sums only the first agent's samples, while B's honest agents go on. Stack rows
+/// are keyed by HMAC-SHA256 under the one secret both collectors share in ClickHouse, so
+/// crafted frames can't replace another stack's row.
+#[test]
+fn an_agent_id_is_bound_where_collectors_meet_and_stack_keys_are_keyed() {
+    use ring::hmac;
+    let dir = tempfile::tempdir().unwrap();
+    let Some(clickhouse) = ClickHouseServer::start(&dir.path().join("clickhouse")) else {
+        return;
+    };
+    let url = clickhouse.url();
+    let database = "identity_test";
+    let start = |name: &str| {
+        Collector::start_with(
+            &dir.path().join(name),
+            "127.0.0.1:0",
+            &["--clickhouse", &url, "--database", database],
+        )
+    };
+    let (a, b) = (start("store-a"), start("store-b"));
+    let agent = uuid::Uuid::new_v4();
+    let sum_of = |agent: uuid::Uuid| -> u64 {
+        clickhouse_answer(
+            &url,
+            &format!("SELECT sum(count) FROM {database}.samples WHERE agent = '{agent}'"),
+        )
+        .parse()
+        .unwrap_or(0)
+    };
+
+    wait_for(
+        "the collectors made the schema",
+        Duration::from_secs(120),
+        || {
+            clickhouse_answer(
+                &url,
+                &format!(
+                    "SELECT count() FROM system.tables WHERE database = '{database}' AND \
+                     name = 'samples'"
+                ),
+            ) == "1"
+        },
+    );
+    let (mut first, identity) =
+        raw_agent_of(&a.address, TOKEN, agent, "first", "b", None).expect("the first agent");
+    send_window(&mut first, 1, &one_window("Real", "work", 7));
+    if poll(Duration::from_secs(60), || {
+        (sum_of(agent) == 7).then_some(())
+    })
+    .is_none()
+    {
+        panic!(
+            "collector A did not forward the first agent's window: {}",
+            a.log()
+        );
+    }
+    let (mut thief, _) =
+        raw_agent_of(&b.address, TOKEN, agent, "thief", "b", None).expect("B knows no binding");
+    send_window(&mut thief, 1, &one_window("Forged", "work", 1000));
+    let honest = uuid::Uuid::new_v4();
+    let (mut other, _) =
+        raw_agent_of(&b.address, TOKEN, honest, "honest", "b", None).expect("an honest agent");
+    send_window(&mut other, 1, &one_window("Honest", "work", 5));
+    wait_for(
+        "collector B forwarded its honest agent's window",
+        Duration::from_secs(120),
+        || sum_of(honest) == 5,
+    );
+    let log = b.log_with("another collector's agent holds that id");
+    assert!(log.contains(&agent.to_string()), "{log}");
+    assert_eq!(sum_of(agent), 7, "only the first agent's samples");
+    let forged = clickhouse_answer(
+        &url,
+        &format!("SELECT count() FROM {database}.stacks WHERE has(frames, 'Forged.work')"),
+    );
+    assert_eq!(forged, "0");
+    let hosts = clickhouse_answer(
+        &url,
+        &format!("SELECT DISTINCT host FROM {database}.agents WHERE agent = '{agent}'"),
+    );
+    assert_eq!(hosts, "first");
+    let bound = clickhouse_answer(
+        &url,
+        &format!("SELECT identity FROM {database}.identities WHERE agent = '{agent}'"),
+    );
+    assert_eq!(bound, identity.public_hex(), "one binding: the first key's");
+    // The first agent, moved to a third collector with its own key, goes on being forwarded
+    // (its stream numbered on from where it was).
+    let c = start("store-c");
+    let (mut moved, _) = raw_agent_of(&c.address, TOKEN, agent, "first", "b", Some(identity))
+        .expect("C knows no binding");
+    send_window(&mut moved, 2, &one_window("Real", "work", 3));
+    wait_for(
+        "collector C forwarded the moved agent's window",
+        Duration::from_secs(120),
+        || sum_of(agent) == 10,
+    );
+
+    // Every stack row's key is HMAC-SHA256 of its frames under the shared secret, computed
+    // here with ring: every collector's stacks, one secret (Real.work from A and C: one row).
+    let secret = clickhouse_answer(
+        &url,
+        &format!("SELECT value FROM {database}.secrets WHERE name = 'stack key'"),
+    );
+    assert_eq!(secret.len(), 64, "one 256-bit secret: {secret}");
+    let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
+    let rows = clickhouse_answer(
+        &url,
+        &format!("SELECT DISTINCT stack, frames FROM {database}.stacks FORMAT JSONEachRow"),
+    );
+    let mut leaves = Vec::new();
+    for row in rows.lines() {
+        let row: serde_json::Value = serde_json::from_str(row).unwrap();
+        let frames: Vec<String> = serde_json::from_value(row["frames"].clone()).unwrap();
+        let mut context = hmac::Context::with_key(&key);
+        for frame in &frames {
+            context.update(&(frame.len() as u64).to_le_bytes());
+            context.update(frame.as_bytes());
+        }
+        let tag = context.sign();
+        let expected = u64::from_le_bytes(tag.as_ref()[..8].try_into().unwrap());
+        let stack: u64 = match &row["stack"] {
+            serde_json::Value::String(text) => text.parse().unwrap(),
+            number => number.as_u64().unwrap(),
+        };
+        assert_eq!(stack, expected, "{row}");
+        leaves.push(frames.last().unwrap().clone());
+    }
+    leaves.sort();
+    assert_eq!(leaves, ["Honest.work", "Real.work"], "{rows}");
+    drop((first, thief, other, moved));
 }

@@ -666,7 +666,7 @@ fn long_chains_are_listed_by_their_ends_and_counted_between() {
     let point = accumulation.last().unwrap();
     let link_bytes = accumulation[1]["shallow"].as_u64().unwrap();
     let to_the_end = point["retained"].as_u64().unwrap() / link_bytes;
-    assert!(to_the_end >= 1 && to_the_end < 10, "{point}");
+    assert!((1..10).contains(&to_the_end), "{point}");
     // The class, then every link from the head to the point.
     let whole = 1 + (LINKS - to_the_end + 1);
     let elided = |value: &Value| -> (u64, u64) {

@@ -113,6 +113,8 @@ pub struct AgentEntry {
     pub finished: bool,
     /// Its `label=NAME:VALUE` options, in order, read from the options of its Hello.
     pub labels: Vec<(String, String)>,
+    /// The public identity key its id is bound to; `None` for an agent that proved none.
+    pub identity: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]

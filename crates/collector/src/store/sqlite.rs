@@ -1272,7 +1272,7 @@ impl Store for SqliteStore {
         let mut query = inner.db.prepare(
             "SELECT a.agent, COALESCE(e.process, a.process), a.hostname, a.pid, a.format,
              a.last_sequence, a.frames, a.bytes, a.clock_offset, a.clock_error, a.clock_samples,
-             a.lost_frames, a.lost_bytes, a.finished, a.options
+             a.lost_frames, a.lost_bytes, a.finished, a.options, a.identity
              FROM agents a LEFT JOIN agent_elements e ON e.agent = a.agent
              ORDER BY a.pid, a.agent",
         )?;
@@ -1296,10 +1296,22 @@ impl Store for SqliteStore {
                 [row.get::<_, i64>(11)?, row.get::<_, i64>(12)?],
                 row.get::<_, bool>(13)?,
                 row.get::<_, Option<String>>(14)?,
+                row.get::<_, Option<Vec<u8>>>(15)?,
             ))
         })? {
-            let (agent, process, hostname, pid, format, counts, clock, lost, finished, options) =
-                row?;
+            let (
+                agent,
+                process,
+                hostname,
+                pid,
+                format,
+                counts,
+                clock,
+                lost,
+                finished,
+                options,
+                identity,
+            ) = row?;
             catalog.agents.push(AgentEntry {
                 agent: uuid_of(agent)?,
                 process: process.map(uuid_of).transpose()?,
@@ -1321,6 +1333,7 @@ impl Store for SqliteStore {
                 lost_bytes: lost[1] as u64,
                 finished,
                 labels: openprof_format::options::labels_in(options.as_deref().unwrap_or("")),
+                identity,
             });
         }
         let mut traces: Vec<(&Uuid, &Collation)> = inner.traces.iter().collect();
