@@ -123,6 +123,14 @@ impl WindowDecoder {
         sequence: u64,
         received_ns: u64,
     ) -> Result<Vec<Window>, String> {
+        let needed = self.pending.len() + body.len();
+        if needed > self.pending.capacity() {
+            // Doubling, but not past what the bounds let the decoder hold: a hostile stream
+            // at the bound costs the bound and a frame, not twice the bound.
+            let bound = MAX_WINDOW_RECORD.max(MAX_TEXT_PENDING) + RECORD_HEAD;
+            let target = (self.pending.capacity() * 2).min(bound).max(needed);
+            self.pending.reserve_exact(target - self.pending.len());
+        }
         self.pending.extend_from_slice(body);
         if self.header.is_none() && self.text.is_none() {
             // HPROF binary's format name ends with a NUL, HPROF text's first line with a line
