@@ -336,21 +336,28 @@ pub fn profile(args: ProfileArgs) -> Result<ExitCode> {
     }
 }
 
-/// Starts a session; returns the agent's words.
+/// Starts a session; returns the agent's words, and the file the session writes its profile
+/// to (in the JVM's file system), where the words do not name one.
 fn start(jvm: &Jvm, args: &ProfileArgs) -> Result<String> {
     let (file, _) = jvm.new_session_file();
     let loaded = jvm.loaded_agent()?;
     let options = session_options(args, &file, loaded.is_none())?;
-    match loaded {
-        Some(agent) => jvm.ask(&agent, &options),
+    let said = match loaded {
+        Some(agent) => jvm.ask(&agent, &options)?,
         None => {
             let agent = crate::agent_library::find_agent(args.agent.clone())?;
             let agent = agent
                 .canonicalize()
                 .with_context(|| format!("can't resolve {}", agent.display()))?;
-            jvm.ask(&agent, &options)
+            jvm.ask(&agent, &options)?
         }
-    }
+    };
+    // A JVM too busy to leave its report in time still writes to the file it was given: the
+    // session's last dump at its exit is found there.
+    Ok(match profile_path(&said) {
+        Some(_) => said,
+        None => format!("profile: {file}\n{said}"),
+    })
 }
 
 /// Writes the session's profile (as the agent named it in `said`) to `output` (templated), or
