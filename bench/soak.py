@@ -4,7 +4,7 @@ restarted twice, and one hostile agent or client of each kind the collector is h
 against; the collector's memory must stay flat and nothing acknowledged may be lost.
 
 Collector A serves the JVMs, the web UI (with its control credential) and forwards to one
-ClickHouse; collector B (store capped at 2 MB by --max-store-bytes) forwards to the same ClickHouse and
+ClickHouse; collector B (store capped at 400 kB by --max-store-bytes, which the flood of ids reaches) forwards to the same ClickHouse and
 is where the id thief and the flood of new agent ids go. Every JVM runs Service with a light
 duty cycle (--work-ms of CPU every --work-ms + --sleep-ms), in continuous mode.
 
@@ -176,7 +176,7 @@ def main():
                    check=True)
     clickhouse = ClickHouseServer(os.path.join(work, "clickhouse"))
     a = start_collector(work, "store-a", clickhouse, ["--http", "127.0.0.1:0"])
-    b = start_collector(work, "store-b", clickhouse, ["--max-store-bytes", "2M"])
+    b = start_collector(work, "store-b", clickhouse, ["--max-store-bytes", "400k"])
     started = time.time()
     at = lambda: time.time() - started  # noqa: E731
     jvms = []
