@@ -188,6 +188,8 @@ def main():
                                       "-cp", classes, "Service", str(args.work_ms), str(args.sleep_ms)],
                                      stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True))
+        # One a second: fifty JVMs starting at once would be a minute of nothing else.
+        time.sleep(1)
     print(f"{len(jvms)} JVMs started in {at():.0f} s", flush=True)
     stop = threading.Event()
     pollers = [Poller(a["web"], 2, stop) for _ in range(args.pollers)]
