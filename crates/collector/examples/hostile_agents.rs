@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use openprof_collector::client::{self, Connected, Endpoint};
 use openprof_format::handshake::Identity;
-use openprof_format::hprof_binary::{HprofWriter, Record};
+use openprof_format::hprof_binary::sample::one_cpu_window;
 use openprof_format::wire::{self, Command, FrameKind, Hello, Reply, Role};
 
 fn connect(address: &str, token: &str, agent: uuid::Uuid, host: &str, format: &str) -> Connected {
@@ -69,48 +69,6 @@ fn goodbye(connected: &mut Connected, sequence: u64) {
             break;
         }
     }
-}
-
-/// One window of HPROF binary: `samples` samples of `class.work` under `class.main`.
-fn one_window(class: &str, samples: u32) -> Vec<u8> {
-    let mut writer = HprofWriter::new(Vec::new(), 8, 0).expect("a writer");
-    let utf8 = |id, text: &str| Record::Utf8 {
-        id,
-        text: text.as_bytes().to_vec(),
-    };
-    let frame = |frame_id, method_name_id| Record::StackFrame {
-        frame_id,
-        method_name_id,
-        signature_id: 0,
-        source_id: 0,
-        class_serial: 1,
-        line: 1,
-    };
-    for record in [
-        utf8(1, class),
-        utf8(2, "work"),
-        utf8(3, "main"),
-        Record::LoadClass {
-            class_serial: 1,
-            class_id: 100,
-            stack_serial: 0,
-            name_id: 1,
-        },
-        frame(10, 2),
-        frame(11, 3),
-        Record::StackTrace {
-            stack_serial: 1,
-            thread_serial: 1,
-            frames: vec![10, 11],
-        },
-        Record::CpuSamples {
-            total: samples,
-            traces: vec![(samples, 1)],
-        },
-    ] {
-        writer.record(&record).expect("a record");
-    }
-    writer.finish().expect("a stream")
 }
 
 fn main() {
@@ -190,7 +148,11 @@ fn main() {
                 Ok(mut connected) => {
                     // Far above the real agent's sequence numbers.
                     let sequence = 1 << 40;
-                    let next = send(&mut connected, sequence, &one_window("Forged", 1_000_000));
+                    let next = send(
+                        &mut connected,
+                        sequence,
+                        &one_cpu_window("Forged", "work", 1_000_000),
+                    );
                     goodbye(&mut connected, next);
                     println!("steal-id: {agent} taken on this collector, one forged window sent");
                 }

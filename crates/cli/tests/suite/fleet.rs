@@ -15,6 +15,7 @@ use crate::collector::{
 };
 use crate::helpers::{openprof, text};
 use crate::views_pprof::{go_pprof, parse_top};
+use openprof_format::hprof_binary::sample::one_cpu_window;
 
 /// Where Debian's package puts the server.
 const SERVER: &str = "/usr/sbin/clickhouse-server";
@@ -1212,50 +1213,6 @@ fn retention_drops_the_days_past_it_from_clickhouse() {
     }
 }
 
-/// An HPROF binary stream as an agent writes it, with one window: `samples` samples of the
-/// stack `class.method` called from `class.main`.
-fn one_window(class: &str, method: &str, samples: u32) -> Vec<u8> {
-    use openprof_format::hprof_binary::{HprofWriter, Record};
-    let mut writer = HprofWriter::new(Vec::new(), 8, 0).unwrap();
-    let utf8 = |id, text: &str| Record::Utf8 {
-        id,
-        text: text.as_bytes().to_vec(),
-    };
-    let frame = |frame_id, method_name_id| Record::StackFrame {
-        frame_id,
-        method_name_id,
-        signature_id: 0,
-        source_id: 0,
-        class_serial: 1,
-        line: 1,
-    };
-    for record in [
-        utf8(1, class),
-        utf8(2, method),
-        utf8(3, "main"),
-        Record::LoadClass {
-            class_serial: 1,
-            class_id: 100,
-            stack_serial: 0,
-            name_id: 1,
-        },
-        frame(10, 2),
-        frame(11, 3),
-        Record::StackTrace {
-            stack_serial: 1,
-            thread_serial: 1,
-            frames: vec![10, 11],
-        },
-        Record::CpuSamples {
-            total: samples,
-            traces: vec![(samples, 1)],
-        },
-    ] {
-        writer.record(&record).unwrap();
-    }
-    writer.finish().unwrap()
-}
-
 /// Sends one frame of HPROF bytes as a raw agent and waits until the collector stored it.
 fn send_window(
     socket: &mut Box<dyn openprof_collector::client::Transport>,
@@ -1325,7 +1282,7 @@ fn an_agent_id_is_bound_where_collectors_meet_and_stack_keys_are_keyed() {
     );
     let (mut first, identity) =
         raw_agent_of(&a.address, TOKEN, agent, "first", "b", None).expect("the first agent");
-    send_window(&mut first, 1, &one_window("Real", "work", 7));
+    send_window(&mut first, 1, &one_cpu_window("Real", "work", 7));
     if poll(Duration::from_secs(60), || {
         (sum_of(agent) == 7).then_some(())
     })
@@ -1338,11 +1295,11 @@ fn an_agent_id_is_bound_where_collectors_meet_and_stack_keys_are_keyed() {
     }
     let (mut thief, _) =
         raw_agent_of(&b.address, TOKEN, agent, "thief", "b", None).expect("B knows no binding");
-    send_window(&mut thief, 1, &one_window("Forged", "work", 1000));
+    send_window(&mut thief, 1, &one_cpu_window("Forged", "work", 1000));
     let honest = uuid::Uuid::new_v4();
     let (mut other, _) =
         raw_agent_of(&b.address, TOKEN, honest, "honest", "b", None).expect("an honest agent");
-    send_window(&mut other, 1, &one_window("Honest", "work", 5));
+    send_window(&mut other, 1, &one_cpu_window("Honest", "work", 5));
     wait_for(
         "collector B forwarded its honest agent's window",
         Duration::from_secs(120),
@@ -1371,7 +1328,7 @@ fn an_agent_id_is_bound_where_collectors_meet_and_stack_keys_are_keyed() {
     let c = start("store-c");
     let (mut moved, _) = raw_agent_of(&c.address, TOKEN, agent, "first", "b", Some(identity))
         .expect("C knows no binding");
-    send_window(&mut moved, 2, &one_window("Real", "work", 3));
+    send_window(&mut moved, 2, &one_cpu_window("Real", "work", 3));
     wait_for(
         "collector C forwarded the moved agent's window",
         Duration::from_secs(120),

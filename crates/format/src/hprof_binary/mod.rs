@@ -8,6 +8,8 @@
 pub mod profile;
 pub mod reader;
 pub mod records;
+#[cfg(any(test, feature = "sample"))]
+pub mod sample;
 pub mod writer;
 
 pub use profile::{binary_class_name, read_profile, SITES_INCREMENTAL, SITES_SORTED_BY_ALLOCATION};
