@@ -542,16 +542,22 @@ fn the_api_refuses_bad_requests_by_name_and_commands_change_the_agent() {
     );
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("not a number of milliseconds"), "{body}");
-    let (status, body) = http(
-        &web,
-        "POST",
-        &command,
-        token,
-        Some((
-            "application/json",
-            r#"{"command": "interval", "argument": "2"}"#,
-        )),
-    );
+    // An agent connects before the JVM has started, and answers "not ready" until it has.
+    let mut answer = (0, String::new());
+    poll(LIMIT, || {
+        answer = http(
+            &web,
+            "POST",
+            &command,
+            token,
+            Some((
+                "application/json",
+                r#"{"command": "interval", "argument": "2"}"#,
+            )),
+        );
+        (!answer.1.contains("not ready for commands yet")).then_some(())
+    });
+    let (status, body) = answer;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("every 2 ms"), "{body}");
     // The next dump's CPU SAMPLER record says the new interval.
