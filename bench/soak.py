@@ -162,11 +162,14 @@ def main():
     parser.add_argument("--work-ms", type=int, default=2)
     parser.add_argument("--sleep-ms", type=int, default=198)
     parser.add_argument("--pollers", type=int, default=2)
-    parser.add_argument("--settle", type=float, default=300,
-                        help="seconds before the memory must stay flat")
+    parser.add_argument("--settle", type=float, default=None,
+                        help="seconds before the memory must stay flat (default: 30 %% of the run, "
+                             "after the hostile streams, which the decoder may hold 64 MiB of)")
     parser.add_argument("--memory-growth", type=float, default=0.25,
                         help="the most A's memory may grow after --settle, as a share")
     args = parser.parse_args()
+    if args.settle is None:
+        args.settle = 0.3 * args.duration
     for path in (OPENPROF, AGENT, HOSTILE):
         if not os.path.isfile(path):
             sys.exit(f"soak: {path} is missing: cargo build --release --workspace --examples")
