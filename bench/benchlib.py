@@ -126,3 +126,46 @@ class ClickHouseServer:
 
     def __exit__(self, *_):
         self.stop()
+
+
+OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
+
+
+def agents_in_store(store):
+    """The agent ids a collector's store holds, as `openprof ls` lists them."""
+    listed = subprocess.run([OPENPROF, "ls", "--store", store], capture_output=True, text=True).stdout
+    return [line.split()[1] for line in listed.splitlines() if line.strip().startswith("agent ")]
+
+
+def stored_cpu_samples(work, store, agent):
+    """An agent's CPU samples as its collector stored them (exported, then summed by
+    `openprof convert`); None when the store holds no readable profile of it."""
+    exported = os.path.join(work, f"{agent}.hprof")
+    converted = os.path.join(work, f"{agent}.collapsed")
+    for command in ([OPENPROF, "export", "--store", store, "--agent", agent, "-o", exported],
+                    [OPENPROF, "convert", exported, "--event", "cpu", "-o", converted]):
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            return None
+    with open(converted) as lines:
+        return sum(int(line.rstrip("\n").rsplit(" ", 1)[1]) for line in lines)
+
+
+def wait_until_held(stored, held_of, limit, period):
+    """Polls `held_of(agent)` (the samples a sink holds) until it equals what each agent's
+    collector `stored`, for at most `limit` seconds; returns what failed, one line each."""
+    import time
+    failed = []
+    deadline = time.time() + limit
+    pending = dict(stored)
+    while pending and time.time() < deadline:
+        for agent, samples in list(pending.items()):
+            held = held_of(agent)
+            if held == samples:
+                del pending[agent]
+            elif held > samples:
+                failed.append(f"agent {agent}: ClickHouse holds {held} samples, its collector stored {samples}")
+                del pending[agent]
+        time.sleep(period)
+    for agent, samples in pending.items():
+        failed.append(f"agent {agent}: ClickHouse never held its {samples} samples")
+    return failed

@@ -26,7 +26,8 @@ import sys
 import tempfile
 import time
 
-from benchlib import ROOT, ClickHouseServer, jdk_tool
+from benchlib import (ROOT, ClickHouseServer, agents_in_store, jdk_tool, stored_cpu_samples,
+                      wait_until_held)
 
 OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -64,22 +65,6 @@ def fleet(work, selection):
     if run.returncode != 0:
         return None, took
     return folded(output), took
-
-
-def stored_samples(work, store, agent):
-    """An agent's CPU samples as its collector stored them."""
-    exported = os.path.join(work, f"{agent}.hprof")
-    subprocess.run([OPENPROF, "export", "--store", store, "--agent", agent, "-o", exported],
-                   check=True, capture_output=True)
-    converted = os.path.join(work, f"{agent}.collapsed")
-    subprocess.run([OPENPROF, "convert", exported, "--event", "cpu", "-o", converted], check=True,
-                   capture_output=True)
-    return sum(count for _, count in folded(converted))
-
-
-def agents_of(store):
-    listed = subprocess.run([OPENPROF, "ls", "--store", store], capture_output=True, text=True).stdout
-    return [line.split()[1] for line in listed.splitlines() if line.strip().startswith("agent ")]
 
 
 def share(stacks, numerator, denominator):
@@ -150,28 +135,26 @@ def main():
     print(f"the JVMs ended at {time.time() - started:.1f} s", flush=True)
 
     # Every agent's samples in ClickHouse, once: as many as its collector stored.
-    stored = {agent: stored_samples(work, store, agent) for store in stores for agent in agents_of(store)}
-    deadline = time.time() + 120
-    pending = dict(stored)
-    while pending and time.time() < deadline:
-        for agent, samples in list(pending.items()):
-            stacks, _ = fleet(work, ["--agent", agent])
-            held = sum(count for _, count in stacks or [])
-            if held == samples:
-                del pending[agent]
-            elif held > samples:
-                failed.append(f"agent {agent}: ClickHouse holds {held} samples, its collector stored {samples}")
-                del pending[agent]
-        time.sleep(1)
-    for agent, samples in pending.items():
-        failed.append(f"agent {agent}: ClickHouse never held its {samples} samples")
+    stored = {agent: stored_cpu_samples(work, store, agent)
+              for store in stores for agent in agents_in_store(store)}
+    for agent in [agent for agent, samples in stored.items() if samples is None]:
+        failed.append(f"agent {agent}: its collector's store holds no readable profile")
+        del stored[agent]
+
+    def held_of(agent):
+        stacks, _ = fleet(work, ["--agent", agent])
+        return sum(count for _, count in stacks or [])
+
+    arrival = wait_until_held(stored, held_of, 120, 1)
+    failed.extend(arrival)
+    complete = len(stored) - sum("never held" in line for line in arrival)
     twice = CLICKHOUSE.query(
         f"SELECT count() FROM (SELECT agent, sequence, window, stack, labels, count() AS rows "
         f"FROM {DATABASE}.samples GROUP BY agent, sequence, window, stack, labels HAVING rows > 1)").strip()
     windows = CLICKHOUSE.query(
         f"SELECT uniqExact(agent, sequence, window) FROM {DATABASE}.samples").strip()
     print(f"{len(stored)} agents, {sum(stored.values())} samples stored, {windows} windows in ClickHouse, "
-          f"{twice} stored twice, {len(stored) - len(pending)} agents complete")
+          f"{twice} stored twice, {complete} agents complete")
     if twice != "0":
         failed.append(f"{twice} rows stored twice")
     logs = "".join(open(store + ".log").read() for store in stores)

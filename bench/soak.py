@@ -36,7 +36,8 @@ import time
 import urllib.error
 import urllib.request
 
-from benchlib import ROOT, ClickHouseServer, jdk_tool
+from benchlib import (ROOT, ClickHouseServer, agents_in_store, jdk_tool, stored_cpu_samples,
+                      wait_until_held)
 
 OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -67,30 +68,6 @@ def rss_mb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return 0.0
-
-
-def agents_of(store):
-    listed = subprocess.run([OPENPROF, "ls", "--store", store], capture_output=True, text=True).stdout
-    return [line.split()[1] for line in listed.splitlines() if line.strip().startswith("agent ")]
-
-
-def stored_samples(work, store, agent):
-    """An agent's CPU samples as its collector stored them."""
-    exported = os.path.join(work, f"{agent}.hprof")
-    done = subprocess.run([OPENPROF, "export", "--store", store, "--agent", agent, "-o", exported],
-                          capture_output=True)
-    if done.returncode != 0:
-        return None
-    converted = os.path.join(work, f"{agent}.collapsed")
-    done = subprocess.run([OPENPROF, "convert", exported, "--event", "cpu", "-o", converted],
-                          capture_output=True)
-    if done.returncode != 0:
-        return None
-    total = 0
-    with open(converted) as lines:
-        for line in lines:
-            total += int(line.rstrip("\n").rsplit(" ", 1)[1])
-    return total
 
 
 class Poller(threading.Thread):
@@ -237,7 +214,7 @@ def main():
             clickhouse.start()
             notes.append(f"ClickHouse stopped for 15 s at {at():.0f} s")
         elif name == "steal an id":
-            victim = agents_of(a["store"])[0]
+            victim = agents_in_store(a["store"])[0]
             notes.append(hostile("steal-id", b["address"], victim)[1])
         elif name == "huge reply":
             replier = threading.Thread(target=lambda: notes.append(hostile("huge-reply", a["address"], 60)[1]))
@@ -272,25 +249,14 @@ def main():
                                   f"AND event = 'cpu'").strip()
         return int(answer or 0)
 
-    jvm_agents = [agent for agent in agents_of(a["store"])]
     stored = {}
-    for agent in jvm_agents:
-        samples = stored_samples(work, a["store"], agent)
-        if samples is not None and samples > 0:
+    for agent in agents_in_store(a["store"]):
+        samples = stored_cpu_samples(work, a["store"], agent)
+        if samples:
             stored[agent] = samples
-    deadline = time.time() + 300
-    pending = dict(stored)
-    while pending and time.time() < deadline:
-        for agent, samples in list(pending.items()):
-            held = clickhouse_samples(agent)
-            if held == samples:
-                del pending[agent]
-            elif held > samples:
-                failed.append(f"agent {agent}: ClickHouse holds {held} samples, A stored {samples}")
-                del pending[agent]
-        time.sleep(2)
-    for agent, samples in pending.items():
-        failed.append(f"agent {agent}: ClickHouse never held its {samples} samples")
+    arrival = wait_until_held(stored, clickhouse_samples, 300, 2)
+    failed.extend(arrival)
+    complete = len(stored) - sum("never held" in line for line in arrival)
     forged = clickhouse.query(f"SELECT count() FROM {DATABASE}.stacks WHERE has(frames, 'Forged.work')").strip()
     if forged != "0":
         failed.append(f"the thief's stack reached ClickHouse ({forged} rows)")
@@ -309,7 +275,7 @@ def main():
     print()
     print(f"{len(jvms)} JVMs for {args.duration:.0f} s, window {args.window}; "
           f"{sum(stored.values())} CPU samples of {len(stored)} agents stored by A, "
-          f"{len(stored) - len(pending)} complete in ClickHouse; {polls} UI polls")
+          f"{complete} complete in ClickHouse; {polls} UI polls")
     for note in notes:
         print(f"  {note}")
     print(f"A's resident memory (MB): at {args.settle:.0f} s {baseline:.1f}, peak after it "
