@@ -169,3 +169,20 @@ def wait_until_held(stored, held_of, limit, period):
     for agent, samples in pending.items():
         failed.append(f"agent {agent}: ClickHouse never held its {samples} samples")
     return failed
+
+
+def malloc_in_use_mb(pid, log_path):
+    """The bytes glibc's malloc has handed out and not taken back, asked of the live process.
+
+    gdb makes the collector call malloc_stats(), which prints to its standard error (A's log);
+    the last "Total" block's "in use bytes" is what the collector holds, without the free
+    chunks glibc keeps in its arenas. The collector stops for the fraction of a second this
+    takes."""
+    subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (void) malloc_stats()"],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    with open(log_path) as log:
+        totals = log.read().rsplit("Total (incl. mmap):", 1)
+    if len(totals) < 2:
+        return None
+    found = re.search(r"in use bytes\s*=\s*(\d+)", totals[1])
+    return int(found.group(1)) / 1e6 if found else None

@@ -18,10 +18,12 @@ Checks (exit status 1 if one fails): every JVM agent's samples in ClickHouse equ
 collector A stored; none of the thief's samples reach ClickHouse; the broadcast command
 answers every agent; the UI answered every poll (429 only to the guesser's address); A's
 resident memory after the first --settle seconds grows by less than --memory-growth.
-Prints A's memory over the run, which goes into BENCHMARKS.md.
+Prints A's memory over the run, which goes into BENCHMARKS.md; with --malloc-stats also what
+A's malloc holds in use, which tells memory A keeps from freed memory glibc has not returned.
 
-Usage: bench/soak.py [--jvms 50] [--duration 3600] [--window 10s]
-Needs: cargo build --release --workspace --examples, a JDK, Debian's clickhouse-server.
+Usage: bench/soak.py [--jvms 50] [--duration 3600] [--window 10s] [--malloc-stats 300]
+Needs: cargo build --release --workspace --lib --bins --examples, a JDK, Debian's clickhouse-server; gdb
+for --malloc-stats.
 """
 import argparse
 import json
@@ -37,7 +39,7 @@ import urllib.error
 import urllib.request
 
 from benchlib import (ROOT, ClickHouseServer, agents_in_store, jdk_tool, stored_cpu_samples,
-                      wait_until_held)
+                      wait_until_held, malloc_in_use_mb)
 
 OPENPROF = os.path.join(ROOT, "target", "release", "openprof")
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -142,6 +144,9 @@ def main():
     parser.add_argument("--settle", type=float, default=None,
                         help="seconds before the memory must stay flat (default: 30 %% of the run, "
                              "after the hostile streams, which the decoder may hold 64 MiB of)")
+    parser.add_argument("--malloc-stats", type=float, default=0, metavar="SECONDS",
+                        help="every SECONDS, also ask A's malloc how many bytes it holds in use "
+                             "(through gdb), to tell held memory from memory glibc keeps freed")
     parser.add_argument("--memory-growth", type=float, default=0.25,
                         help="the most A's memory may grow after --settle, as a share")
     args = parser.parse_args()
@@ -149,7 +154,7 @@ def main():
         args.settle = 0.3 * args.duration
     for path in (OPENPROF, AGENT, HOSTILE):
         if not os.path.isfile(path):
-            sys.exit(f"soak: {path} is missing: cargo build --release --workspace --examples")
+            sys.exit(f"soak: {path} is missing: cargo build --release --workspace --lib --bins --examples")
     work = tempfile.mkdtemp(prefix="openprof-soak-")
     classes = os.path.join(work, "classes")
     subprocess.run([jdk_tool("javac"), "-d", classes, os.path.join(ROOT, "java", "workloads", "Service.java")],
@@ -188,11 +193,16 @@ def main():
         (0.66, "ClickHouse restart"),
     ]
     next_memory = 0.0
+    next_malloc = 0.0
+    in_use = []
     for share, name in events + [(1.0, "end")]:
         while at() < share * span:
             if at() >= next_memory:
                 memory.append((at(), rss_mb(a["process"].pid)))
                 next_memory += 10
+            if args.malloc_stats and at() >= next_malloc:
+                in_use.append((at(), rss_mb(a["process"].pid), malloc_in_use_mb(a["process"].pid, a["log"])))
+                next_malloc += args.malloc_stats
             time.sleep(1)
         if name == "end":
             break
@@ -241,6 +251,8 @@ def main():
         if jvm.returncode != 0:
             failed.append(f"a JVM failed: {jvm.stderr.read()[-300:]}")
     memory.append((at(), rss_mb(a["process"].pid)))
+    if args.malloc_stats:
+        in_use.append((at(), rss_mb(a["process"].pid), malloc_in_use_mb(a["process"].pid, a["log"])))
     stop.set()
 
     # Nothing lost: every JVM agent's samples in ClickHouse as A stored them.
@@ -282,6 +294,10 @@ def main():
           f"{peak_after:.1f}, at the end {memory[-1][1]:.1f}, peak overall {max(mb for _, mb in memory):.1f}")
     for seconds, mb in memory[:: max(1, len(memory) // 12)]:
         print(f"  {seconds:7.0f} s {mb:8.1f} MB")
+    if in_use:
+        print("A's resident memory and malloc's bytes in use (MB):")
+        for seconds, mb, held in in_use:
+            print(f"  {seconds:7.0f} s {mb:8.1f} resident {held if held is not None else float('nan'):8.1f} in use")
     print(f"thief refused in ClickHouse: {'another collector' in log_b}; "
           f"outages logged by A: {log_a.count('windows wait in the store')}, "
           f"recoveries: {log_a.count('takes windows again')}")

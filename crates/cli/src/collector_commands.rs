@@ -253,8 +253,38 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
         })
 }
 
+/// glibc's malloc, told to map every block of 128 KiB or more on its own; see
+/// [`with_fixed_mmap_threshold`].
+const MMAP_THRESHOLD: &str = "131072";
+
+/// Runs this same `serve` again, in this process, with glibc's mmap threshold fixed, unless the
+/// user chose malloc's settings already. By default glibc raises the threshold to the largest
+/// block freed so far (up to 32 MiB) and keeps up to twice that free in each thread's arena: a
+/// collector that once read a burst (a heap dump's frames, a resend after an outage, a hostile
+/// stream) kept hundreds of MB resident for the rest of its life while holding a few MB
+/// (BENCHMARKS.md, the forwarder's memory). With a fixed threshold large blocks go back to the
+/// system when freed. An environment variable is read once, when the process starts, which is
+/// why this takes an exec; should the exec fail, serve goes on as it is.
+fn with_fixed_mmap_threshold() {
+    use std::os::unix::process::CommandExt;
+    let chosen = std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|tunables| tunables.contains("malloc"));
+    if chosen || !cfg!(target_env = "gnu") {
+        return;
+    }
+    let Ok(program) = std::env::current_exe() else {
+        return;
+    };
+    // exec returns only when it failed.
+    let _ = std::process::Command::new(program)
+        .args(std::env::args_os().skip(1))
+        .env("MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD)
+        .exec();
+}
+
 pub fn serve(args: ServeArgs) -> Result<ExitCode> {
     use std::io::IsTerminal;
+    with_fixed_mmap_threshold();
     // Colour only for a person at a terminal: logs in files and pipes stay plain text.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

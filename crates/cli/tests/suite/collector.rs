@@ -2015,15 +2015,20 @@ fn a_full_store_refuses_data_and_says_why() {
 }
 
 /// The most memory process `pid` has held (VmHWM), in bytes.
-fn peak_memory(pid: u32) -> u64 {
+/// A process's memory figure from /proc: `VmHWM` (its peak) or `VmRSS` (resident now), bytes.
+fn process_memory(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kib: u64 = status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.trim().strip_suffix("kB"))
         .and_then(|number| number.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+        .unwrap_or_else(|| panic!("no {field} in {status}"));
     kib << 10
+}
+
+fn peak_memory(pid: u32) -> u64 {
+    process_memory(pid, "VmHWM")
 }
 
 #[test]
@@ -2087,6 +2092,18 @@ fn data_arriving_faster_than_it_is_stored_waits_within_the_byte_budget() {
     );
     let listing = ls(store.path());
     assert_eq!(listing.matches(": 8 frames, ").count(), 4, "{listing}");
+    // Once stored, the burst's buffers go back to the system: a collector that keeps every
+    // burst's buffers grows with each larger one for the rest of its life.
+    let resident = || process_memory(collector.child.id(), "VmRSS");
+    let returned = poll(Duration::from_secs(30), || {
+        (resident() < before + (32 << 20)).then_some(())
+    });
+    assert!(
+        returned.is_some(),
+        "resident {} MiB after the burst, {} MiB before it",
+        resident() >> 20,
+        before >> 20
+    );
 }
 
 #[test]

@@ -264,7 +264,8 @@ struct Writer {
     max_bytes: Option<u64>,
     /// The bytes of every segment together, kept up to date by each append.
     segments_total: u64,
-    /// Kept from one append to the next: the block, its compressed form, zstd's context.
+    /// Kept from one append to the next: the block, its compressed form, zstd's context; the
+    /// two buffers only while they are small ([`Writer::release_large_buffers`]).
     block: Vec<u8>,
     compressed: Vec<u8>,
     compressor: zstd::bulk::Compressor<'static>,
@@ -827,7 +828,22 @@ impl Inner {
     }
 }
 
+/// The most a writer's block and compressed buffers keep between appends. Steady ingest
+/// batches are kilobytes; a rare batch of tens of MiB (a heap dump's frames, a resend after an
+/// outage) would otherwise stay allocated for the collector's life, its pages touched a little
+/// further by each larger batch after it.
+const KEPT_BUFFER_BYTES: usize = 4 << 20;
+
 impl Writer {
+    /// Gives back a buffer a large batch grew past [`KEPT_BUFFER_BYTES`].
+    fn release_large_buffers(&mut self) {
+        for buffer in [&mut self.block, &mut self.compressed] {
+            if buffer.capacity() > KEPT_BUFFER_BYTES {
+                *buffer = Vec::new();
+            }
+        }
+    }
+
     /// Appends the compressed block to the current segment (or a new one) and syncs it;
     /// returns where it went.
     fn write_block(&mut self, dir: &Path) -> Result<(u64, u64), StoreError> {
@@ -1088,32 +1104,9 @@ impl Inner {
     }
 }
 
-impl Store for SqliteStore {
-    fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError> {
-        let mut inner = self.lock();
-        if inner.writer.is_none() {
-            return Err(inner.read_only());
-        }
-        inner.room_for_agent(info.agent)?;
-        lazily(&inner.db, |db| {
-            db.execute(
-                "INSERT INTO agents (agent, hostname, pid, format, options)
-                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(agent) DO UPDATE SET hostname = ?2,
-                 pid = ?3, format = ?4, options = ?5",
-                params![
-                    info.agent.to_string(),
-                    info.hostname,
-                    info.pid,
-                    info.format,
-                    info.options
-                ],
-            )
-        })?;
-        Ok(*inner.last_sequence.entry(info.agent).or_insert(0))
-    }
-
-    fn append(&self, frames: &[Received]) -> Result<(), StoreError> {
-        let mut guard = self.lock();
+impl SqliteStore {
+    /// [`Store::append`] under the store's lock.
+    fn append_locked(guard: &mut Inner, frames: &[Received]) -> Result<(), StoreError> {
         let Inner {
             db,
             dir,
@@ -1178,12 +1171,41 @@ impl Store for SqliteStore {
         }
         last_sequence.extend(staged.last_sequence);
         traces.extend(staged.traces);
-        // A very large batch is not worth keeping buffers for.
-        if writer.block.capacity() > 64 << 20 {
-            writer.block = Vec::new();
-            writer.compressed = Vec::new();
-        }
         Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn open_agent(&self, info: &AgentInfo) -> Result<u64, StoreError> {
+        let mut inner = self.lock();
+        if inner.writer.is_none() {
+            return Err(inner.read_only());
+        }
+        inner.room_for_agent(info.agent)?;
+        lazily(&inner.db, |db| {
+            db.execute(
+                "INSERT INTO agents (agent, hostname, pid, format, options)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(agent) DO UPDATE SET hostname = ?2,
+                 pid = ?3, format = ?4, options = ?5",
+                params![
+                    info.agent.to_string(),
+                    info.hostname,
+                    info.pid,
+                    info.format,
+                    info.options
+                ],
+            )
+        })?;
+        Ok(*inner.last_sequence.entry(info.agent).or_insert(0))
+    }
+
+    fn append(&self, frames: &[Received]) -> Result<(), StoreError> {
+        let mut guard = self.lock();
+        let appended = Self::append_locked(&mut guard, frames);
+        if let Some(writer) = guard.writer.as_mut() {
+            writer.release_large_buffers();
+        }
+        appended
     }
 
     fn last_sequence(&self, agent: Uuid) -> Result<u64, StoreError> {
@@ -1545,6 +1567,78 @@ mod tests {
         db.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
             .unwrap();
         assert!(migrate(&db).is_err(), "a newer layout is refused");
+    }
+
+    /// A large batch's buffers are given back once it is stored, or refused by the quota.
+    #[test]
+    fn a_large_batch_leaves_no_large_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteOptions {
+            max_bytes: Some(64 << 20),
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(dir.path(), options).unwrap();
+        let agent = Uuid::new_v4();
+        store
+            .open_agent(&AgentInfo {
+                agent,
+                hostname: "h".into(),
+                pid: 1,
+                format: "b".into(),
+                options: String::new(),
+            })
+            .unwrap();
+        let hprof = |sequence: u64, bytes: usize| Received {
+            agent,
+            kind: FrameKind::Hprof,
+            sequence,
+            // Not compressible, so that the compressed buffer grows as far as the block.
+            body: (0..bytes)
+                .scan(
+                    sequence.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                    |state, _| {
+                        // xorshift64: random bytes.
+                        *state ^= *state << 13;
+                        *state ^= *state >> 7;
+                        *state ^= *state << 17;
+                        Some(*state as u8)
+                    },
+                )
+                .collect(),
+            summary: None,
+            loss: None,
+            received_ns: sequence,
+        };
+        let capacities = |store: &SqliteStore| {
+            let inner = store.lock();
+            let writer = inner.writer.as_ref().unwrap();
+            (writer.block.capacity(), writer.compressed.capacity())
+        };
+        store.append(&[hprof(1, 1000)]).unwrap();
+        let (block, compressed) = capacities(&store);
+        assert!(
+            block >= 1000 && compressed > 0,
+            "a small batch keeps its buffers"
+        );
+        store
+            .append(&[hprof(2, 24 << 20), hprof(3, 8 << 20)])
+            .unwrap();
+        let (block, compressed) = capacities(&store);
+        assert!(
+            block <= KEPT_BUFFER_BYTES && compressed <= KEPT_BUFFER_BYTES,
+            "after a 32 MiB batch: {block} and {compressed} bytes kept"
+        );
+        let refused = store.append(&[hprof(4, 40 << 20)]);
+        assert!(
+            matches!(refused, Err(StoreError::Full { .. })),
+            "{refused:?}"
+        );
+        let (block, compressed) = capacities(&store);
+        assert!(
+            block <= KEPT_BUFFER_BYTES && compressed <= KEPT_BUFFER_BYTES,
+            "after a refused 40 MiB batch: {block} and {compressed} bytes kept"
+        );
+        assert_eq!(store.last_sequence(agent).unwrap(), 3);
     }
 
     #[test]
