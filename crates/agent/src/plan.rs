@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::context::Phase;
 use crate::engine::{need, Engine, Need};
 use crate::engines::{
-    cpu_samples, cpu_times, heap_dump, heap_sites, locks, monitors, mpt, trace, wall_samples,
+    cpu_samples, cpu_times, delay, heap_dump, heap_sites, locks, monitors, mpt, trace, wall_samples,
 };
 use crate::error::AgentResult;
 use crate::jvmti::{JavaVM, Jvmti};
@@ -33,6 +33,8 @@ pub enum EngineKind {
     Monitors,
     /// lock=, or monitor=y with HPROF text output.
     Locks,
+    /// delay=.
+    Delay,
 }
 
 impl EngineKind {
@@ -48,6 +50,7 @@ impl EngineKind {
             EngineKind::Trace => trace::Tracer::needs(options),
             EngineKind::Monitors => monitors::Monitors::needs(options),
             EngineKind::Locks => locks::Locks::needs(options),
+            EngineKind::Delay => delay::Delay::needs(options),
         }
     }
 }
@@ -91,6 +94,7 @@ impl Plan {
                 EngineKind::Locks,
                 !tracing && options.lock_threshold_ns().is_some(),
             ),
+            (EngineKind::Delay, options.delay.is_some()),
         ];
         Plan {
             engines: chosen
@@ -144,6 +148,10 @@ pub fn build_engine(
         EngineKind::Trace => Box::new(trace::Tracer::start(vm, jvmti, options, net.clone())?),
         EngineKind::Monitors => Box::new(monitors::Monitors),
         EngineKind::Locks => Box::new(locks::Locks::new(jvmti, options)),
+        EngineKind::Delay => match &options.delay {
+            Some(option) => Box::new(delay::Delay::new(vm, option.clone())?),
+            None => return Err("delay= is not given".into()),
+        },
     })
 }
 

@@ -80,6 +80,8 @@ pub(crate) struct HookRefs {
     exit_thrown: u16,
     throwable: u16,
     stack_map_table: u16,
+    /// The delay class's `spin()`, with [`HookKind::Delay`].
+    spin: u16,
     /// Coverage: the class's slot, the counters' field and the hook's `count`.
     coverage: Option<(i32, u16, u16)>,
 }
@@ -119,10 +121,15 @@ impl HookRefs {
             exit_thrown: 0,
             throwable: pool.class("java/lang/Throwable")?,
             stack_map_table: pool.utf8("StackMapTable")?,
+            spin: 0,
         };
+        if let HookKind::Delay { .. } = kind {
+            let (name, descriptor) = crate::hook_class::DELAY_SPIN;
+            refs.spin = pool.method_ref(class, name, descriptor)?;
+        }
         let methods = match kind {
             HookKind::Parameters => HOOK_METHODS,
-            HookKind::Counters => &[],
+            HookKind::Counters | HookKind::Delay { .. } => &[],
             HookKind::Calls { .. } => CALL_HOOK_METHODS,
         };
         for &(name, descriptor) in methods {
@@ -212,9 +219,15 @@ pub(crate) fn instrument_method(
     let is_static = method.access & crate::access::STATIC != 0;
     let is_constructor = plan.name == "<init>";
     // Entry and exit hooks (not with counters only).
-    let calls = hooks.kind != HookKind::Counters;
+    let calls = matches!(hooks.kind, HookKind::Parameters | HookKind::Calls { .. });
+    let spin = || {
+        let mut code = vec![INVOKESTATIC];
+        code.extend(hooks.spin.to_be_bytes());
+        code
+    };
     let prefix = match hooks.kind {
-        HookKind::Counters => Vec::new(),
+        HookKind::Counters | HookKind::Delay { blocks: true } => Vec::new(),
+        HookKind::Delay { blocks: false } => spin(),
         HookKind::Parameters => entry_code(plan, is_static, hooks, pool).map_err(&fault)?,
         HookKind::Calls { receiver } => {
             let mut code = push_int(plan.site, pool)?;
@@ -287,6 +300,12 @@ pub(crate) fn instrument_method(
             counter.push(0xb8); // invokestatic
             counter.extend(increment.to_be_bytes());
             counters.insert(leader, counter);
+        }
+    }
+    // A delay at the start of each basic block.
+    if hooks.kind == (HookKind::Delay { blocks: true }) {
+        for leader in block_leaders(code, &instructions, &handlers).map_err(&fault)? {
+            counters.entry(leader).or_default().extend(spin());
         }
     }
     // In a constructor, where `this` becomes initialized (see `constructor`).

@@ -28,6 +28,61 @@ enum StaticMethod<'a> {
     Calls { name: &'a str, callee: &'a str },
     /// COVERAGE_COUNT: `unsafe.getAndAddLong(counters, longBase + ((long) block << 3), 1L)`.
     CountsBlock,
+    /// DELAY_SPIN: a busy loop of `nanos` nanoseconds, then `spun(elapsed)`.
+    Spins,
+}
+
+/// The delay class's internal name: what `delay=` puts into the chosen method.
+pub const DELAY_CLASS: &str = "openprof/Delay";
+/// The delay's length in nanoseconds, which the agent sets before any delayed code runs.
+pub const DELAY_NANOS_FIELD: (&str, &str) = ("nanos", "J");
+/// Where the busy loop leaves its result, so that the JIT cannot drop the loop.
+const DELAY_SINK_FIELD: (&str, &str) = ("sink", "J");
+/// The delay itself:
+///
+/// ```java
+/// static void spin() {
+///     long cpu = clock();
+///     long start = System.nanoTime(), end = start + nanos, x = sink, now;
+///     do {
+///         for (int i = 0; i < 256; i++) x = x * 6364136223846793005L + 1442695040888963407L;
+///         now = System.nanoTime();
+///     } while (now < end);
+///     sink = x;
+///     spun(cpu);
+/// }
+/// ```
+///
+/// Most of its time is Java arithmetic, compiled (and inlined into the delayed method) like
+/// the program's own code; the clock is read once every 256 rounds. It spins for `nanos` of
+/// elapsed time; what it cost is the thread's CPU time from `clock()` to `spun`, which a
+/// thread that was made to wait meanwhile did not spend.
+pub const DELAY_SPIN: (&str, &str) = ("spin", "()V");
+/// The agent's native that counts one delay and the CPU time it took since `clock()` said
+/// `cpu`.
+pub const DELAY_SPUN: (&str, &str) = ("spun", "(J)V");
+/// The agent's native that reads the calling thread's CPU time, in nanoseconds.
+pub const DELAY_CLOCK: (&str, &str) = ("clock", "()J");
+
+/// The class file of Delay: its fields, DELAY_SPIN and the native DELAY_SPUN.
+pub fn delay_class_file() -> Vec<u8> {
+    let (spun, spun_descriptor) = DELAY_SPUN;
+    let (clock, clock_descriptor) = DELAY_CLOCK;
+    static_class_file_with(
+        DELAY_CLASS,
+        &[DELAY_NANOS_FIELD, DELAY_SINK_FIELD],
+        &[
+            StaticMethod::Native {
+                name: spun,
+                descriptor: spun_descriptor,
+            },
+            StaticMethod::Native {
+                name: clock,
+                descriptor: clock_descriptor,
+            },
+            StaticMethod::Spins,
+        ],
+    )
 }
 
 /// The class file of MptHook: `public final class openprof.MptHook` with a `public static
@@ -142,17 +197,122 @@ impl Pool {
 
 /// A Code attribute: straight-line `bytecode` with no handlers and no attributes.
 fn code_attribute(pool: &mut Pool, max_stack: u16, max_locals: u16, bytecode: &[u8]) -> Vec<u8> {
+    code_attribute_with_frames(pool, max_stack, max_locals, bytecode, None)
+}
+
+/// The same, with a StackMapTable of `frames` (its entries, already encoded, and their count)
+/// for code that branches.
+fn code_attribute_with_frames(
+    pool: &mut Pool,
+    max_stack: u16,
+    max_locals: u16,
+    bytecode: &[u8],
+    frames: Option<(u16, &[u8])>,
+) -> Vec<u8> {
     let code_name = pool.utf8("Code");
+    let stack_map = frames.map(|(count, entries)| {
+        let mut attribute = Vec::new();
+        attribute.extend(pool.utf8("StackMapTable").to_be_bytes());
+        attribute.extend((2 + entries.len() as u32).to_be_bytes());
+        attribute.extend(count.to_be_bytes());
+        attribute.extend(entries);
+        attribute
+    });
+    let attributes_length = stack_map.as_ref().map_or(0, Vec::len) as u32;
     let mut code = Vec::new();
     code.extend(code_name.to_be_bytes());
-    code.extend((12 + bytecode.len() as u32).to_be_bytes());
+    code.extend((12 + bytecode.len() as u32 + attributes_length).to_be_bytes());
     code.extend(max_stack.to_be_bytes());
     code.extend(max_locals.to_be_bytes());
     code.extend((bytecode.len() as u32).to_be_bytes());
     code.extend(bytecode);
     code.extend(0_u16.to_be_bytes()); // exception table
-    code.extend(0_u16.to_be_bytes()); // attributes
+    match stack_map {
+        Some(stack_map) => {
+            code.extend(1_u16.to_be_bytes());
+            code.extend(stack_map);
+        }
+        None => code.extend(0_u16.to_be_bytes()),
+    }
     code
+}
+
+/// DELAY_SPIN's Code attribute (see its documentation for the Java it is).
+fn spin_code(pool: &mut Pool, this_class: u16) -> Vec<u8> {
+    let system = pool.class("java/lang/System");
+    let [clock_high, clock_low] = pool.method_ref(system, "nanoTime", "()J").to_be_bytes();
+    let [nanos_high, nanos_low] = pool.field_ref(this_class, DELAY_NANOS_FIELD).to_be_bytes();
+    let [sink_high, sink_low] = pool.field_ref(this_class, DELAY_SINK_FIELD).to_be_bytes();
+    let (spun, spun_descriptor) = DELAY_SPUN;
+    let [spun_high, spun_low] = pool
+        .method_ref(this_class, spun, spun_descriptor)
+        .to_be_bytes();
+    let mut long_constant = |value: u64| {
+        let mut entry = vec![5]; // CONSTANT_Long, which takes two pool slots
+        entry.extend(value.to_be_bytes());
+        let known = pool.entries.len();
+        let index = pool.add(entry);
+        if pool.entries.len() > known {
+            pool.entries.push(Vec::new()); // the unusable second slot, written as nothing
+        }
+        index.to_be_bytes()
+    };
+    let [multiplier_high, multiplier_low] = long_constant(6364136223846793005);
+    let [increment_high, increment_low] = long_constant(1442695040888963407);
+    let (clock, clock_descriptor) = DELAY_CLOCK;
+    let [cpu_high, cpu_low] = pool
+        .method_ref(this_class, clock, clock_descriptor)
+        .to_be_bytes();
+    // Locals: 0-1 start, 2-3 end, 4-5 x, 6-7 now, 8 i, 9-10 cpu.
+    #[rustfmt::skip]
+    let bytecode = [
+        0xB8, cpu_high, cpu_low,       //  0 invokestatic clock
+        0x37, 9,                       //  3 lstore 9 (cpu)
+        0xB8, clock_high, clock_low,   //  5 invokestatic System.nanoTime
+        0x3F,                          //  8 lstore_0 (start)
+        0x1E,                          //  9 lload_0
+        0xB2, nanos_high, nanos_low,   // 10 getstatic nanos
+        0x61,                          // 13 ladd
+        0x41,                          // 14 lstore_2 (end)
+        0xB2, sink_high, sink_low,     // 15 getstatic sink
+        0x37, 4,                       // 18 lstore 4 (x)
+        0x03,                          // 20 OUTER: iconst_0
+        0x36, 8,                       // 21 istore 8 (i)
+        0x15, 8,                       // 23 INNER: iload 8
+        0x11, 1, 0,                    // 25 sipush 256
+        0xA2, 0, 21,                   // 28 if_icmpge EXIT (49)
+        0x16, 4,                       // 31 lload 4
+        0x14, multiplier_high, multiplier_low, // 33 ldc2_w
+        0x69,                          // 36 lmul
+        0x14, increment_high, increment_low,   // 37 ldc2_w
+        0x61,                          // 40 ladd
+        0x37, 4,                       // 41 lstore 4
+        0x84, 8, 1,                    // 43 iinc 8 1
+        0xA7, 0xFF, 0xE9,              // 46 goto INNER (-23)
+        0xB8, clock_high, clock_low,   // 49 EXIT: invokestatic System.nanoTime
+        0x37, 6,                       // 52 lstore 6 (now)
+        0x16, 6,                       // 54 lload 6
+        0x20,                          // 56 lload_2
+        0x94,                          // 57 lcmp
+        0x9B, 0xFF, 0xDA,              // 58 iflt OUTER (-38)
+        0x16, 4,                       // 61 lload 4
+        0xB3, sink_high, sink_low,     // 63 putstatic sink
+        0x16, 9,                       // 66 lload 9
+        0xB8, spun_high, spun_low,     // 68 invokestatic spun
+        0xB1,                          // 71 return
+    ];
+    const LONG: u8 = 4;
+    const INT: u8 = 1;
+    const TOP: u8 = 0;
+    #[rustfmt::skip]
+    let frames = [
+        // OUTER (20): start, end, x, -, cpu
+        255, 0, 20, 0, 7, LONG, LONG, LONG, TOP, TOP, TOP, LONG, 0, 0,
+        // INNER (23): start, end, x, -, i, cpu
+        255, 0, 2, 0, 7, LONG, LONG, LONG, TOP, TOP, INT, LONG, 0, 0,
+        25, // EXIT (49): as INNER
+    ];
+    code_attribute_with_frames(pool, 4, 11, &bytecode, Some((3, &frames)))
 }
 
 /// `public final class NAME extends Object` with these static methods, version 52 (Java 8) so
@@ -222,6 +382,16 @@ fn static_class_file_with(
                 ];
                 let code = code_attribute(&mut pool, 7, 2, &bytecode);
                 let (name, descriptor) = COVERAGE_COUNT;
+                (
+                    PUBLIC | STATIC,
+                    pool.utf8(name),
+                    pool.utf8(descriptor),
+                    Some(code),
+                )
+            }
+            StaticMethod::Spins => {
+                let code = spin_code(&mut pool, this_class);
+                let (name, descriptor) = DELAY_SPIN;
                 (
                     PUBLIC | STATIC,
                     pool.utf8(name),

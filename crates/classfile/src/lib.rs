@@ -29,9 +29,10 @@ use thiserror::Error;
 
 pub use code::{CALL_HOOK_METHODS, HOOK_METHODS};
 pub use hook_class::{
-    call_hook_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS,
-    COVERAGE_BASE_FIELD, COVERAGE_COUNT, COVERAGE_FIELD, COVERAGE_UNSAFE_FIELD, HOOK_CLASS,
-    PARK_HOOK_CLASS, PARK_HOOK_METHOD, PARK_HOOK_NATIVE, UNSAFE_CLASS,
+    call_hook_class_file, delay_class_file, hook_class_file, park_hook_class_file, CALL_HOOK_CLASS,
+    COVERAGE_BASE_FIELD, COVERAGE_COUNT, COVERAGE_FIELD, COVERAGE_UNSAFE_FIELD, DELAY_CLASS,
+    DELAY_CLOCK, DELAY_NANOS_FIELD, DELAY_SPIN, DELAY_SPUN, HOOK_CLASS, PARK_HOOK_CLASS,
+    PARK_HOOK_METHOD, PARK_HOOK_NATIVE, UNSAFE_CLASS,
 };
 
 /// Which hooks instrumented methods call.
@@ -44,6 +45,9 @@ pub enum HookKind {
     Calls { receiver: bool },
     /// No hook calls: only the coverage counters.
     Counters,
+    /// A call of the delay class's `spin()` at entry or, with `blocks`, at the start of every
+    /// basic block; nothing at the exits.
+    Delay { blocks: bool },
 }
 
 /// What to instrument in one class.

@@ -2,6 +2,7 @@
 
 pub mod cpu_samples;
 pub mod cpu_times;
+pub mod delay;
 pub mod heap_dump;
 pub mod heap_sites;
 pub mod locks;

@@ -3,6 +3,7 @@
 
 mod cpu_samples;
 mod cpu_times;
+mod delay;
 mod heap_dump;
 mod heap_sites;
 mod helpers;

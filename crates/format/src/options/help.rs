@@ -189,6 +189,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "n",
     },
     OptionRow {
+        name: "delay",
+        values: "<C.m>:<time>[:blocks]",
+        meaning: "busy delay in method m of C",
+        default: "off",
+    },
+    OptionRow {
         name: "threads",
         values: "<glob>[|<glob>]",
         meaning: "only threads of these names sampled",
@@ -267,6 +273,10 @@ impl Options {
             "  - sampler= is an openprof extension: asgct samples with AsyncGetCallTrace on\n",
             "    per-thread CPU timers (no safepoint bias); jvmti samples runnable threads with\n",
             "    GetAllStackTraces, as HPROF did (biased towards safepoints).\n",
+            "  - delay= is an openprof extension for checking a profile against a known\n",
+            "    truth: every method m of class C (a binary name) spins for <time> of CPU at\n",
+            "    each entry, or at each basic block with :blocks; at exit the agent prints\n",
+            "    how many delays ran and the time they took (docs/options.md).\n",
             "  - cputimer= is an openprof extension: perf times samples with perf_events\n",
             "    task-clock counters (any interval; falls back to posix when the kernel refuses\n",
             "    them); posix uses POSIX thread CPU timers, checked at each scheduler tick.\n",

@@ -212,6 +212,9 @@ pub struct Options {
     /// `threads=GLOB|GLOB`: only the Java threads whose names match are sampled (an openprof
     /// extension).
     pub threads: Option<ThreadNames>,
+    /// `delay=CLASS.METHOD:DURATION[:blocks]`: a busy delay of known cost put into one method,
+    /// to check a profile against (an openprof extension).
+    pub delay: Option<Delay>,
     /// `filter=` as given: `+PATTERN;-PATTERN;...` or `@FILE` (read by [`Options::filter_block`]).
     pub filter: Option<String>,
     /// Mean bytes between sampled allocations for `heap=sites` (0: every allocation).
@@ -239,6 +242,30 @@ pub struct Options {
     /// catalog and the web UI's fleet show and filter by; the agent itself does nothing with
     /// them.
     pub labels: Vec<(String, String)>,
+}
+
+/// `delay=`: the methods of one name in one class spin for `ns` nanoseconds of CPU at every
+/// entry, or with `blocks`, at the start of each of their basic blocks. The agent counts the
+/// delays and the time they took, which is what a profile of the run must show in that method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delay {
+    /// The class's binary name (`org.h2.command.query.Select`, `a.Outer$Inner`).
+    pub class: String,
+    /// The methods' name (every overload is delayed).
+    pub method: String,
+    pub ns: u64,
+    /// At the start of every basic block instead of at entry only.
+    pub blocks: bool,
+}
+
+impl fmt::Display for Delay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}:{}ns", self.class, self.method, self.ns)?;
+        if self.blocks {
+            f.write_str(":blocks")?;
+        }
+        Ok(())
+    }
 }
 
 /// Whether an option was given rather than left to its default. Two sets of options are equal
@@ -283,6 +310,7 @@ impl Default for Options {
             coverage: false,
             call_sites: false,
             threads: None,
+            delay: None,
             filter: None,
             alloc_interval: DEFAULT_ALLOC_INTERVAL,
             token: None,
@@ -598,6 +626,9 @@ impl fmt::Display for Options {
         }
         if let Some(threads) = &self.threads {
             parts.push(format!("threads={}", threads.0.join("|")));
+        }
+        if let Some(delay) = &self.delay {
+            parts.push(format!("delay={delay}"));
         }
         if let Some(filter) = &self.filter {
             parts.push(format!("filter={filter}"));
@@ -1122,5 +1153,48 @@ mod tests {
             "{error}"
         );
         assert!(Options::help_text().contains("action=start|stop|dump|status"));
+    }
+
+    #[test]
+    fn a_delay_names_a_method_a_duration_and_where() {
+        let options = Options::parse("cpu=samples,delay=org.h2.Select.run:20us").unwrap();
+        assert_eq!(
+            options.delay,
+            Some(Delay {
+                class: "org.h2.Select".into(),
+                method: "run".into(),
+                ns: 20_000,
+                blocks: false,
+            })
+        );
+        assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
+        let spread = Options::parse("delay=a.Outer$Inner.<init>:500ns:blocks").unwrap();
+        let delay = spread.delay.clone().unwrap();
+        assert_eq!(
+            (
+                delay.class.as_str(),
+                delay.method.as_str(),
+                delay.ns,
+                delay.blocks
+            ),
+            ("a.Outer$Inner", "<init>", 500, true)
+        );
+        assert_eq!(Options::parse(&spread.to_string()).unwrap(), spread);
+        for (text, complaint) in [
+            ("delay=a.B.c", "has no duration"),
+            ("delay=Main:1us", "names no method"),
+            ("delay=a.B.c:1us:everywhere", "not a place"),
+            ("delay=a.B.c:1us:blocks:x", "one part too many"),
+            ("delay=a..c:1us", "binary name"),
+            ("delay=a/B.c:1us", "binary name"),
+            ("delay=a.B.<clinit>:1us", "binary name"),
+            ("delay=a.B.c:0", "out of range"),
+            ("delay=a.B.c:11ms", "out of range"),
+            ("delay=a.B.c:soon", "is not a duration"),
+        ] {
+            let error = Options::parse(text).unwrap_err();
+            assert_eq!(error.option, "delay", "{text}");
+            assert!(error.problem.contains(complaint), "{text}: {error}");
+        }
     }
 }

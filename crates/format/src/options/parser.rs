@@ -372,6 +372,7 @@ impl Options {
                 "lockowner" => options.lock_owners = parse_yes_no(name, value)?,
                 "coverage" => options.coverage = parse_yes_no(name, value)?,
                 "callsites" => options.call_sites = parse_yes_no(name, value)?,
+                "delay" => options.delay = Some(parse_delay(name, value)?),
                 "threads" => {
                     let patterns: Vec<String> = value.split('|').map(str::to_string).collect();
                     if value.is_empty() || patterns.iter().any(String::is_empty) {
@@ -596,6 +597,68 @@ impl Options {
         }
         Ok(())
     }
+}
+
+/// The longest `delay=`: a delay that long in a method called often would stop the program.
+const MAX_DELAY_NS: u64 = 10_000_000;
+
+/// `delay=CLASS.METHOD:DURATION[:blocks]`.
+fn parse_delay(name: &str, value: &str) -> Result<super::Delay, OptionError> {
+    let usage =
+        "use delay=<class>.<method>:<duration>[:blocks], e.g. delay=com.acme.Cart.total:20us";
+    let mut parts = value.split(':');
+    let target = parts.next().unwrap_or_default();
+    let Some(duration) = parts.next() else {
+        return Err(bad(name, format!("'{value}' has no duration; {usage}")));
+    };
+    let blocks = match parts.next() {
+        None => false,
+        Some("blocks") => true,
+        Some(other) => {
+            return Err(bad(
+                name,
+                format!("'{other}' is not a place for the delay; leave it out (at entry) or say blocks; {usage}"),
+            ))
+        }
+    };
+    if let Some(extra) = parts.next() {
+        return Err(bad(
+            name,
+            format!("'{extra}' is one part too many; {usage}"),
+        ));
+    }
+    let Some((class, method)) = target.rsplit_once('.') else {
+        return Err(bad(
+            name,
+            format!("'{target}' names no method of a class; {usage}"),
+        ));
+    };
+    let identifier = |text: &str| {
+        !text.is_empty()
+            && !text
+                .chars()
+                .any(|c| c.is_whitespace() || matches!(c, '/' | ';' | '[' | '(' | ')'))
+    };
+    let method_ok = identifier(method) && (!method.contains(['<', '>']) || method == "<init>");
+    if !method_ok || !class.split('.').all(identifier) {
+        return Err(bad(
+            name,
+            format!("'{target}' is not a class's binary name and a method name; {usage}"),
+        ));
+    }
+    let ns = parse_duration_ns(name, duration)?;
+    if ns == 0 || ns > MAX_DELAY_NS {
+        return Err(bad(
+            name,
+            format!("{duration} is out of range; use a delay from 1ns to 10ms"),
+        ));
+    }
+    Ok(super::Delay {
+        class: class.to_string(),
+        method: method.to_string(),
+        ns,
+        blocks,
+    })
 }
 
 /// `commands=`: words joined by `+` (`heap+mpt`), or `all`, or `none`.

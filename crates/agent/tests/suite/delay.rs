@@ -1,0 +1,114 @@
+//! delay= against ground truth: the delayed method runs exactly as often as the workload
+//! counts, every run of it is delayed, and a CPU profile gives it the share of the CPU the
+//! delays took.
+
+use std::time::Duration;
+
+use openprof_testkit::{printed_figure, run_java, run_java_with};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// The agent's closing line: `delay=...: N delays took T ns in all (M methods delayed)`.
+fn delays_reported(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("openprof: delay="))
+        .unwrap_or_else(|| panic!("no delay line: {stderr}"));
+    let number_before = |word: &str| -> u64 {
+        let at = line
+            .find(word)
+            .unwrap_or_else(|| panic!("{word} in {line}"));
+        line[..at]
+            .split_whitespace()
+            .last()
+            .and_then(|number| number.trim_start_matches('(').parse().ok())
+            .unwrap_or_else(|| panic!("a number before {word} in {line}"))
+    };
+    (
+        number_before(" delays"),
+        number_before(" ns in all"),
+        number_before(" methods delayed"),
+    )
+}
+
+/// Samples whose stack holds `method` (`class.method`), over all the CPU tables.
+fn samples_under(profile: &openprof_format::hprof_text::TextProfile, method: &str) -> u64 {
+    profile
+        .cpu_tables
+        .iter()
+        .flat_map(|table| &table.rows)
+        .filter(|row| {
+            profile.traces[&row.trace]
+                .frames
+                .iter()
+                .any(|frame| frame.qualified_method() == method)
+        })
+        .map(|row| row.count)
+        .sum()
+}
+
+#[test]
+fn a_delayed_method_gets_the_share_of_the_cpu_its_delays_took() {
+    for blocks in ["", ":blocks"] {
+        let file = format!("delayed{}.txt", blocks.replace(':', "-"));
+        let options =
+            format!("cpu=samples,interval=1,depth=8,delay=Delayed.target:20us{blocks},file={file}");
+        // The strictest verifier checks the delay class and the rewritten code.
+        let run = run_java_with(&["-Xverify:all"], Some(&options), "Delayed", &["3"], LIMIT);
+        assert!(run.success(), "{options}: {}", run.stderr());
+        let stdout = run.stdout();
+        let calls = printed_figure(&stdout, "target_calls") as u64;
+        let evens = printed_figure(&stdout, "target_evens") as u64;
+        let main_cpu_ns = printed_figure(&stdout, "main_cpu_ns");
+        let (delays, delayed_ns, methods) = delays_reported(&run.stderr());
+        assert_eq!(methods, 1, "{}", run.stderr());
+        // At entry: one delay a call. At its blocks: one for each block run, two a call and
+        // one more for each even argument.
+        let expected = if blocks.is_empty() {
+            calls
+        } else {
+            2 * calls + evens
+        };
+        assert!(evens > 0 && evens < calls, "{stdout}");
+        assert_eq!(delays, expected, "{options}: {stdout}");
+        assert!(
+            delayed_ns >= delays * 20_000,
+            "{options}: {delays} delays of at least 20 us took {delayed_ns} ns"
+        );
+        let profile = run.profile(&file);
+        let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
+        let under = samples_under(&profile, "Delayed.target");
+        assert!(total >= 1000, "{options}: {total} samples");
+        // Nearly all of target()'s time is the delay; the profile covers the main thread and
+        // the JVM's few other Java threads.
+        let truth = delayed_ns as f64 / main_cpu_ns;
+        let share = under as f64 / total as f64;
+        eprintln!("{options}: share {share:.3}, truth {truth:.3}");
+        assert!(
+            (0.2..0.9).contains(&truth),
+            "{options}: the delays took {truth:.3} of the CPU"
+        );
+        assert!(
+            (share - truth).abs() <= 0.05,
+            "{options}: target() has {share:.3} of the samples ({under} of {total}), its delays \
+             {truth:.3} of the main thread's CPU"
+        );
+    }
+}
+
+#[test]
+fn a_delay_of_a_class_without_the_method_changes_nothing_and_says_so() {
+    let run = run_java(
+        Some("cpu=samples,delay=Delayed.absent:1us,file=absent.txt"),
+        "Delayed",
+        &["0.2"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("class Delayed has no method absent with code"),
+        "{stderr}"
+    );
+    assert_eq!(delays_reported(&stderr), (0, 0, 0));
+}
