@@ -2,8 +2,9 @@
 """The agent's memory over a long run with class churn, side by side with the same JVM without it.
 
 java/workloads/ClassChurn.java loads a new class every couple of milliseconds (each with new
-methods to sample) and lets the JVM unload them. Two JVMs run it at once for --minutes, with the
-same heap and metaspace limits: one without an agent, one with openprof sampling CPU every
+methods to sample) and lets the JVM unload them. Two JVMs run it at once for --minutes of their
+main thread's CPU time (on an idle machine, as long in wall time), with the same heap and
+metaspace limits: one without an agent, one with openprof sampling CPU every
 millisecond in continuous mode (a window every second, streamed to `openprof serve` on
 loopback). Every --every seconds the resident set of both is read from /proc; reported: both
 and their difference over time, and how much the difference grew after the first fifth of the

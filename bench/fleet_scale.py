@@ -79,7 +79,7 @@ def main():
     parser.add_argument("--jvms-per-service", type=int, default=5)
     parser.add_argument("--cpu-seconds", type=int, default=5,
                         help="CPU seconds of CpuSplit and ComponentSplit each")
-    parser.add_argument("--joined-seconds", type=int, default=60, help="how long MptJoined runs")
+    parser.add_argument("--joined-seconds", type=int, default=60, help="the CPU seconds MptJoined runs for")
     parser.add_argument("--window", default="10s", help="the agents' continuous= window")
     parser.add_argument("--interval", type=int, default=2, help="the agents' sampling interval, ms")
     parser.add_argument("--outage-at", type=float, default=20)

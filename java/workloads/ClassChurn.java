@@ -9,14 +9,18 @@ import java.net.URLClassLoader;
  * unloads the classes. Prints "iterations=N" at the end.
  *
  * Usage: java ClassChurn SECONDS
+ * Runs until the main thread has used SECONDS of CPU time, so that a busy machine changes how
+ * long it takes, not how much it samples.
  */
 public class ClassChurn {
     public static void main(String[] args) throws Exception {
-        long end = System.nanoTime() + Long.parseLong(args[0]) * 1_000_000_000L;
+        java.lang.management.ThreadMXBean cpu =
+            java.lang.management.ManagementFactory.getThreadMXBean();
+        long end = cpu.getCurrentThreadCpuTime() + Long.parseLong(args[0]) * 1_000_000_000L;
         URL classes = ClassChurn.class.getProtectionDomain().getCodeSource().getLocation();
         long iterations = 0;
         long sink = 0;
-        while (System.nanoTime() < end) {
+        while (cpu.getCurrentThreadCpuTime() < end) {
             try (URLClassLoader loader = new URLClassLoader(new URL[] {classes}, null)) {
                 Class<?> target = loader.loadClass("ChurnTarget");
                 Method work = target.getMethod("work", int.class);

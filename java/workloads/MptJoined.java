@@ -10,6 +10,8 @@ import dev.openprof.Context;
  * in slowBranch.
  *
  * Usage: java MptJoined SECONDS
+ * Runs until the main thread has used SECONDS of CPU time, so that a busy machine changes how
+ * long it takes, not how many samples it gets.
  */
 public class MptJoined {
     static volatile long sink;
@@ -37,9 +39,11 @@ public class MptJoined {
     }
 
     public static void main(String[] args) {
-        long end = System.nanoTime() + Long.parseLong(args[0]) * 1_000_000_000L;
+        java.lang.management.ThreadMXBean cpu =
+            java.lang.management.ManagementFactory.getThreadMXBean();
+        long end = cpu.getCurrentThreadCpuTime() + Long.parseLong(args[0]) * 1_000_000_000L;
         long request = 0;
-        while (System.nanoTime() < end) {
+        while (cpu.getCurrentThreadCpuTime() < end) {
             String user = request % 4 == 3 ? "bob" : "alice";
             // Both keys for each user: the key changes every four requests.
             String key = (request / 4) % 2 == 0 ? "slow" : "fast";

@@ -198,6 +198,12 @@ mod tests {
             vec![CpuSamples, WallSamples]
         );
         assert_eq!(plan("wall=5ms").engines, vec![WallSamples]);
+        // A delay alone profiles nothing: another profiler may measure the run.
+        assert_eq!(plan("delay=a.B.c:1us").engines, vec![Delay]);
+        assert_eq!(
+            plan("cpu=samples,delay=a.B.c:1us").engines,
+            vec![CpuSamples, Delay]
+        );
         assert_eq!(plan("cpu=times").engines, vec![CpuTimes]);
         assert_eq!(plan("heap=all").engines, vec![HeapSites, HeapDump]);
         assert_eq!(

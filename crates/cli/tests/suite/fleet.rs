@@ -482,7 +482,6 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         ),
     );
     let (mut command, _dir) = java_command(Some(&options), "MptJoined", &["6"]);
-    let started = std::time::Instant::now();
     let output = wait_with_limit(
         command.spawn().expect("start java"),
         Duration::from_secs(120),
@@ -606,13 +605,24 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         "{}",
         text(&top.stdout)
     );
-    // A differential view of the run's second half against its first, from two queries.
-    let half = started
-        .elapsed()
-        .as_secs()
-        .saturating_sub(4)
-        .max(4)
-        .to_string();
+    // A differential view of the run's second half against its first, from two queries: the
+    // last `half` seconds begin at the middle of the windows' times, and the `half` before
+    // them reach back past the first window, however long the JVM took to start, the run
+    // and the wait for ClickHouse.
+    let span = clickhouse_answer(
+        &url,
+        &format!("SELECT toUInt32(min(time)), toUInt32(max(time)) FROM {database}.samples"),
+    );
+    let (first, last) = span
+        .split_once('\t')
+        .and_then(|(first, last)| Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?)))
+        .unwrap_or_else(|| panic!("the windows' times: {span}"));
+    assert!(last >= first + 4, "the windows span {first} to {last}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let half = (now + 1 - (first + last) / 2).to_string();
     let diff = dir.path().join("halves.collapsed");
     let compared = openprof(&[
         "fleet",
@@ -629,7 +639,11 @@ fn samples_carry_parameter_values_and_the_applications_context_as_labels_queried
         "-o",
         diff.to_str().unwrap(),
     ]);
-    assert!(compared.status.success(), "{}", text(&compared.stderr));
+    assert!(
+        compared.status.success(),
+        "{}; windows from {first} to {last}, now {now}",
+        text(&compared.stderr)
+    );
     let both = std::fs::read_to_string(&diff).unwrap();
     assert!(
         both.lines().any(|line| {

@@ -404,10 +404,14 @@ impl Options {
     pub fn heap_profile(&self) -> Option<HeapMode> {
         match (self.heap, self.cpu, self.monitor, self.format) {
             (Some(mode), ..) => Some(mode),
-            // HPROF's default profile, unless parameter tracing or wall-clock samples were
-            // asked for (alone).
+            // HPROF's default profile, unless parameter tracing, wall-clock samples, a lock
+            // profile or a delay were asked for (alone: a delay alone leaves the profiling to
+            // another profiler).
             (None, None, false, OutputFormat::Ascii | OutputFormat::Binary)
-                if self.mpt.is_none() && self.wall_ms.is_none() && self.lock_ns.is_none() =>
+                if self.mpt.is_none()
+                    && self.wall_ms.is_none()
+                    && self.lock_ns.is_none()
+                    && self.delay.is_none() =>
             {
                 Some(HeapMode::All)
             }
