@@ -12,8 +12,8 @@ without the delay, diluted by the added time, plus the delay's own share:
 where `base` is the method's self share in the profiler's own run without the delay, and the
 run's sampled CPU is the profiler's sample count times its interval (each profiler against its
 own total, so samples it drops alike everywhere cancel out). A method's self share counts the
-samples whose leaf Java frame is the method, or the delay's `openprof.Delay.spin` called from it
-(inlined or not). The error is measured minus predicted, in points of the total; the table
+samples whose leaf Java frame is the method, or the delay's code (`openprof.Delay.spin`, inlined
+or not, and its natives) called from it. The error is measured minus predicted, in points of the total; the table
 gives it per target and the mean absolute error per profiler. This is the approach of Burchell,
 Humphrey and Marr ("Divining Profiler Accuracy", PACMPL 2025): slow a method down by a known
 amount and check that the profiler sees exactly that much more of it.
@@ -51,7 +51,7 @@ from real_apps import APPS, JETTY_JARS, SHARE, command_of
 from stack_walk import JAVA_SUFFIXES, async_profile, java_method, java_name, openprof_profile
 
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
-SPIN = "openprof.Delay.spin"
+DELAY_CLASS = "openprof.Delay."
 
 # (program, method as class.method): the H2 method the profilers disagree on (its inlined
 # scope), a method of each program's hot path, and some that run less often.
@@ -63,14 +63,23 @@ TARGETS = [
     ("h2", "org.h2.value.ValueBigint.get"),
     ("javac", "com.sun.tools.javac.parser.JavaTokenizer.readToken"),
     ("javac", "com.sun.tools.javac.comp.Attr.attribTree"),
-    ("javac", "com.sun.tools.javac.util.Name$Table.fromString"),
+    ("javac", "com.sun.tools.javac.comp.Attr.visitIdent"),
     ("javac", "com.sun.tools.javac.code.Types.isSubtype"),
     ("rhino", "org.mozilla.javascript.ScriptRuntime.add"),
-    ("rhino", "org.mozilla.javascript.ScriptRuntime.toNumber"),
-    ("rhino", "org.mozilla.javascript.optimizer.OptRuntime.wrapDouble"),
+    ("rhino", "org.mozilla.javascript.ScriptRuntime.setObjectElem"),
+    ("rhino", "org.mozilla.javascript.ScriptRuntime.getObjectElem"),
     ("clojure", "clojure.lang.Numbers.ops"),
     ("clojure", "clojure.lang.RT.first"),
+    ("clojure", "clojure.lang.PersistentHashMap.assoc"),
 ]
+class NothingDelayed(Exception):
+    """The target has no method with code by that name: the agent delayed nothing."""
+
+
+class RunFailed(Exception):
+    """A run did not end with the program's own correct output."""
+
+
 DELAY_LINE = re.compile(r"openprof: delay=\S+: (\d+) delays took (\d+) ns in all \((\d+) methods")
 
 
@@ -105,14 +114,17 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
                          text=True, cwd=work, timeout=1800)
     ended = os.times()
     cpu = (ended.children_user - started.children_user) + (ended.children_system - started.children_system)
-    problem = check(run.stdout, work) if run.returncode == 0 else f"exit {run.returncode}"
+    # async-profiler says "Profiling started" on the program's standard output.
+    stdout = "".join(line for line in run.stdout.splitlines(keepends=True)
+                     if line != "Profiling started\n")
+    problem = check(stdout, work) if run.returncode == 0 else f"exit {run.returncode}"
     if problem:
-        sys.exit(f"accuracy: {app.name} under {profiler} with delay={delay}: {problem}\n{run.stderr[-2000:]}")
+        raise RunFailed(f"{app.name} under {profiler} with delay={delay}: {problem}\n{run.stderr[-2000:]}")
     delays = None
     if delay:
         found = DELAY_LINE.search(run.stderr)
         if not found or found.group(3) == "0":
-            sys.exit(f"accuracy: delay={delay} delayed nothing in {app.name}: {run.stderr[-2000:]}")
+            raise NothingDelayed(run.stderr[-500:])
         delays = (int(found.group(1)), int(found.group(2)))
     if profiler is None:
         return collections.Counter(), 0, delays, cpu
@@ -121,13 +133,12 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
 
 
 def charge(java_frames_leaf_first):
-    """The method a sample counts to: its leaf Java frame, or the delayed method for a sample
-    in the delay."""
-    if not java_frames_leaf_first:
-        return None
-    if java_frames_leaf_first[0] == SPIN:
-        return java_frames_leaf_first[1] if len(java_frames_leaf_first) > 1 else SPIN
-    return java_frames_leaf_first[0]
+    """The method a sample counts to: its leaf Java frame, or for a sample in the delay (the
+    spin or its natives, which read the thread's CPU clock), the delayed method that called it."""
+    for frame in java_frames_leaf_first:
+        if not frame.startswith(DELAY_CLASS):
+            return frame
+    return java_frames_leaf_first[0] if java_frames_leaf_first else None
 
 
 def leaf_samples(profiler, output, java):
@@ -194,26 +205,38 @@ def main():
                                                          args.async_profiler, None)
                     base[(program, profiler)] = (by_leaf, total, cpu)
             # The calls, counted by a run with the shortest delay and no profiler.
-            calls, _ = run_program(app, java, drivers, work, None, args.async_profiler,
-                                   f"{method}:1ns")[2]
+            try:
+                calls, _ = run_program(app, java, drivers, work, None, args.async_profiler,
+                                       f"{method}:1ns")[2]
+            except NothingDelayed as said:
+                print(f"{program} {method}: nothing delayed: {said}", flush=True)
+                continue
             base_cpu = base[(program, "openprof")][2]
-            per_call = max(args.min_delay, int(args.share * base_cpu * 1e9 / max(calls, 1)))
+            # At most the longest delay= takes (10 ms): a method called rarely gets less.
+            per_call = min(10_000_000, max(args.min_delay, int(args.share * base_cpu * 1e9 / max(calls, 1))))
             if calls * per_call > (args.max_slowdown - 1) * base_cpu * 1e9:
                 print(f"{program} {method}: {calls} calls; a delay of {per_call} ns each would make "
                       f"the run more than {args.max_slowdown}x as long: skipped", flush=True)
                 continue
             row = [program, method, calls, per_call]
             for profiler in profilers:
-                by_leaf, total, delays, _ = run_program(app, java, drivers, work, profiler,
-                                                        args.async_profiler, f"{method}:{per_call}ns")
+                try:
+                    by_leaf, total, delays, _ = run_program(app, java, drivers, work, profiler,
+                                                            args.async_profiler, f"{method}:{per_call}ns")
+                except RunFailed as failed:
+                    print(f"{program} {method}: FAILED: {failed}", flush=True)
+                    break
                 base_leaf, base_total, _ = base[(program, profiler)]
                 base_share = base_leaf[method] / max(base_total, 1)
                 s = delays[1] / 1e6 / max(total, 1)  # delay CPU (ms) over sampled CPU (1 ms a sample)
                 predicted = base_share * (1 - s) + s
                 measured = by_leaf[method] / max(total, 1)
                 error = 100 * (measured - predicted)
-                errors[profiler].append(error)
                 row.append((100 * base_share, 100 * s, 100 * predicted, 100 * measured, error))
+            if len(row) < 4 + len(profilers):
+                continue
+            for profiler, cells in zip(profilers, row[4:]):
+                errors[profiler].append(cells[4])
             rows.append(row)
             print(f"{program} {method}: {calls} calls, {per_call} ns each; " + "; ".join(
                 f"{profiler} base {cells[0]:.1f} %, delay {cells[1]:.1f} %, predicted {cells[2]:.1f} %, "

@@ -510,13 +510,8 @@ impl CallHooks {
         // hook's (the bootstrap loader's unnamed module). Modules defined later are made to
         // read it when a class of theirs is prepared.
         // (No lock is held meanwhile: adding a read runs Java code.)
-        for named in self.jvmti.all_modules().unwrap_or_default() {
-            if self.jvmti.add_module_reads(named, module).is_ok() {
-                let global = jni.new_global_ref(named) as usize;
-                lock(&self.read_modules).push(global);
-            }
-            jni.delete_local_ref(named);
-        }
+        let reading = self.jvmti.make_modules_read(jni, module);
+        lock(&self.read_modules).extend(reading);
         if let Ok(module_class) = jni.find_class("java/lang/Module") {
             if let Ok(field) = jni.field_id(module_class, "name", "Ljava/lang/String;") {
                 let _ = self.module_name.set(field as usize);
@@ -1094,31 +1089,26 @@ unsafe extern "system" fn on_class_file_load_hook(
 ) {
     guarded("ClassFileLoadHook (call tracing)", || {
         let Some(hooks) = HOOKS.get() else { return };
-        if !hooks.started.load(Ordering::Acquire) || name.is_null() || class_data.is_null() {
+        if !hooks.started.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        if in_agent_work() {
-            // Loaded by the agent's own work: part of what its hooks run on.
-            lock(&hooks.own_classes).insert(name.replace('/', "."));
-            return;
-        }
-        // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
-        let Some(rewritten) = hooks.transform(Jni(jni), &name, bytes) else {
-            return;
-        };
-        let Ok(memory) = hooks.jvmti.allocate(rewritten.len()) else {
-            return;
-        };
-        // SAFETY: `memory` holds `rewritten.len()` bytes from JVMTI's allocator; the JVM takes
-        // ownership of it through the out-parameters, which JVMTI guarantees are writable.
+        // SAFETY: these are the hook's own arguments, as JVMTI passed them.
         unsafe {
-            std::ptr::copy_nonoverlapping(rewritten.as_ptr(), memory, rewritten.len());
-            *new_class_data_len = rewritten.len() as jint;
-            *new_class_data = memory;
+            hooks.jvmti.replace_class_file(
+                name,
+                class_data_len,
+                class_data,
+                new_class_data_len,
+                new_class_data,
+                |name, bytes| {
+                    if in_agent_work() {
+                        // Loaded by the agent's own work: part of what its hooks run on.
+                        lock(&hooks.own_classes).insert(name.replace('/', "."));
+                        return None;
+                    }
+                    hooks.transform(Jni(jni), name, bytes)
+                },
+            );
         }
     });
 }

@@ -461,6 +461,58 @@ impl Jvmti {
         Ok(memory)
     }
 
+    /// The work of a ClassFileLoadHook of this environment: the class's name and bytes go to
+    /// `transform`, and the class file it returns, if any, goes back to the JVM in memory from
+    /// this environment's allocator (as JVMTI requires). Nothing is handed back when the JVM
+    /// passed no name or bytes, or the memory can't be had.
+    ///
+    /// # Safety
+    /// The pointers are the hook's arguments as JVMTI passed them, used during the hook only.
+    pub unsafe fn replace_class_file(
+        self,
+        name: *const c_char,
+        class_data_len: jint,
+        class_data: *const u8,
+        new_class_data_len: *mut jint,
+        new_class_data: *mut *mut u8,
+        transform: impl FnOnce(&str, &[u8]) -> Option<Vec<u8>>,
+    ) {
+        if name.is_null() || class_data.is_null() {
+            return;
+        }
+        // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
+        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+        // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
+        let Some(rewritten) = transform(&name, bytes) else {
+            return;
+        };
+        let Ok(memory) = self.allocate(rewritten.len()) else {
+            return;
+        };
+        // SAFETY: `memory` holds `rewritten.len()` bytes from JVMTI's allocator; the JVM takes
+        // ownership of it through the out-parameters, which JVMTI guarantees are writable.
+        unsafe {
+            ptr::copy_nonoverlapping(rewritten.as_ptr(), memory, rewritten.len());
+            *new_class_data_len = rewritten.len() as jint;
+            *new_class_data = memory;
+        }
+    }
+
+    /// Makes every module the VM has defined read `module` (which code in a named module needs
+    /// before it may call into `module`'s classes); returns global references to those it could.
+    pub fn make_modules_read(self, jni: crate::jni::Jni, module: jobject) -> Vec<usize> {
+        let mut reading = Vec::new();
+        for named in self.all_modules().unwrap_or_default() {
+            if self.add_module_reads(named, module).is_ok() {
+                reading.push(jni.new_global_ref(named) as usize);
+            }
+            jni.delete_local_ref(named);
+        }
+        reading
+    }
+
     /// Asks the JVM to pass the classes' bytes through the ClassFileLoadHook again.
     pub fn retransform_classes(self, classes: &[jclass]) -> JvmtiResult<()> {
         call!(

@@ -174,9 +174,8 @@ impl Delay {
         let _ = self.hook_module.set(jni.new_global_ref(module) as usize);
         // Code in named modules (javac's) may call the delay only if its module reads the
         // delay's; modules defined later are made to when the class is prepared.
-        for named in self.jvmti.all_modules().unwrap_or_default() {
-            let _ = self.jvmti.add_module_reads(named, module);
-            jni.delete_local_ref(named);
+        for reading in self.jvmti.make_modules_read(jni, module) {
+            jni.delete_global_ref(reading as jobject);
         }
         jni.delete_local_ref(module);
         self.jvmti
@@ -233,30 +232,20 @@ unsafe extern "system" fn on_class_file_load_hook(
     new_class_data_len: *mut jint,
     new_class_data: *mut *mut u8,
 ) {
-    guarded("ClassFileLoadHook", || {
-        if name.is_null() || class_data.is_null() {
-            return;
-        }
+    guarded("ClassFileLoadHook (delay)", || {
         let Some(delay) = crate::engine::running::<Delay>() else {
             return;
         };
-        // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
-        let Some(rewritten) = delay.transform(&name, bytes) else {
-            return;
-        };
-        let Ok(memory) = delay.jvmti.allocate(rewritten.len()) else {
-            return;
-        };
-        // SAFETY: `memory` holds `rewritten.len()` bytes from JVMTI's allocator; the JVM takes
-        // ownership of it through the out-parameters, which JVMTI guarantees are writable.
+        // SAFETY: these are the hook's own arguments, as JVMTI passed them.
         unsafe {
-            std::ptr::copy_nonoverlapping(rewritten.as_ptr(), memory, rewritten.len());
-            *new_class_data_len = rewritten.len() as jint;
-            *new_class_data = memory;
+            delay.jvmti.replace_class_file(
+                name,
+                class_data_len,
+                class_data,
+                new_class_data_len,
+                new_class_data,
+                |name, bytes| delay.transform(name, bytes),
+            );
         }
     });
 }

@@ -2,7 +2,7 @@
 //! RegisterNatives) and the ClassFileLoadHook that rewrites classes: the hot path of method
 //! parameter tracing, each entry behind the agent's callback guard.
 
-use std::ffi::{c_char, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CString};
 
 use jvmti_bindings::sys::jni::{jboolean, jbyte, jchar, jdouble, jfloat, jlong, jshort};
 
@@ -125,27 +125,20 @@ pub(super) unsafe extern "system" fn on_class_file_load_hook(
     new_class_data: *mut *mut u8,
 ) {
     crate::guard::guarded("ClassFileLoadHook", || {
-        if class_being_redefined.is_null() || name.is_null() || class_data.is_null() {
+        if class_being_redefined.is_null() {
             return;
         }
         let Some(mpt) = mpt() else { return };
-        // SAFETY: JVMTI passes the class's NUL-terminated JNI name, valid during the call.
-        let name = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-        // SAFETY: JVMTI passes `class_data_len` bytes at `class_data`, valid during the call.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(class_data, class_data_len.max(0) as usize) };
-        let Some(rewritten) = mpt.transform(&name, bytes) else {
-            return;
-        };
-        let Ok(memory) = mpt.jvmti.allocate(rewritten.len()) else {
-            return;
-        };
-        // SAFETY: `memory` holds `rewritten.len()` bytes from JVMTI's allocator; the JVM takes
-        // ownership of it through the out-parameters, which JVMTI guarantees are writable.
+        // SAFETY: these are the hook's own arguments, as JVMTI passed them.
         unsafe {
-            std::ptr::copy_nonoverlapping(rewritten.as_ptr(), memory, rewritten.len());
-            *new_class_data_len = rewritten.len() as jint;
-            *new_class_data = memory;
+            mpt.jvmti.replace_class_file(
+                name,
+                class_data_len,
+                class_data,
+                new_class_data_len,
+                new_class_data,
+                |name, bytes| mpt.transform(name, bytes),
+            );
         }
     });
 }

@@ -297,14 +297,9 @@ impl Mpt {
             let _ = self.hook_module.set(jni.new_global_ref(module) as usize);
             // Code in named modules (java.base's HashMap) may call the hook only if its module
             // reads the hook's. Done now, before any lock is held: it runs Java code.
-            let mut modules = Vec::new();
-            for named in self.jvmti.all_modules().unwrap_or_default() {
-                if self.jvmti.add_module_reads(named, module).is_ok() {
-                    modules.push(jni.new_global_ref(named) as usize);
-                }
-                jni.delete_local_ref(named);
-            }
-            let _ = self.read_modules.set(modules);
+            let _ = self
+                .read_modules
+                .set(self.jvmti.make_modules_read(jni, module));
             if let Ok(module_class) = jni.find_class("java/lang/Module") {
                 if let Ok(field) = jni.field_id(module_class, "name", "Ljava/lang/String;") {
                     let _ = self.module_name.set(field as usize);
