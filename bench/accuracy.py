@@ -100,6 +100,8 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
     (samples by leaf Java method with delays charged to their method, total samples, the
     delays' (count, CPU ns) or None, CPU seconds of the process)."""
     os.makedirs(work, exist_ok=True)
+    # A directory of its own: programs write files there (javac its sources and classes).
+    work = tempfile.mkdtemp(dir=work)
     output = os.path.join(work, {None: "none", "openprof": "profile.txt",
                                  "async-profiler": "profile.collapsed", "jfr": "profile.jfr"}[profiler])
     if os.path.exists(output):
@@ -174,8 +176,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--jfr", action="store_true", help="also the JDK's JFR sampler")
     parser.add_argument("--share", type=float, default=0.10, help="the delays' share of the run to aim at")
-    parser.add_argument("--min-delay", type=int, default=500, help="the shortest delay a call, in ns")
-    parser.add_argument("--max-slowdown", type=float, default=4.0)
+    parser.add_argument("--min-delay", type=int, default=20000,
+                        help="the shortest delay a call, in ns: the clock reads around each delay "
+                             "cost some 100 ns that the delay's own count leaves out")
+    parser.add_argument("--max-slowdown", type=float, default=3.0)
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
     args = parser.parse_args()
     if not os.path.isfile(AGENT):
@@ -260,6 +264,9 @@ def main():
                   f"largest {max(absolute):.2f}, over {len(absolute)} delayed runs")
     if not args.keep:
         shutil.rmtree(work_root, ignore_errors=True)
+    else:
+        for run_dir in glob.glob(os.path.join(work_root, "*", "tmp*")):
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

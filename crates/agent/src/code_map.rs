@@ -222,7 +222,77 @@ pub fn generated(name: &str, start: usize, length: usize) {
     if name == "Interpreter" {
         INTERPRETER[0].store(start, Ordering::Relaxed);
         INTERPRETER[1].store(start.saturating_add(length), Ordering::Release);
+        return;
     }
+    STUBS.add(name, start, length);
+}
+
+/// The most stubs remembered; HotSpot generates a few hundred, and dispatch stubs as calls
+/// need them. Past this, a sample in a new stub counts to its caller without a stub frame.
+const STUB_SLOTS: usize = 4096;
+
+/// The stubs the JVM generated (arraycopy, dispatch, adapters): their code ranges, read by
+/// the signal handler without a lock (a slot is published by the count after its range), and
+/// their names, read when samples are resolved.
+struct Stubs {
+    ranges: [[AtomicUsize; 2]; STUB_SLOTS],
+    count: AtomicUsize,
+    /// Where the lowest stub starts and the highest ends: HotSpot keeps stubs in a code heap
+    /// of their own, apart from compiled methods, so most pcs are answered without a search.
+    bounds: [AtomicUsize; 2],
+    names: Mutex<Vec<String>>,
+}
+
+static STUBS: Stubs = Stubs {
+    ranges: [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; STUB_SLOTS],
+    count: AtomicUsize::new(0),
+    bounds: [AtomicUsize::new(usize::MAX), AtomicUsize::new(0)],
+    names: Mutex::new(Vec::new()),
+};
+
+impl Stubs {
+    fn add(&self, name: &str, start: usize, length: usize) {
+        if length == 0 {
+            return;
+        }
+        let mut names = lock(&self.names);
+        let slot = self.count.load(Ordering::Relaxed);
+        if slot >= STUB_SLOTS {
+            return;
+        }
+        let end = start.saturating_add(length);
+        self.ranges[slot][0].store(start, Ordering::Relaxed);
+        self.ranges[slot][1].store(end, Ordering::Relaxed);
+        self.bounds[0].fetch_min(start, Ordering::Relaxed);
+        self.bounds[1].fetch_max(end, Ordering::Relaxed);
+        names.push(name.to_string());
+        self.count.store(slot + 1, Ordering::Release);
+    }
+
+    /// The slot of the stub holding `pc`, the latest generated first (code is reused).
+    fn slot_of(&self, pc: usize) -> Option<usize> {
+        let count = self.count.load(Ordering::Acquire).min(STUB_SLOTS);
+        if pc < self.bounds[0].load(Ordering::Relaxed)
+            || pc >= self.bounds[1].load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        (0..count).rev().find(|&slot| {
+            let [start, end] = &self.ranges[slot];
+            start.load(Ordering::Relaxed) <= pc && pc < end.load(Ordering::Relaxed)
+        })
+    }
+}
+
+/// Whether `pc` is in a stub the JVM generated (not the interpreter). Async-signal-safe.
+pub fn in_stub(pc: usize) -> bool {
+    STUBS.slot_of(pc).is_some()
+}
+
+/// The name of the stub holding `pc`, as the JVM reported it (`jlong_disjoint_arraycopy`).
+pub fn stub_name(pc: usize) -> Option<String> {
+    let slot = STUBS.slot_of(pc)?;
+    lock(&STUBS.names).get(slot).cloned()
 }
 
 /// Whether `pc` is in the interpreter's code. Async-signal-safe.

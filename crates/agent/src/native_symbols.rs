@@ -10,6 +10,8 @@ use openprof_format::hprof_text::Frame;
 
 /// What a pc outside every known library is called.
 pub const UNKNOWN_NATIVE: &str = "[unknown native]";
+/// What a stub the JVM generated is named by, before its own name (`[stub] jlong_disjoint_arraycopy`).
+pub const STUB_PREFIX: &str = "[stub] ";
 
 /// One line of /proc/self/maps.
 pub struct Mapping {
@@ -237,12 +239,16 @@ impl NativeSymbols {
                 self.mapping_index(pc)
             }
         };
-        let Some(mapping) = index.map(|index| &self.mappings[index]) else {
-            return Frame::native_code("", UNKNOWN_NATIVE);
+        let in_file = index
+            .map(|index| &self.mappings[index])
+            .filter(|mapping| !mapping.path.is_empty());
+        let Some(mapping) = in_file else {
+            // Anonymous memory: the JVM's code cache holds the stubs it generated.
+            return match crate::code_map::stub_name(pc) {
+                Some(name) => Frame::native_code("", &format!("{STUB_PREFIX}{name}")),
+                None => Frame::native_code("", UNKNOWN_NATIVE),
+            };
         };
-        if mapping.path.is_empty() {
-            return Frame::native_code("", UNKNOWN_NATIVE);
-        }
         let file_offset = (pc - mapping.start + mapping.offset) as u64;
         let path = mapping.path.clone();
         let library = self

@@ -586,6 +586,21 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
         let native = unsafe {
             crate::native_stack::walk(context, thread_id, known_stack, frames, depth - 1)
         };
+        // A thread in a stub the JVM generated (an arraycopy, a dispatch stub, an adapter) gets
+        // a frame for it on top of the Java frames, as a native one named at dump: its time is
+        // the stub's, not its caller's. Only where the slot has room beside `java_depth`.
+        let stub = (native == 0 && depth > sampler.java_depth)
+            .then(|| interrupted_pc(context))
+            .flatten()
+            .filter(|&pc| !crate::code_map::in_interpreter(pc) && crate::code_map::in_stub(pc));
+        let native = match stub {
+            Some(pc) => {
+                // SAFETY: 0 < `depth`, the frames the ring gave us.
+                unsafe { *frames = CallFrame::native_pc(pc) };
+                1
+            }
+            None => native,
+        };
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
         let depth = (depth - native).min(sampler.java_depth);

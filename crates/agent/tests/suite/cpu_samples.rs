@@ -453,3 +453,48 @@ fn javac_is_walked() {
         .sum();
     assert!(javac * 5 >= total, "{javac} of {total} in javac's code");
 }
+
+/// Samples in a stub the JVM generated are the stub's, in a frame named for it above its
+/// caller: StubCopies' copy() spends its time in the long[] arraycopy stub, and the profile
+/// gives copy() the share of the CPU the workload measured, nearly all of it in that frame.
+#[test]
+fn samples_in_a_stub_have_the_stubs_frame_over_its_caller() {
+    let run = run_java(
+        Some("cpu=samples,interval=1,depth=4,file=stubs.txt"),
+        "StubCopies",
+        &["3"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let measured = openprof_testkit::printed_figure(&run.stdout(), "copy_cpu_share");
+    let profile = run.profile("stubs.txt");
+    let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
+    let (mut in_stub, mut in_copy) = (0, 0);
+    for row in profile.cpu_tables.iter().flat_map(|table| &table.rows) {
+        let frames = &profile.traces[&row.trace].frames;
+        let Some(at) = frames
+            .iter()
+            .position(|frame| frame.qualified_method() == "StubCopies.copy")
+        else {
+            continue;
+        };
+        in_copy += row.count;
+        if at == 1
+            && frames[0]
+                .method_name
+                .starts_with("[stub] jlong_disjoint_arraycopy")
+        {
+            in_stub += row.count;
+        }
+    }
+    assert!(total >= 1000, "{total} samples");
+    let share = in_copy as f64 / total as f64;
+    assert!(
+        (share - measured).abs() <= 0.05,
+        "copy() has {share:.3} of the samples, the workload measured {measured:.3}"
+    );
+    assert!(
+        in_stub as f64 >= 0.8 * in_copy as f64,
+        "{in_stub} of copy()'s {in_copy} samples in the arraycopy stub's frame"
+    );
+}
