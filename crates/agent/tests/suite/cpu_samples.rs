@@ -498,3 +498,56 @@ fn samples_in_a_stub_have_the_stubs_frame_over_its_caller() {
         "{in_stub} of copy()'s {in_copy} samples in the arraycopy stub's frame"
     );
 }
+
+/// Virtual threads (JDK 21 and later): 10,000 of them, moving between carrier threads, do a
+/// known split of work; the samples walk the virtual thread's own frames through its
+/// continuation, and give heavy() its 75 % within 2 points. On a JDK without virtual threads
+/// (the suite's JDK 17) the workload says so and there is nothing to check; the JDK 25 run of
+/// the core tests checks it.
+#[test]
+fn virtual_threads_get_their_own_stacks_and_the_split_is_right() {
+    let run = run_java(
+        Some("cpu=samples,interval=1,depth=12,file=virtual.txt"),
+        "VirtualSplit",
+        &["10000", "4000"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let stdout = run.stdout();
+    if stdout.contains("virtual_threads=no") {
+        let feature = openprof_testkit::printed_figure(&stdout, "feature");
+        assert!(feature < 21.0, "{stdout}");
+        return;
+    }
+    let profile = run.profile("virtual.txt");
+    let by_method = samples_by_method(&profile);
+    let heavy = by_method.get("VirtualSplit.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
+    assert!(heavy + light >= 1000.0, "{by_method:?}");
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.02,
+        "heavy share {share:.3}, built in 0.75: {by_method:?}"
+    );
+    // The virtual threads' frames, up to the continuation they run in.
+    let through_continuation: u64 = profile
+        .cpu_tables
+        .iter()
+        .flat_map(|table| &table.rows)
+        .filter(|row| {
+            let frames = &profile.traces[&row.trace].frames;
+            frames
+                .first()
+                .is_some_and(|frame| frame.qualified_method().starts_with("VirtualSplit."))
+                && frames.iter().any(|frame| {
+                    frame.qualified_method() == "jdk.internal.vm.Continuation.enterSpecial"
+                })
+        })
+        .map(|row| row.count)
+        .sum();
+    assert!(
+        through_continuation as f64 >= 0.9 * (heavy + light),
+        "{through_continuation} of {} samples walked through the continuation",
+        heavy + light
+    );
+}
