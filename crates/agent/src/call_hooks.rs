@@ -510,7 +510,7 @@ impl CallHooks {
         // hook's (the bootstrap loader's unnamed module). Modules defined later are made to
         // read it when a class of theirs is prepared.
         // (No lock is held meanwhile: adding a read runs Java code.)
-        let reading = self.jvmti.make_modules_read(jni, module);
+        let reading = jni.make_modules_read(self.jvmti, module);
         lock(&self.read_modules).extend(reading);
         if let Ok(module_class) = jni.find_class("java/lang/Module") {
             if let Ok(field) = jni.field_id(module_class, "name", "Ljava/lang/String;") {

@@ -199,6 +199,20 @@ impl Jni {
         }
     }
 
+    /// Makes every module the VM has defined read `module` (which code in a named module needs
+    /// before it may call into `module`'s classes), through `jvmti`; returns global references
+    /// to those it could.
+    pub fn make_modules_read(self, jvmti: crate::jvmti::Jvmti, module: jobject) -> Vec<usize> {
+        let mut reading = Vec::new();
+        for named in jvmti.all_modules().unwrap_or_default() {
+            if jvmti.add_module_reads(named, module).is_ok() {
+                reading.push(self.new_global_ref(named) as usize);
+            }
+            self.delete_local_ref(named);
+        }
+        reading
+    }
+
     pub fn module_of(self, class: jclass) -> JniResult<jobject> {
         self.non_null(jni!(self, GetModule(class)))
     }

@@ -500,19 +500,6 @@ impl Jvmti {
         }
     }
 
-    /// Makes every module the VM has defined read `module` (which code in a named module needs
-    /// before it may call into `module`'s classes); returns global references to those it could.
-    pub fn make_modules_read(self, jni: crate::jni::Jni, module: jobject) -> Vec<usize> {
-        let mut reading = Vec::new();
-        for named in self.all_modules().unwrap_or_default() {
-            if self.add_module_reads(named, module).is_ok() {
-                reading.push(jni.new_global_ref(named) as usize);
-            }
-            jni.delete_local_ref(named);
-        }
-        reading
-    }
-
     /// Asks the JVM to pass the classes' bytes through the ClassFileLoadHook again.
     pub fn retransform_classes(self, classes: &[jclass]) -> JvmtiResult<()> {
         call!(

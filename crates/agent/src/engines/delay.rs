@@ -174,7 +174,7 @@ impl Delay {
         let _ = self.hook_module.set(jni.new_global_ref(module) as usize);
         // Code in named modules (javac's) may call the delay only if its module reads the
         // delay's; modules defined later are made to when the class is prepared.
-        for reading in self.jvmti.make_modules_read(jni, module) {
+        for reading in jni.make_modules_read(self.jvmti, module) {
             jni.delete_global_ref(reading as jobject);
         }
         jni.delete_local_ref(module);

@@ -299,7 +299,7 @@ impl Mpt {
             // reads the hook's. Done now, before any lock is held: it runs Java code.
             let _ = self
                 .read_modules
-                .set(self.jvmti.make_modules_read(jni, module));
+                .set(jni.make_modules_read(self.jvmti, module));
             if let Ok(module_class) = jni.find_class("java/lang/Module") {
                 if let Ok(field) = jni.field_id(module_class, "name", "Ljava/lang/String;") {
                     let _ = self.module_name.set(field as usize);
