@@ -264,6 +264,11 @@ impl Engine for WallSamples {
                         .push_back(intervals);
                 }
                 WallSignal::StillPending => {
+                    // A signal marked pending that this session never sent (sent before a
+                    // pause, its mark left when it was lost) is timed from now, so that it is
+                    // forgotten once stale like any other: without a time it never was, and
+                    // the thread got no wall sample for the whole session.
+                    turns.sent_at.entry(kernel_id).or_insert(tick);
                     // The sample still to come stands for these intervals too.
                     let weights = turns.weights.entry(kernel_id).or_default();
                     match weights.back_mut() {
