@@ -9,7 +9,7 @@
 //! code is, and which jmethodID each of the VM's Method structures is, so that a sample taken
 //! in the interpreter's entry of a method can name that method.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::jvmti::jmethodID;
@@ -28,7 +28,74 @@ struct Entry {
     end: AtomicUsize,
     method: AtomicUsize,
     live: AtomicBool,
+    /// The code's frames as the stack walker of our own reads them (null: not known).
+    frames: AtomicPtr<CompiledFrames>,
 }
+
+/// What the stack walker of our own (`vm_walker.rs`) knows of one compiled method's code:
+/// its frame's size and the inlined Java frames at each pc that has debug information, from
+/// JVMTI's CompiledMethodLoad record. Built outside the handler and never freed.
+#[derive(Debug)]
+pub struct CompiledFrames {
+    /// The method compiled (for a native method's wrapper, the native method).
+    pub method: jmethodID,
+    /// Whether that method is native (the code is its wrapper).
+    pub native: bool,
+    /// The size of the method's instructions; after them, up to `code_size`, are its stubs
+    /// (the deoptimisation handler, whose address replaces a return address into a method
+    /// being deoptimised, among them).
+    pub instructions_size: u32,
+    pub code_size: u32,
+    /// The frame's size in words, the return address included.
+    pub frame_words: usize,
+    /// From this offset on the frame is built; before it the return address is on top.
+    pub frame_complete: Option<u32>,
+    /// Offsets from the code's start of the pcs with debug information, ascending.
+    pub pc_offsets: Box<[u32]>,
+    /// Where each pc's frames start in `scopes` (one more entry than `pc_offsets`).
+    pub scope_starts: Box<[u32]>,
+    /// The inlined frames of each pc, innermost first: (method, bytecode index).
+    pub scopes: Box<[(jmethodID, i32)]>,
+}
+
+impl CompiledFrames {
+    /// The inlined frames (innermost first) at `offset` in the code, where the thread was
+    /// interrupted (`interrupted`) or where a call returns to. HotSpot records each pc's
+    /// debug information at the end of the code it describes, so an interrupted pc is
+    /// described by the first pc with debug information after it (the rule of HotSpot's own
+    /// AsyncGetCallTrace), a return address by its own. Empty when there is none.
+    pub fn scopes_at(&self, offset: u32, interrupted: bool) -> &[(jmethodID, i32)] {
+        let index = if interrupted {
+            self.pc_offsets.partition_point(|&pc| pc <= offset)
+        } else {
+            self.pc_offsets.partition_point(|&pc| pc < offset)
+        };
+        self.scopes_of(index)
+    }
+
+    fn scopes_of(&self, index: usize) -> &[(jmethodID, i32)] {
+        let (Some(&start), Some(&end)) = (
+            self.scope_starts.get(index),
+            self.scope_starts.get(index + 1),
+        ) else {
+            return &[];
+        };
+        self.scopes.get(start as usize..end as usize).unwrap_or(&[])
+    }
+
+    /// The memory this holds, counted against [`MAX_FRAMES_BYTES`].
+    fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.pc_offsets.len() * 4
+            + self.scope_starts.len() * 4
+            + self.scopes.len() * std::mem::size_of::<(jmethodID, i32)>()
+    }
+}
+
+/// The most memory kept for compiled methods' frames (never freed, since a handler may still
+/// read them); past it new code is walked by AsyncGetCallTrace alone.
+const MAX_FRAMES_BYTES: usize = 256 << 20;
+static FRAMES_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 struct CodeMap {
     entries: Box<[Entry]>,
@@ -109,12 +176,12 @@ impl SortedIndex {
 }
 
 impl Entry {
-    /// The entry's method, if it is live and its code holds `pc`.
-    fn method_holding(&self, pc: usize) -> Option<jmethodID> {
+    /// Whether the entry is live and its code holds `pc`.
+    fn holds(&self, pc: usize) -> bool {
         let live = self.live.load(Ordering::Acquire);
         let start = self.start.load(Ordering::Relaxed);
         let end = self.end.load(Ordering::Relaxed);
-        (live && start <= pc && pc < end).then(|| self.method.load(Ordering::Relaxed) as jmethodID)
+        live && start <= pc && pc < end
     }
 }
 
@@ -133,6 +200,7 @@ pub fn init() {
                 end: AtomicUsize::new(0),
                 method: AtomicUsize::new(0),
                 live: AtomicBool::new(false),
+                frames: AtomicPtr::new(std::ptr::null_mut()),
             })
             .collect(),
         count: AtomicUsize::new(0),
@@ -143,9 +211,17 @@ pub fn init() {
     });
 }
 
-/// A method was compiled to `size` bytes at `start`.
-pub fn loaded(method: jmethodID, start: usize, size: usize) {
+/// A method was compiled to `size` bytes at `start`; `frames`, when known, describe its frames.
+pub fn loaded(method: jmethodID, start: usize, size: usize, frames: Option<CompiledFrames>) {
     let Some(map) = MAP.get() else { return };
+    let frames = frames
+        .filter(|frames| {
+            let bytes = frames.bytes();
+            FRAMES_BYTES.fetch_add(bytes, Ordering::Relaxed) + bytes <= MAX_FRAMES_BYTES
+        })
+        .map_or(std::ptr::null_mut(), |frames| {
+            Box::into_raw(Box::new(frames))
+        });
     let _append = lock(&map.append);
     let index = map.count.load(Ordering::Relaxed);
     let Some(entry) = map.entries.get(index) else {
@@ -157,6 +233,8 @@ pub fn loaded(method: jmethodID, start: usize, size: usize) {
         .store(start.saturating_add(size), Ordering::Relaxed);
     entry.method.store(method as usize, Ordering::Relaxed);
     entry.live.store(true, Ordering::Relaxed);
+    // Never freed: an entry is written once, and readers may hold what it points to.
+    entry.frames.store(frames, Ordering::Relaxed);
     map.lowest.fetch_min(start, Ordering::Relaxed);
     map.highest
         .fetch_max(start.saturating_add(size), Ordering::Relaxed);
@@ -186,6 +264,19 @@ pub fn unloaded(method: jmethodID, start: usize) {
 /// The compiled method whose code holds `pc`, newest first. Async-signal-safe: atomic loads
 /// only, a binary search and a bounded scan.
 pub fn method_at(pc: usize) -> Option<jmethodID> {
+    entry_at(pc).map(|entry| entry.method.load(Ordering::Relaxed) as jmethodID)
+}
+
+/// The frames of the compiled method whose code holds `pc`, with where its code starts, if
+/// they are known. Async-signal-safe, as [`method_at`].
+pub fn frames_at(pc: usize) -> Option<(usize, &'static CompiledFrames)> {
+    let entry = entry_at(pc)?;
+    let frames = entry.frames.load(Ordering::Acquire);
+    // SAFETY: a non-null pointer here came from Box::into_raw and is never freed.
+    (!frames.is_null()).then(|| (entry.start.load(Ordering::Relaxed), unsafe { &*frames }))
+}
+
+fn entry_at(pc: usize) -> Option<&'static Entry> {
     let map = MAP.get()?;
     let count = map.count.load(Ordering::Acquire);
     if pc < map.lowest.load(Ordering::Relaxed) || pc >= map.highest.load(Ordering::Relaxed) {
@@ -196,35 +287,33 @@ pub fn method_at(pc: usize) -> Option<jmethodID> {
         // code at the same address is newer.
         let newest = covers.max(count.saturating_sub(SCAN_LIMIT));
         let appended = map.entries.get(newest..count).unwrap_or(&[]);
-        if let Some(method) = appended
-            .iter()
-            .rev()
-            .find_map(|entry| entry.method_holding(pc))
-        {
-            return Some(method);
+        if let Some(entry) = appended.iter().rev().find(|entry| entry.holds(pc)) {
+            return Some(entry);
         }
         // The indexed entry starting last at or before `pc`: live code does not overlap, so
         // only it can hold `pc`.
-        let entry_at = |slot: &AtomicU32| map.entries.get(slot.load(Ordering::Relaxed) as usize);
+        let entry_of_slot =
+            |slot: &AtomicU32| map.entries.get(slot.load(Ordering::Relaxed) as usize);
         let after = sorted.partition_point(|slot| {
-            entry_at(slot).is_some_and(|entry| entry.start.load(Ordering::Relaxed) <= pc)
+            entry_of_slot(slot).is_some_and(|entry| entry.start.load(Ordering::Relaxed) <= pc)
         });
         let candidate = sorted.get(after.checked_sub(1)?)?;
-        entry_at(candidate)?.method_holding(pc)
+        entry_of_slot(candidate).filter(|entry| entry.holds(pc))
     })
 }
 
 /// The interpreter's code, as DynamicCodeGenerated reports it (`Interpreter`).
 static INTERPRETER: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
 
-/// The JVM generated `length` bytes of code named `name` at `start` (a stub, the interpreter).
-pub fn generated(name: &str, start: usize, length: usize) {
+/// The JVM generated `length` bytes of code named `name` at `start` (a stub, the interpreter);
+/// `frame_words`, when known, is the size of the stub's frame.
+pub fn generated(name: &str, start: usize, length: usize, frame_words: Option<usize>) {
     if name == "Interpreter" {
         INTERPRETER[0].store(start, Ordering::Relaxed);
         INTERPRETER[1].store(start.saturating_add(length), Ordering::Release);
         return;
     }
-    STUBS.add(name, start, length);
+    STUBS.add(name, start, length, frame_words);
 }
 
 /// The most stubs remembered; HotSpot generates a few hundred, and dispatch stubs as calls
@@ -236,6 +325,8 @@ const STUB_SLOTS: usize = 4096;
 /// their names, read when samples are resolved.
 struct Stubs {
     ranges: [[AtomicUsize; 2]; STUB_SLOTS],
+    /// Each stub's frame size in words, plus one (0: not known).
+    frame_words: [AtomicUsize; STUB_SLOTS],
     count: AtomicUsize,
     /// Where the lowest stub starts and the highest ends: HotSpot keeps stubs in a code heap
     /// of their own, apart from compiled methods, so most pcs are answered without a search.
@@ -245,13 +336,14 @@ struct Stubs {
 
 static STUBS: Stubs = Stubs {
     ranges: [const { [AtomicUsize::new(0), AtomicUsize::new(0)] }; STUB_SLOTS],
+    frame_words: [const { AtomicUsize::new(0) }; STUB_SLOTS],
     count: AtomicUsize::new(0),
     bounds: [AtomicUsize::new(usize::MAX), AtomicUsize::new(0)],
     names: Mutex::new(Vec::new()),
 };
 
 impl Stubs {
-    fn add(&self, name: &str, start: usize, length: usize) {
+    fn add(&self, name: &str, start: usize, length: usize, frame_words: Option<usize>) {
         if length == 0 {
             return;
         }
@@ -263,6 +355,7 @@ impl Stubs {
         let end = start.saturating_add(length);
         self.ranges[slot][0].store(start, Ordering::Relaxed);
         self.ranges[slot][1].store(end, Ordering::Relaxed);
+        self.frame_words[slot].store(frame_words.map_or(0, |words| words + 1), Ordering::Relaxed);
         self.bounds[0].fetch_min(start, Ordering::Relaxed);
         self.bounds[1].fetch_max(end, Ordering::Relaxed);
         names.push(name.to_string());
@@ -287,6 +380,15 @@ impl Stubs {
 /// Whether `pc` is in a stub the JVM generated (not the interpreter). Async-signal-safe.
 pub fn in_stub(pc: usize) -> bool {
     STUBS.slot_of(pc).is_some()
+}
+
+/// The frame size in words of the stub holding `pc`, when its code blob said.
+/// Async-signal-safe.
+pub fn stub_frame_words(pc: usize) -> Option<usize> {
+    let slot = STUBS.slot_of(pc)?;
+    STUBS.frame_words[slot]
+        .load(Ordering::Relaxed)
+        .checked_sub(1)
 }
 
 /// The name of the stub holding `pc`, as the JVM reported it (`jlong_disjoint_arraycopy`).
@@ -380,13 +482,13 @@ mod tests {
         init();
         let first = 0x1000 as jmethodID;
         let second = 0x2000 as jmethodID;
-        loaded(first, 0x7000_0000, 0x100);
+        loaded(first, 0x7000_0000, 0x100, None);
         assert_eq!(method_at(0x7000_0080), Some(first));
         assert_eq!(method_at(0x7000_0100), None);
         // The code is freed and its memory reused by another method.
         unloaded(first, 0x7000_0000);
         assert_eq!(method_at(0x7000_0080), None);
-        loaded(second, 0x7000_0000, 0x80);
+        loaded(second, 0x7000_0000, 0x80, None);
         assert_eq!(method_at(0x7000_0010), Some(second));
     }
 
@@ -399,7 +501,7 @@ mod tests {
         let slot = |n: usize| base + ((n * 7919) % 5000) * 0x100;
         let mut expected = std::collections::HashMap::new();
         for n in 0..5000 {
-            loaded((n + 1) as jmethodID, slot(n), 0x80);
+            loaded((n + 1) as jmethodID, slot(n), 0x80, None);
             expected.insert(slot(n), n + 1);
             if n % 10 == 3 {
                 unloaded((n + 1) as jmethodID, slot(n));
@@ -408,7 +510,7 @@ mod tests {
         }
         for n in (0..5000).step_by(20) {
             unloaded((n + 1) as jmethodID, slot(n));
-            loaded((n + 100_000) as jmethodID, slot(n), 0x40);
+            loaded((n + 100_000) as jmethodID, slot(n), 0x40, None);
             expected.insert(slot(n), n + 100_000);
         }
         for n in 0..5000 {
@@ -437,9 +539,9 @@ mod tests {
         assert_eq!(method_of_structure(0x5000_0000 + 0x58 * 1000), None);
         assert_eq!(method_of_structure(0), None);
         assert_eq!(method_of_structure(0x5000_0001), None);
-        generated("StubRoutines (1)", 0x6000_0000, 0x100);
+        generated("StubRoutines (1)", 0x6000_0000, 0x100, None);
         assert!(!in_interpreter(0x6000_0010));
-        generated("Interpreter", 0x6100_0000, 0x1000);
+        generated("Interpreter", 0x6100_0000, 0x1000, None);
         assert!(in_interpreter(0x6100_0000) && in_interpreter(0x6100_0fff));
         assert!(!in_interpreter(0x6100_1000) && !in_interpreter(0x60ff_ffff));
     }

@@ -84,6 +84,11 @@ fn check(function: &'static str, error: jvmtiError) -> JvmtiResult<()> {
 }
 
 impl Jvmti {
+    /// The environment a JVMTI event callback was called with.
+    pub fn of_callback(env: *mut jvmtiEnv) -> Jvmti {
+        Jvmti(env)
+    }
+
     /// The JVMTI environment of a VM, asking for JVMTI 1.2 (every JDK 8 and later has it).
     pub fn from_vm(vm: *mut JavaVM) -> Option<Jvmti> {
         let mut env: *mut c_void = ptr::null_mut();

@@ -45,6 +45,7 @@ mod sync;
 mod threads;
 mod traced_calls;
 mod vm_structs;
+mod vm_walker;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;

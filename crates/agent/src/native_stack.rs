@@ -242,7 +242,8 @@ fn current_thread_stack() -> Option<(usize, usize)> {
 
 /// Writes the native frames of the interrupted code, innermost first, into `out` (room for
 /// `room` frames) and returns how many. `known_stack` is the thread's stack as the JVM knows it,
-/// for a thread that did not record its own.
+/// for a thread that did not record its own. Where the walk stepped from native code into code
+/// that no ELF object holds (Java code), `entered` gets that frame's (pc, sp, fp).
 ///
 /// # Safety
 /// Called from the SIGPROF handler only, on the thread `thread_id` the signal interrupted, with
@@ -255,6 +256,7 @@ pub unsafe fn walk(
     known_stack: Option<(usize, usize)>,
     out: *mut CallFrame,
     room: usize,
+    entered: &mut Option<(usize, usize, usize)>,
 ) -> usize {
     if !ENABLED.load(Ordering::Acquire) || context.is_null() {
         return 0;
@@ -368,6 +370,11 @@ pub unsafe fn walk(
         fp = caller_fp;
         pc = return_address;
     }
+    // A walk that broke off stopped on a pc inside an object; one that left the objects' code
+    // stands on the first frame outside it.
+    if count > 0 && !ranges.contains(pc) {
+        *entered = Some((pc, sp, fp));
+    }
     count
 }
 
@@ -378,8 +385,8 @@ const UNKNOWN_STACK_REACH: usize = 16 << 20;
 /// Words at `address`, read through the kernel: an address that is not mapped gives false
 /// rather than a fault. Async-signal-safe (two raw system calls); a process may always read its
 /// own memory this way.
-#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-fn read_through_kernel(address: usize, words: &mut [usize]) -> bool {
+#[cfg(target_os = "linux")]
+pub(crate) fn read_through_kernel(address: usize, words: &mut [usize]) -> bool {
     let len = std::mem::size_of_val(words);
     let local = libc::iovec {
         iov_base: words.as_mut_ptr().cast(),
@@ -404,6 +411,7 @@ pub unsafe fn walk(
     _known_stack: Option<(usize, usize)>,
     _out: *mut CallFrame,
     _room: usize,
+    _entered: &mut Option<(usize, usize, usize)>,
 ) -> usize {
     0
 }

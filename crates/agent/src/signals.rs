@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize
 
 use crate::jvmti::{jint, JNIEnv, JavaVM};
 use crate::ring::{CallFrame, SampleRing};
+use crate::vm_walker::WalkerMode;
 
 /// HotSpot's `ASGCT_CallTrace`.
 #[repr(C)]
@@ -208,6 +209,55 @@ fn interrupted_pc(context: *mut c_void) -> Option<usize> {
     return Some(context.uc_mcontext.pc as usize);
     #[allow(unreachable_code)]
     None
+}
+
+/// Where the interrupted code was, for the walker of our own: (pc, sp, fp, r13), r13 being
+/// where HotSpot's interpreter keeps its bytecode pointer.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn interrupted_frame(context: *mut c_void) -> Option<crate::vm_walker::StartFrame> {
+    if context.is_null() {
+        return None;
+    }
+    // SAFETY: the kernel passes the interrupted thread's ucontext to an SA_SIGINFO handler.
+    let registers = unsafe { &(*context.cast::<libc::ucontext_t>()).uc_mcontext.gregs };
+    Some(crate::vm_walker::StartFrame {
+        pc: registers[libc::REG_RIP as usize] as usize,
+        sp: registers[libc::REG_RSP as usize] as usize,
+        fp: registers[libc::REG_RBP as usize] as usize,
+        bcp: registers[libc::REG_R13 as usize] as usize,
+        method_register: registers[libc::REG_RBX as usize] as usize,
+        interrupted: true,
+    })
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn interrupted_frame(_context: *mut c_void) -> Option<crate::vm_walker::StartFrame> {
+    None
+}
+
+/// Our walk of the interrupted thread, from where the native frames entered Java code (or
+/// from the signal's registers).
+fn walk_ours(
+    env: *mut c_void,
+    context: *mut c_void,
+    entered: Option<(usize, usize, usize)>,
+    out: *mut CallFrame,
+    room: usize,
+) -> Result<crate::vm_walker::Walk, crate::vm_walker::WalkFailure> {
+    use crate::vm_walker::{StartFrame, WalkFailure};
+    let layout = crate::vm_structs::thread_layout().ok_or(WalkFailure::UnknownCode)?;
+    let thread = layout
+        .thread_of(env.cast())
+        .ok_or(WalkFailure::UnknownCode)?;
+    // SAFETY: the JavaThread of this thread's own JNIEnv is live.
+    let stack = unsafe { layout.stack_of(thread) }.ok_or(WalkFailure::BadFrame)?;
+    let start = match entered {
+        Some((pc, sp, fp)) => StartFrame::returned_to(pc, sp, fp),
+        None => interrupted_frame(context).ok_or(WalkFailure::UnknownCode)?,
+    };
+    // SAFETY: this is the handler on the interrupted thread; `thread` is its JavaThread and
+    // `stack` its stack as the JavaThread has it; `out` has room for `room` frames.
+    unsafe { crate::vm_walker::walk(thread, layout, stack, start, out, room) }
 }
 
 /// CPU samples that caught a thread in the wall-clock handler, since the last call of
@@ -565,8 +615,9 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             // A thread of the JVM's own that has no Java stack at all: its native frames, then
             // the mark saying so.
             // SAFETY: as below.
-            let native =
-                unsafe { crate::native_stack::walk(context, thread_id, None, frames, depth - 1) };
+            let native = unsafe {
+                crate::native_stack::walk(context, thread_id, None, frames, depth - 1, &mut None)
+            };
             // SAFETY: `native` < `depth`, the frames the ring gave us.
             unsafe { *frames.add(native) = CallFrame::failed_walk(NOT_A_VM_THREAD) };
             return (thread_id, native as i32 + 1);
@@ -582,9 +633,17 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             // SAFETY: the JavaThread of this thread's own JNIEnv is live.
             unsafe { layout.stack_of(thread) }
         });
+        let mut entered = None;
         // SAFETY: as above; `known_stack` is this thread's stack as its JavaThread has it.
         let native = unsafe {
-            crate::native_stack::walk(context, thread_id, known_stack, frames, depth - 1)
+            crate::native_stack::walk(
+                context,
+                thread_id,
+                known_stack,
+                frames,
+                depth - 1,
+                &mut entered,
+            )
         };
         // A thread in a stub the JVM generated (an arraycopy, a dispatch stub, an adapter) gets
         // a frame for it on top of the Java frames, as a native one named at dump: its time is
@@ -604,6 +663,14 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
         let depth = (depth - native).min(sampler.java_depth);
+        let walker = crate::vm_walker::mode();
+        if walker == WalkerMode::Vm {
+            let ours = walk_ours(env, context, entered, java_frames, depth);
+            crate::vm_walker::count_walk(ours);
+            if let Ok(walk) = ours {
+                return (thread_id, (native + walk.frames) as i32);
+            }
+        }
         let mut trace = CallTrace {
             env: env.cast(),
             num_frames: 0,
@@ -612,6 +679,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
         // SAFETY: `java_frames` has room for `depth` frames; `context` is the ucontext the kernel
         // gave this handler; AsyncGetCallTrace is designed to run in a signal handler.
         unsafe { (sampler.walk)(&mut trace, depth as jint, context) };
+        let mut asgct_recovered = false;
         if trace.num_frames == TICKS_UNKNOWN_JAVA || trace.num_frames == TICKS_NOT_WALKABLE_JAVA {
             let failure = trace.num_frames;
             let recovered = walk_from_return_address(sampler, &mut trace, depth, context)
@@ -619,6 +687,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             match recovered {
                 Some(how) => {
                     RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+                    asgct_recovered = true;
                 }
                 None => trace.num_frames = failure,
             }
@@ -628,9 +697,37 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             let failure = trace.num_frames;
             if let Some(how) = walk_from_frame_anchor(sampler, &mut trace, depth, context) {
                 RECOVERED[how as usize].fetch_add(1, Ordering::Relaxed);
+                asgct_recovered = true;
             } else {
                 trace.num_frames = failure;
             }
+        }
+        if walker == WalkerMode::Check {
+            let mut checked = [CallFrame::failed_walk(0); crate::vm_walker::COMPARED_FRAMES];
+            let ours = walk_ours(
+                env,
+                context,
+                entered,
+                checked.as_mut_ptr(),
+                depth.min(crate::vm_walker::COMPARED_FRAMES),
+            );
+            let theirs = if trace.num_frames > 0 {
+                let compared = (trace.num_frames as usize).min(crate::vm_walker::COMPARED_FRAMES);
+                // SAFETY: AsyncGetCallTrace wrote `num_frames` frames at `java_frames`.
+                Ok(unsafe { std::slice::from_raw_parts(java_frames, compared) })
+            } else {
+                Err(trace.num_frames)
+            };
+            crate::vm_walker::count_walk(ours);
+            let leaf_frames = ours.map_or(0, |walk| walk.leaf_frames);
+            crate::vm_walker::compare(
+                theirs,
+                asgct_recovered,
+                ours.map(|walk| &checked[..walk.frames]),
+                leaf_frames,
+                ours.is_ok_and(|walk| walk.top_interpreted),
+                ours.is_ok_and(|walk| walk.unreported),
+            );
         }
         if trace.num_frames <= 0 {
             // The sample is kept, marked with why its Java stack is missing.

@@ -184,13 +184,19 @@ fn current_java_thread(jvmti: Jvmti, jni: *mut JNIEnv) -> Result<usize, String> 
 
 /// HotSpot's exported VMStructs tables: arrays of entries whose field positions the JVM exports
 /// too, each ending with an entry whose name is null.
-struct Tables {
+pub(crate) struct Tables {
     structs: *const u8,
     struct_type_name: usize,
     struct_field_name: usize,
+    struct_type_string: usize,
     struct_is_static: usize,
     struct_offset: usize,
+    struct_address: usize,
     struct_stride: usize,
+    types: *const u8,
+    type_name: usize,
+    type_size: usize,
+    type_stride: usize,
     constants: *const u8,
     constant_name: usize,
     constant_value: usize,
@@ -225,14 +231,20 @@ fn exported_pointer(name: &CStr) -> Option<*const u8> {
 const MAX_ENTRIES: usize = 1 << 15;
 
 impl Tables {
-    fn find() -> Option<Tables> {
+    pub(crate) fn find() -> Option<Tables> {
         Some(Tables {
             structs: exported_pointer(c"gHotSpotVMStructs")?,
             struct_type_name: exported_u64(c"gHotSpotVMStructEntryTypeNameOffset")?,
             struct_field_name: exported_u64(c"gHotSpotVMStructEntryFieldNameOffset")?,
+            struct_type_string: exported_u64(c"gHotSpotVMStructEntryTypeStringOffset")?,
             struct_is_static: exported_u64(c"gHotSpotVMStructEntryIsStaticOffset")?,
             struct_offset: exported_u64(c"gHotSpotVMStructEntryOffsetOffset")?,
+            struct_address: exported_u64(c"gHotSpotVMStructEntryAddressOffset")?,
             struct_stride: exported_u64(c"gHotSpotVMStructEntryArrayStride")?,
+            types: exported_pointer(c"gHotSpotVMTypes")?,
+            type_name: exported_u64(c"gHotSpotVMTypeEntryTypeNameOffset")?,
+            type_size: exported_u64(c"gHotSpotVMTypeEntrySizeOffset")?,
+            type_stride: exported_u64(c"gHotSpotVMTypeEntryArrayStride")?,
             constants: exported_pointer(c"gHotSpotVMIntConstants")?,
             constant_name: exported_u64(c"gHotSpotVMIntConstantEntryNameOffset")?,
             constant_value: exported_u64(c"gHotSpotVMIntConstantEntryValueOffset")?,
@@ -250,7 +262,8 @@ impl Tables {
         }
     }
 
-    fn field_offset(&self, type_name: &str, field_name: &str) -> Option<usize> {
+    /// The entry of `type_name::field_name` in the structs table.
+    fn struct_entry(&self, type_name: &str, field_name: &str) -> Option<*const u8> {
         for index in 0..MAX_ENTRIES {
             // SAFETY: the table goes on until its null-named entry, which ends the loop.
             let entry = unsafe { self.structs.add(index * self.struct_stride) };
@@ -261,24 +274,73 @@ impl Tables {
             if this_type.to_bytes() == type_name.as_bytes()
                 && this_field.to_bytes() == field_name.as_bytes()
             {
-                // SAFETY: the entry's `isStatic` (int32) and `offset` (uint64) fields are where
-                // the exported positions say.
-                let (is_static, offset) = unsafe {
-                    (
-                        entry
-                            .add(self.struct_is_static)
-                            .cast::<i32>()
-                            .read_unaligned(),
-                        entry.add(self.struct_offset).cast::<u64>().read_unaligned(),
-                    )
-                };
-                return (is_static == 0).then_some(offset as usize);
+                return Some(entry);
             }
         }
         None
     }
 
-    fn int_constant(&self, name: &str) -> Option<i32> {
+    /// Whether an entry is of a static field.
+    fn is_static(&self, entry: *const u8) -> bool {
+        // SAFETY: the entry's `isStatic` (int32) is where the exported position says.
+        unsafe {
+            entry
+                .add(self.struct_is_static)
+                .cast::<i32>()
+                .read_unaligned()
+                != 0
+        }
+    }
+
+    /// The offset of an instance field inside its type.
+    pub(crate) fn field_offset(&self, type_name: &str, field_name: &str) -> Option<usize> {
+        let entry = self.struct_entry(type_name, field_name)?;
+        if self.is_static(entry) {
+            return None;
+        }
+        // SAFETY: the entry's `offset` (uint64) is where the exported position says.
+        let offset = unsafe { entry.add(self.struct_offset).cast::<u64>().read_unaligned() };
+        Some(offset as usize)
+    }
+
+    /// The C++ type of a field as VMStructs names it (`int`, `int16_t`, `address`).
+    pub(crate) fn field_type(&self, type_name: &str, field_name: &str) -> Option<&'static CStr> {
+        let entry = self.struct_entry(type_name, field_name)?;
+        Self::name_at(entry, self.struct_type_string)
+    }
+
+    /// The address of a static field.
+    pub(crate) fn static_address(&self, type_name: &str, field_name: &str) -> Option<usize> {
+        let entry = self.struct_entry(type_name, field_name)?;
+        if !self.is_static(entry) {
+            return None;
+        }
+        // SAFETY: the entry's `address` (a pointer) is where the exported position says.
+        let address = unsafe {
+            entry
+                .add(self.struct_address)
+                .cast::<usize>()
+                .read_unaligned()
+        };
+        (address != 0).then_some(address)
+    }
+
+    /// The size of a type, in bytes.
+    pub(crate) fn type_size(&self, type_name: &str) -> Option<usize> {
+        for index in 0..MAX_ENTRIES {
+            // SAFETY: the table goes on until its null-named entry, which ends the loop.
+            let entry = unsafe { self.types.add(index * self.type_stride) };
+            let this_type = Self::name_at(entry, self.type_name)?;
+            if this_type.to_bytes() == type_name.as_bytes() {
+                // SAFETY: the entry's `size` (uint64) is where the exported position says.
+                let size = unsafe { entry.add(self.type_size).cast::<u64>().read_unaligned() };
+                return Some(size as usize);
+            }
+        }
+        None
+    }
+
+    pub(crate) fn int_constant(&self, name: &str) -> Option<i32> {
         for index in 0..MAX_ENTRIES {
             // SAFETY: as in `field_offset`.
             let entry = unsafe { self.constants.add(index * self.constant_stride) };

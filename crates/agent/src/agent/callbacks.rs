@@ -143,16 +143,29 @@ unsafe extern "system" fn on_class_load(
 /// Enabled so that HotSpot keeps debug information at non-safepoints (see `plan.rs`), and to
 /// know where compiled methods are (`code_map.rs`).
 unsafe extern "system" fn on_compiled_method_load(
-    _jvmti: *mut jvmtiEnv,
+    jvmti: *mut jvmtiEnv,
     method: jmethodID,
     code_size: jint,
     code_addr: *const c_void,
     _map_length: jint,
     _map: *const jvmti_bindings::sys::jvmti::jvmtiAddrLocationMap,
-    _compile_info: *const c_void,
+    compile_info: *const c_void,
 ) {
     guarded("CompiledMethodLoad", || {
-        crate::code_map::loaded(method, code_addr as usize, code_size.max(0) as usize);
+        let (start, size) = (code_addr as usize, code_size.max(0) as usize);
+        // The frames our own walker needs, while the code is sure to be alive.
+        let frames = crate::vm_walker::frames_of(
+            crate::jvmti::Jvmti::of_callback(jvmti),
+            method,
+            start,
+            size,
+            compile_info,
+        );
+        // With its stubs, when the walker knows where they end.
+        let size = frames
+            .as_ref()
+            .map_or(size, |frames| frames.code_size as usize);
+        crate::code_map::loaded(method, start, size, frames);
     });
 }
 
@@ -169,7 +182,8 @@ unsafe extern "system" fn on_dynamic_code_generated(
         }
         // SAFETY: JVMTI passes a NUL-terminated name, valid during the callback.
         let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_string_lossy();
-        crate::code_map::generated(&name, address as usize, length.max(0) as usize);
+        let frame_words = crate::vm_walker::stub_frame_words(address as usize);
+        crate::code_map::generated(&name, address as usize, length.max(0) as usize, frame_words);
     });
 }
 

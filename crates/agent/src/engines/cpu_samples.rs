@@ -13,7 +13,7 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
 use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
-use openprof_format::options::{CStack, CpuTimer, Options, Sampler, MAX_DEPTH};
+use openprof_format::options::{CStack, CpuTimer, Options, Sampler, Walker, MAX_DEPTH};
 
 use crate::context::{Context, Phase, Report};
 use crate::engine::{Dump, Engine, Need};
@@ -104,6 +104,13 @@ impl CpuSamples {
             crate::native_stack::set_dwarf(options.cstack == CStack::Dwarf);
             crate::native_stack::refresh_code_ranges_if_changed();
             crate::native_stack::set_enabled(true);
+        }
+        if sampler == SamplerKind::Signals {
+            crate::vm_walker::set_mode(match options.walker {
+                Walker::AsyncGetCallTrace => crate::vm_walker::WalkerMode::AsyncGetCallTrace,
+                Walker::Vm => crate::vm_walker::WalkerMode::Vm,
+                Walker::Check => crate::vm_walker::WalkerMode::Check,
+            });
         }
         let vm_threads = sampler == SamplerKind::Signals && options.vmthreads;
         signals::set_vm_threads(vm_threads);
@@ -240,7 +247,7 @@ impl CpuSamples {
 
     fn sampler_report(
         &self,
-        _context: &Context,
+        context: &Context,
         dump: &CpuDump,
         cost_us: BTreeMap<String, u64>,
     ) -> SamplerReport {
@@ -266,6 +273,10 @@ impl CpuSamples {
                 .into_iter()
                 .map(|(how, count)| (how.to_string(), count))
                 .collect(),
+            walker: (self.sampler == SamplerKind::Signals
+                && context.options.walker != Walker::AsyncGetCallTrace)
+                .then(|| context.options.walker.to_string()),
+            walker_counts: crate::vm_walker::take_counts().into_iter().collect(),
             dropped: dump.dropped,
             in_agent: signals::take_in_agent_samples(),
             cost_us,
@@ -571,9 +582,18 @@ pub(crate) fn prepare_walks(context: &Context, jni: *mut JNIEnv, with_signals: b
             if let (Err(why), true) = (learnt, context.options.verbose) {
                 eprintln!("openprof: samples in VM code are not walked: {why}");
             }
+            if crate::vm_walker::wanted() {
+                if let Err(why) = crate::vm_walker::learn() {
+                    eprintln!(
+                        "openprof: walker={} is off, AsyncGetCallTrace walks: {why}",
+                        context.options.walker
+                    );
+                }
+            }
         }
-        if context.phase == Phase::Live {
-            // The methods compiled before the attach: where their code is.
+        if context.phase == Phase::Live || crate::vm_walker::wanted() {
+            // The methods compiled before the attach (or before our walker could read their
+            // frames): where their code is.
             let _ = context
                 .jvmti
                 .generate_events(jvmti_bindings::sys::jvmti::JVMTI_EVENT_COMPILED_METHOD_LOAD);

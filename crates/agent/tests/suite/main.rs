@@ -17,4 +17,5 @@ mod stress;
 mod threads;
 mod trace;
 mod vm_threads;
+mod walker;
 mod wall_samples;

@@ -14,8 +14,21 @@ const DUMPED: &str = "Dumping CPU usage by sampling running threads ... done.";
 
 #[test]
 fn deep_stacks_gc_class_unloading_and_repeated_dumps_do_not_hurt_the_jvm() {
+    stress("");
+}
+
+/// The same with both walkers on every sample: ours (reading frames of methods being compiled,
+/// deoptimised and unloaded meanwhile) and AsyncGetCallTrace.
+#[test]
+fn our_walker_beside_asyncgetcalltrace_does_not_hurt_the_jvm() {
+    stress(",walker=check");
+}
+
+fn stress(more_options: &str) {
     let (mut command, dir) = java_command(
-        Some("cpu=samples,interval=1,wall=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt"),
+        Some(&format!(
+            "cpu=samples,interval=1,wall=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt{more_options}"
+        )),
         "Stress",
         &["8"],
     );

@@ -506,6 +506,11 @@ pub struct SamplerReport {
     /// Samples whose first walk failed and that a second way walked, by that way (e.g.
     /// `stub_return_address`); they count as samples, not as failures.
     pub recovered: BTreeMap<String, u64>,
+    /// The Java stack walker other than AsyncGetCallTrace, when one was asked for (`vm`,
+    /// `check`), and its counts: `walked`, `failed.<why>` (AsyncGetCallTrace walked those),
+    /// and with `check` how the two walks of each sample compared (`check.<kind>`).
+    pub walker: Option<String>,
+    pub walker_counts: BTreeMap<String, u64>,
     /// Samples lost because the sample buffer was full.
     pub dropped: u64,
     /// Samples that caught an application thread running the agent's own wall-clock signal

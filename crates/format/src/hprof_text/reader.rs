@@ -339,6 +339,7 @@ fn parse_sampler_line(
             report.interval_ms = parse_number(ms, number, "CPU SAMPLER interval")?;
         }
         "depth" => report.depth = Some(parse_number(value, number, "CPU SAMPLER depth")?),
+        "walker" => report.walker = Some(value.to_string()),
         "failed" | "recovered" => {}
         "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
         "in_agent" => report.in_agent = parse_number(value, number, "CPU SAMPLER in_agent")?,
@@ -346,6 +347,9 @@ fn parse_sampler_line(
             if let Some(reason) = key.strip_prefix("failed.") {
                 let count = parse_number(value, number, "CPU SAMPLER failed")?;
                 report.failed.insert(reason.to_string(), count);
+            } else if let Some(what) = key.strip_prefix("walker.") {
+                let count = parse_number(value, number, "CPU SAMPLER walker")?;
+                report.walker_counts.insert(what.to_string(), count);
             } else if let Some(how) = key.strip_prefix("recovered.") {
                 let count = parse_number(value, number, "CPU SAMPLER recovered")?;
                 report.recovered.insert(how.to_string(), count);
@@ -883,6 +887,8 @@ mod tests {
                 depth: Some(64),
                 failed: [("ticks_GC_active".to_string(), 3u64)].into_iter().collect(),
                 recovered: [("stub_return_address".to_string(), 5u64)].into_iter().collect(),
+                walker: Some("check".into()),
+                walker_counts: [("check.same".to_string(), 7u64), ("failed.stub_on_top".to_string(), 2)].into_iter().collect(),
                 dropped: 1,
                 in_agent: 2,
                 cost_us: [("handler".to_string(), 120u64), ("agent_thread".to_string(), 40)].into_iter().collect(),

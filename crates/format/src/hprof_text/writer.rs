@@ -102,6 +102,12 @@ impl<W: Write> TextWriter<W> {
                 writeln!(self.out, "recovered.{how} {count}")?;
             }
         }
+        if let Some(walker) = &report.walker {
+            writeln!(self.out, "walker {walker}")?;
+            for (what, count) in &report.walker_counts {
+                writeln!(self.out, "walker.{what} {count}")?;
+            }
+        }
         writeln!(self.out, "dropped {}", report.dropped)?;
         if report.in_agent > 0 {
             writeln!(self.out, "in_agent {}", report.in_agent)?;

@@ -153,6 +153,12 @@ const OPTION_TABLE: &[OptionRow] = &[
         default: "dwarf",
     },
     OptionRow {
+        name: "walker",
+        values: "asgct|vm|check",
+        meaning: "Java stack walker of sampler=asgct",
+        default: "asgct",
+    },
+    OptionRow {
         name: "vmthreads",
         values: "y|n",
         meaning: "sample JIT and GC threads too",
@@ -286,6 +292,10 @@ impl Options {
             "    Linux only); fp walks by frame pointers only (code built without them shows\n",
             "    its innermost frame only); no records Java frames only. Samples whose Java\n",
             "    stack cannot be walked show a [reason] frame.\n",
+            "  - walker= is an openprof extension: asgct walks Java stacks with HotSpot's\n",
+            "    AsyncGetCallTrace; vm with openprof's own walker over HotSpot's frames\n",
+            "    (x86-64), AsyncGetCallTrace where it cannot walk; check records\n",
+            "    AsyncGetCallTrace's walks and counts where the two disagree.\n",
             "  - vmthreads= is an openprof extension: y samples the JVM's own threads too (JIT\n",
             "    compilers, GC workers, the VM thread) with cpu=samples, each sample their\n",
             "    native frames under a [thread name] root frame.\n",

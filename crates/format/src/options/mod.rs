@@ -84,6 +84,29 @@ pub enum Sampler {
     GetAllStackTraces,
 }
 
+/// Which walker the signal handler of `sampler=asgct` walks Java stacks with (an openprof
+/// extension).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Walker {
+    /// HotSpot's AsyncGetCallTrace, with openprof's second walks where it gives up.
+    AsyncGetCallTrace,
+    /// openprof's own walker over HotSpot's frames, AsyncGetCallTrace where it cannot walk.
+    Vm,
+    /// AsyncGetCallTrace's walks are recorded; openprof's runs beside each and the
+    /// disagreements are counted in the CPU SAMPLER record.
+    Check,
+}
+
+impl fmt::Display for Walker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Walker::AsyncGetCallTrace => "asgct",
+            Walker::Vm => "vm",
+            Walker::Check => "check",
+        })
+    }
+}
+
 /// Which per-thread CPU clock drives `sampler=asgct` (an openprof extension).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CpuTimer {
@@ -191,6 +214,7 @@ pub struct Options {
     pub sampler: Sampler,
     pub cputimer: CpuTimer,
     pub cstack: CStack,
+    pub walker: Walker,
     /// `vmthreads=y`: the JVM's own threads (JIT compilers, GC workers) are sampled too.
     pub vmthreads: bool,
     /// `wall=MS`: every Java thread, running or not, sampled every MS milliseconds of wall
@@ -303,6 +327,7 @@ impl Default for Options {
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
             cstack: CStack::Dwarf,
+            walker: Walker::AsyncGetCallTrace,
             vmthreads: false,
             wall_ms: None,
             lock_ns: None,
@@ -612,6 +637,7 @@ impl fmt::Display for Options {
             CStack::No => "no",
         };
         parts.push(format!("cstack={cstack}"));
+        parts.push(format!("walker={}", self.walker));
         parts.push(format!("vmthreads={}", yes_no(self.vmthreads)));
         if let Some(wall) = self.wall_ms {
             parts.push(format!("wall={wall}"));
@@ -712,6 +738,13 @@ mod tests {
         assert_eq!(options.sampler, Sampler::GetAllStackTraces);
         assert_eq!(options.cputimer, CpuTimer::Posix);
         assert_eq!(options.cstack, CStack::No);
+        let checked = Options::parse("cpu=samples,walker=check").unwrap();
+        assert_eq!(checked.walker, Walker::Check);
+        assert!(checked.to_string().contains("walker=check"));
+        assert_eq!(
+            Options::parse("cpu=samples,walker=vm").unwrap().walker,
+            Walker::Vm
+        );
         let dwarf = Options::parse("cpu=samples,cstack=dwarf").unwrap();
         assert_eq!(dwarf.cstack, CStack::Dwarf);
         assert!(dwarf.to_string().contains("cstack=dwarf"));
@@ -764,6 +797,11 @@ mod tests {
                 "cstack=lbr",
                 "cstack",
                 "'lbr' is not allowed; use fp, dwarf or no",
+            ),
+            (
+                "walker=jfr",
+                "walker",
+                "'jfr' is not allowed; use asgct, vm or check",
             ),
             ("net=host", "net", "has no port"),
             ("net=host:0", "net", "is not a port"),

@@ -4,7 +4,7 @@
 use super::help::known_names;
 use super::{
     bad, Action, CStack, CpuMode, CpuTimer, HeapMode, NetAddress, OptionError, Options,
-    OutputFormat, Sampler, ThreadNames, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH,
+    OutputFormat, Sampler, ThreadNames, Walker, DEFAULT_NET_BUFFER, MAX_ALLOC_INTERVAL, MAX_DEPTH,
     MAX_INTERVAL_MS, MAX_LABELS, MAX_LABELS_TEXT, MAX_LABEL_NAME, MAX_LABEL_VALUE,
     NET_BUFFER_RANGE,
 };
@@ -299,6 +299,14 @@ impl Options {
                         _ => return Err(one_of("fp, dwarf or no")),
                     }
                 }
+                "walker" => {
+                    options.walker = match value {
+                        "asgct" => Walker::AsyncGetCallTrace,
+                        "vm" => Walker::Vm,
+                        "check" => Walker::Check,
+                        _ => return Err(one_of("asgct, vm or check")),
+                    }
+                }
                 "file" => {
                     if value.is_empty() {
                         return Err(bad(name, "is empty; use file=<file>"));
@@ -470,6 +478,12 @@ impl Options {
             return Err(bad(
                 "threads",
                 "threads= chooses the threads cpu=samples and wall= sample; give one of them",
+            ));
+        }
+        if self.walker != Walker::AsyncGetCallTrace && self.sampler == Sampler::GetAllStackTraces {
+            return Err(bad(
+                "walker",
+                "walker= chooses how sampler=asgct's signal handler walks; GetAllStackTraces walks in the VM",
             ));
         }
         if self.vmthreads && self.sampler == Sampler::GetAllStackTraces {

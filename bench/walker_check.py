@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Our stack walker against AsyncGetCallTrace, sample by sample, on real applications.
+
+Each application of bench/real_apps.py runs under `cpu=samples,interval=1,walker=check`: the
+signal handler walks every sample twice, with HotSpot's AsyncGetCallTrace (whose walk is
+recorded) and with openprof's own walker, and counts how the two walks compared (the
+`walker.*` lines of the CPU SAMPLER record; docs/decisions.md explains each kind). The program
+must still end with its own correct output. Printed: per application and JDK, the samples and
+the share of each kind, in a table for BENCHMARKS.md.
+
+Kinds (`check.recovered.*` are the same kinds for samples AsyncGetCallTrace walked only by one
+of openprof's second walks):
+  same                 the same frames, methods and bytecode indices
+  other_top_line       the same methods; the top frame's bytecode index differs (compiled)
+  other_top_line_interpreted  the same, the top frame interpreted
+  other_lines          the same methods; a bytecode index below the top differs
+  other_inlined_leaf   the leaf frames differ within the top compiled frame's inlined methods
+  shorter              one walk is the other with frames missing at the bottom
+  vm_entry_on_top      ours has one more frame on top (a method at its entry), the rest the same
+  asgct_extra_on_top   AsyncGetCallTrace's has one more frame on top, the rest the same
+  vm_unreported_code   frames differ where ours walked compiled code JVMTI had not reported yet
+                       (ours knows its method, not the methods inlined into it)
+  other_frames         frames differ elsewhere
+  only_vm_walked       AsyncGetCallTrace failed, ours walked
+  only_asgct_walked    ours failed (walker.failed.* says why), AsyncGetCallTrace walked
+  both_failed          neither walked (a thread outside Java code)
+
+Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--keep DIR]
+Needs: cargo build --release; the Debian packages of bench/real_apps.py.
+"""
+import argparse
+import collections
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from benchlib import ROOT, jdk_tool
+from real_apps import APPS, JETTY_JARS, SHARE, command_of, java_home_of, jdk25_default, modules_of
+
+AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
+WALKER_LINE = re.compile(r"^walker\.(\S+) (\d+)$", re.M)
+
+
+def run(app, java, drivers, work):
+    """The walker's counts of one run, summed over the run's CPU SAMPLER records."""
+    work = tempfile.mkdtemp(dir=work)
+    profile = os.path.join(work, "profile.txt")
+    args, stdin_text, check = command_of(app, java, drivers, work)
+    options = f"cpu=samples,interval=1,depth=2048,walker=check,verbose=n,file={profile}"
+    done = subprocess.run([java, f"-agentpath:{AGENT}={options}", *args], input=stdin_text,
+                          capture_output=True, text=True, cwd=work, timeout=1800)
+    problem = check(done.stdout, work) if done.returncode == 0 else f"exit {done.returncode}"
+    if problem:
+        raise SystemExit(f"walker_check: {app.name} under {java}: {problem}\n{done.stderr[-2000:]}")
+    if "walker=check is off" in done.stderr:
+        raise SystemExit(f"walker_check: {app.name}: {done.stderr.strip()}")
+    counts = collections.Counter()
+    with open(profile) as text:
+        for kind, count in WALKER_LINE.findall(text.read()):
+            counts[kind] += int(count)
+    return counts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--apps", default="h2,jetty,javac,jshell,clojure,rhino")
+    parser.add_argument("--jdk", default="17,25")
+    parser.add_argument("--keep", default=None, help="the directory for the runs' files")
+    args = parser.parse_args()
+    if not os.path.isfile(AGENT):
+        sys.exit("walker_check: build first: cargo build --release")
+    homes = {}
+    for version in args.jdk.split(","):
+        if version == "17":
+            homes["17"] = [java_home_of(jdk_tool("java"))]
+        elif version == "25":
+            full = sorted(home for home in glob.glob("/usr/lib/jvm/*25*")
+                          if os.path.exists(os.path.join(home, "bin", "jshell")))
+            homes["25"] = [home for home in [jdk25_default(), *full] if home]
+        else:
+            sys.exit(f"walker_check: --jdk takes 17 and 25, not {version}")
+    work_root = args.keep or tempfile.mkdtemp(prefix="openprof-walker-check-")
+    drivers = os.path.join(work_root, "drivers")
+    subprocess.run([jdk_tool("javac"), "--release", "11", "-d", drivers, "-cp",
+                    ":".join([f"{SHARE}/h2.jar"] + JETTY_JARS),
+                    *glob.glob(os.path.join(ROOT, "java", "realapps", "*.java"))], check=True)
+    rows = []
+    for version, candidates in homes.items():
+        modules = {home: modules_of(home) for home in candidates}
+        for name in args.apps.split(","):
+            app = APPS[name]
+            home = next((home for home in candidates
+                         if app.module is None or app.module in modules[home]), None)
+            if home is None:
+                print(f"{name} on JDK {version}: no JDK here has {app.module}: skipped", flush=True)
+                continue
+            counts = run(app, os.path.join(home, "bin", "java"), drivers, work_root)
+            compared = sum(count for kind, count in counts.items() if kind.startswith("check."))
+            rows.append((version, name, compared, counts))
+            print(f"JDK {version} {name}: {compared} samples: " + ", ".join(
+                f"{kind} {count}" for kind, count in sorted(counts.items())), flush=True)
+    print()
+    print("| JDK | program | samples | same | other top line: compiled, interpreted | other lines | ours: entry on top; theirs: extra on top | ours: unreported code | other frames "
+          "| only AsyncGetCallTrace walked | only ours walked | AsyncGetCallTrace recovered: same / differ "
+          "| ours failed, by why |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for version, name, compared, counts in rows:
+        def share(*kinds):
+            count = sum(counts.get(f"check.{kind}", 0) for kind in kinds)
+            return f"{100 * count / max(compared, 1):.2f} %"
+        recovered_same = counts.get("check.recovered.same", 0)
+        recovered_other = sum(count for kind, count in counts.items()
+                              if kind.startswith("check.recovered.") and kind != "check.recovered.same")
+        failed = ", ".join(f"{kind[len('failed.'):]} {count}" for kind, count in sorted(counts.items())
+                           if kind.startswith("failed."))
+        print(f"| {version} | {name} | {compared} | {share('same')} | {share('other_top_line')}, "
+              f"{share('other_top_line_interpreted')} | "
+              f"{share('other_lines')} | {share('vm_entry_on_top')}; {share('asgct_extra_on_top')} | "
+              f"{share('vm_unreported_code')} | {share('other_inlined_leaf', 'shorter', 'other_frames')} | "
+              f"{share('only_asgct_walked')} | {share('only_vm_walked')} | "
+              f"{recovered_same} / {recovered_other} | {failed or '-'} |")
+    if not args.keep:
+        shutil.rmtree(work_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

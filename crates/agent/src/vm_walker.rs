@@ -1,0 +1,1366 @@
+//! The Java stack walker of our own (`walker=vm`, `walker=check`): it steps over HotSpot's
+//! compiled, interpreted and entry frames as the VM lays them out on x86-64, knowing each
+//! compiled method's frame size (from its CodeBlob, found through VMStructs when the method is
+//! reported) and the inlined Java frames at each of its pcs (from JVMTI's CompiledMethodLoad
+//! record), so that the signal handler itself reads only the thread's own stack, our own
+//! tables, and VM memory through the kernel (a stale pointer reads as an error, never a fault).
+//! Where it cannot walk (a stub on top, unknown code) it says why and AsyncGetCallTrace walks.
+//! With `walker=check` both walk every sample and the disagreements are counted by kind.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use crate::code_map::{self, CompiledFrames};
+use crate::jvmti::{jmethodID, Jvmti};
+use crate::ring::{CallFrame, NATIVE_PC_LINENO};
+use crate::vm_structs::{Tables, ThreadLayout};
+
+/// Which walker the signal handler uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum WalkerMode {
+    /// HotSpot's AsyncGetCallTrace, with the recovered walks of `signals.rs`.
+    AsyncGetCallTrace = 0,
+    /// Ours, with AsyncGetCallTrace where ours cannot walk.
+    Vm = 1,
+    /// AsyncGetCallTrace's walk is kept; ours runs beside it and the two are compared.
+    Check = 2,
+}
+
+static MODE: AtomicU8 = AtomicU8::new(WalkerMode::AsyncGetCallTrace as u8);
+
+/// The walker asked for; ours is used only once its layout is learnt.
+pub fn set_mode(mode: WalkerMode) {
+    MODE.store(mode as u8, Ordering::Release);
+}
+
+/// The walker in use: AsyncGetCallTrace until ours has what it needs.
+pub fn mode() -> WalkerMode {
+    if layout().is_none() {
+        return WalkerMode::AsyncGetCallTrace;
+    }
+    match MODE.load(Ordering::Acquire) {
+        1 => WalkerMode::Vm,
+        2 => WalkerMode::Check,
+        _ => WalkerMode::AsyncGetCallTrace,
+    }
+}
+
+/// Whether ours was asked for (its tables are then built as code is compiled).
+pub fn wanted() -> bool {
+    MODE.load(Ordering::Acquire) != WalkerMode::AsyncGetCallTrace as u8
+}
+
+/// Where a field's value starts a compiled method's code.
+#[derive(Clone, Copy, Debug)]
+enum CodeStart {
+    /// `CodeBlob::_code_offset` (an int from the blob's start), JDK 23 and later.
+    Offset(usize),
+    /// `CodeBlob::_code_begin` (a pointer), before.
+    Pointer(usize),
+}
+
+/// What the walker reads of HotSpot, from VMStructs.
+#[derive(Debug)]
+struct WalkerLayout {
+    /// The code heaps (`CodeCache::_heaps`), at most four.
+    heaps: Vec<usize>,
+    /// Each heap's reserved memory and segment map, which do not move:
+    /// (`_memory._low`, `_memory._high_boundary`, `_segmap._low`).
+    heap_bounds: Vec<(usize, usize, usize)>,
+    /// `CodeBlob::_name`, and `nmethod::_method` (`CompiledMethod::_method` before JDK 23).
+    blob_name: usize,
+    nmethod_method: usize,
+    /// `CodeHeap::_memory` + `VirtualSpace::_low` and `_high`; `CodeHeap::_segmap` + `_low`.
+    heap_low: usize,
+    heap_high: usize,
+    segmap_low: usize,
+    /// `CodeHeap::_log2_segment_size` of the first heap (all have the same).
+    segment_shift: u32,
+    /// `HeapBlock::_header` + `HeapBlock::Header::_used`, and `sizeof(HeapBlock)`.
+    block_used: usize,
+    block_size: usize,
+    /// `CodeBlob::_frame_size` (an int, in words).
+    frame_size: usize,
+    /// `CodeBlob::_data_offset` (an int): where the blob's code ends.
+    data_offset: usize,
+    /// `CodeBlob::_frame_complete_offset` and whether it is a 16-bit field.
+    frame_complete: usize,
+    frame_complete_short: bool,
+    code_start: CodeStart,
+    /// `Method::_constMethod`, `sizeof(ConstMethod)` (its bytecodes follow it) and
+    /// `ConstMethod::_code_size` (a u16).
+    const_method: usize,
+    const_method_size: usize,
+    code_size: usize,
+    /// `Method::_access_flags`, whose low bits are the class file's.
+    access_flags: usize,
+    /// The return address of the stub that calls Java from the VM (`StubRoutines::
+    /// _call_stub_return_address`): above it is an entry frame.
+    call_stub_return: usize,
+    /// `JavaCallWrapper::_anchor` and the anchor's `_last_Java_sp`, `_last_Java_pc`,
+    /// `_last_Java_fp`: the Java frames below an entry frame.
+    wrapper_anchor: usize,
+    anchor_sp: usize,
+    anchor_pc: usize,
+    anchor_fp: usize,
+}
+
+static LAYOUT: OnceLock<Option<WalkerLayout>> = OnceLock::new();
+
+fn layout() -> Option<&'static WalkerLayout> {
+    LAYOUT.get().and_then(Option::as_ref)
+}
+
+/// Learns what the walker reads of this JVM, once, on a thread in native code, after the
+/// thread layout. Returns why not, for the verbose output.
+pub fn learn() -> Result<(), String> {
+    let learnt = read_layout();
+    let result = learnt.as_ref().map(|_| ()).map_err(Clone::clone);
+    let _ = LAYOUT.set(learnt.ok());
+    result
+}
+
+fn read_layout() -> Result<WalkerLayout, String> {
+    if !cfg!(all(target_arch = "x86_64", target_os = "linux")) {
+        return Err("the walker knows x86-64 Linux frames only".into());
+    }
+    crate::vm_structs::thread_layout().ok_or("no thread layout")?;
+    let tables = Tables::find().ok_or("libjvm exports no VMStructs tables")?;
+    let field = |type_name: &str, field_name: &str| {
+        tables
+            .field_offset(type_name, field_name)
+            .filter(|offset| *offset < 1 << 12)
+            .ok_or_else(|| format!("no {type_name}::{field_name} in VMStructs"))
+    };
+    let size_of = |type_name: &str| {
+        tables
+            .type_size(type_name)
+            .filter(|size| *size > 0 && *size < 1 << 12)
+            .ok_or_else(|| format!("no size of {type_name} in VMStructs"))
+    };
+    let static_at = |type_name: &str, field_name: &str| {
+        tables
+            .static_address(type_name, field_name)
+            .ok_or_else(|| format!("no static {type_name}::{field_name} in VMStructs"))
+    };
+    let memory = field("CodeHeap", "_memory")?;
+    let high_boundary = field("VirtualSpace", "_high_boundary")?;
+    let segmap = field("CodeHeap", "_segmap")?;
+    let low = field("VirtualSpace", "_low")?;
+    let high = field("VirtualSpace", "_high")?;
+    let shift_at = field("CodeHeap", "_log2_segment_size")?;
+    let array_length =
+        field("GrowableArrayBase", "_len").or_else(|_| field("GenericGrowableArray", "_len"))?;
+    let array_data = field("GrowableArray<int>", "_data")?;
+    let heaps_at = static_at("CodeCache", "_heaps")?;
+    // SAFETY: VMStructs gives the address of CodeCache::_heaps, a GrowableArray<CodeHeap*>*
+    // set up before any agent runs; the array's fields are at the offsets VMStructs gives.
+    let heaps = unsafe {
+        let array = (heaps_at as *const usize).read();
+        if array == 0 {
+            return Err("CodeCache::_heaps is empty".into());
+        }
+        let count = ((array + array_length) as *const i32).read();
+        let data = ((array + array_data) as *const usize).read();
+        if !(1..=4).contains(&count) || data == 0 {
+            return Err(format!("CodeCache::_heaps holds {count} heaps"));
+        }
+        (0..count as usize)
+            .map(|index| ((data + index * 8) as *const usize).read())
+            .collect::<Vec<usize>>()
+    };
+    // SAFETY: the first heap is a live CodeHeap; the field is at the offset VMStructs gives.
+    let segment_shift = unsafe { ((heaps[0] + shift_at) as *const i32).read() };
+    if !(4..=16).contains(&segment_shift) {
+        return Err(format!("a code segment of 2^{segment_shift} bytes"));
+    }
+    let code_start = match tables.field_offset("CodeBlob", "_code_offset") {
+        Some(offset) => CodeStart::Offset(offset),
+        None => CodeStart::Pointer(field("CodeBlob", "_code_begin")?),
+    };
+    let frame_complete_short = tables
+        .field_type("CodeBlob", "_frame_complete_offset")
+        .is_some_and(|name| name.to_bytes().ends_with(b"16_t"));
+    let call_stub_return_at = static_at("StubRoutines", "_call_stub_return_address")?;
+    // SAFETY: a static pointer of libjvm, set when the stubs were generated (before agents).
+    let call_stub_return = unsafe { (call_stub_return_at as *const usize).read() };
+    if call_stub_return == 0 {
+        return Err("no call stub yet".into());
+    }
+    // SAFETY: the heaps are live CodeHeaps; their VirtualSpaces' fields are at VMStructs'
+    // offsets, and the reserved bounds and the segment map's start never change.
+    let heap_bounds = heaps
+        .iter()
+        .map(|&heap| unsafe {
+            (
+                ((heap + memory + low) as *const usize).read(),
+                ((heap + memory + high_boundary) as *const usize).read(),
+                ((heap + segmap + low) as *const usize).read(),
+            )
+        })
+        .collect();
+    let nmethod_method =
+        field("nmethod", "_method").or_else(|_| field("CompiledMethod", "_method"))?;
+    Ok(WalkerLayout {
+        heaps,
+        heap_bounds,
+        blob_name: field("CodeBlob", "_name")?,
+        nmethod_method,
+        heap_low: memory + low,
+        heap_high: memory + high,
+        segmap_low: segmap + low,
+        segment_shift: segment_shift as u32,
+        block_used: field("HeapBlock", "_header")? + field("HeapBlock::Header", "_used")?,
+        block_size: size_of("HeapBlock")?,
+        frame_size: field("CodeBlob", "_frame_size")?,
+        data_offset: field("CodeBlob", "_data_offset")?,
+        frame_complete: field("CodeBlob", "_frame_complete_offset")?,
+        frame_complete_short,
+        code_start,
+        const_method: field("Method", "_constMethod")?,
+        const_method_size: size_of("ConstMethod")?,
+        code_size: field("ConstMethod", "_code_size")?,
+        access_flags: field("Method", "_access_flags")?,
+        call_stub_return,
+        wrapper_anchor: field("JavaCallWrapper", "_anchor")?,
+        anchor_sp: field("JavaFrameAnchor", "_last_Java_sp")?,
+        anchor_pc: field("JavaFrameAnchor", "_last_Java_pc")?,
+        anchor_fp: field("JavaFrameAnchor", "_last_Java_fp")?,
+    })
+}
+
+/// What JVMTI's `jvmtiCompiledMethodLoadRecordHeader` holds: its kind and the next record.
+#[repr(C)]
+struct RecordHeader {
+    kind: i32,
+    major: i32,
+    minor: i32,
+    next: *const RecordHeader,
+}
+
+/// `jvmtiCompiledMethodLoadInlineRecord` (kind 2, `JVMTI_CMLR_INLINE_INFO`).
+#[repr(C)]
+struct InlineRecord {
+    header: RecordHeader,
+    pc_count: i32,
+    pcs: *const PcStackInfo,
+}
+
+/// `PCStackInfo`: the frames at one pc, innermost first.
+#[repr(C)]
+struct PcStackInfo {
+    pc: usize,
+    frame_count: i32,
+    methods: *const jmethodID,
+    bcis: *const i32,
+}
+
+const JVMTI_CMLR_INLINE_INFO: i32 = 2;
+/// `JVM_ACC_NATIVE`.
+const ACC_NATIVE: u32 = 0x0100;
+
+/// The frames of a method compiled to `size` bytes at `code`, from its CompiledMethodLoad
+/// event (`compile_info` is the event's record chain). Called in the event, where the code is
+/// alive; `None` when the walker is not wanted or the code's blob is not found.
+pub fn frames_of(
+    jvmti: Jvmti,
+    method: jmethodID,
+    code: usize,
+    size: usize,
+    compile_info: *const c_void,
+) -> Option<CompiledFrames> {
+    if !wanted() {
+        return None;
+    }
+    let layout = layout()?;
+    let blob = blob_holding(layout, code)?;
+    // SAFETY: `blob` is the live CodeBlob whose code starts at `code` (checked by
+    // `blob_holding`); the fields are at the offsets VMStructs gives.
+    let (frame_words, frame_complete, data_offset) = unsafe {
+        let words = ((blob + layout.frame_size) as *const i32).read();
+        let data_offset = ((blob + layout.data_offset) as *const i32).read();
+        let complete = if layout.frame_complete_short {
+            i32::from(((blob + layout.frame_complete) as *const i16).read())
+        } else {
+            ((blob + layout.frame_complete) as *const i32).read()
+        };
+        (words, complete, data_offset)
+    };
+    // The method's code with its stubs, which end where the blob's data begins.
+    let code_size = (blob + usize::try_from(data_offset).ok()?)
+        .checked_sub(code)
+        .filter(|total| *total >= size && *total < 1 << 30)
+        .unwrap_or(size);
+    if !(0..1 << 16).contains(&frame_words) {
+        return None;
+    }
+    let native = jvmti
+        .method_modifiers(method)
+        .is_ok_and(|modifiers| modifiers & ACC_NATIVE != 0);
+    if !native {
+        // SAFETY: as above. A compiled Java method's blob is an nmethod, named by the same
+        // string as the others (a native method's wrapper is named otherwise).
+        let name = unsafe { ((blob + layout.blob_name) as *const usize).read() };
+        let _ = NMETHOD_NAME.compare_exchange(0, name, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let mut pcs: Vec<(u32, Vec<(jmethodID, i32)>)> = Vec::new();
+    let mut record = compile_info.cast::<RecordHeader>();
+    let mut records = 0;
+    while !record.is_null() && records < 16 {
+        records += 1;
+        // SAFETY: JVMTI's record chain, valid during the event; each record starts with the
+        // header, and a record of kind 2 is an inline record.
+        let header = unsafe { &*record };
+        if header.kind == JVMTI_CMLR_INLINE_INFO {
+            // SAFETY: as above.
+            let inline = unsafe { &*record.cast::<InlineRecord>() };
+            for index in 0..inline.pc_count.max(0) as usize {
+                // SAFETY: `pcs` holds `pc_count` entries, each with `frame_count` methods and
+                // bytecode indices.
+                let info = unsafe { &*inline.pcs.add(index) };
+                let Some(offset) = info.pc.checked_sub(code).filter(|offset| *offset <= size)
+                else {
+                    continue;
+                };
+                let frames = (0..info.frame_count.max(0) as usize)
+                    // SAFETY: as above.
+                    .map(|frame| unsafe { (*info.methods.add(frame), *info.bcis.add(frame)) })
+                    .collect();
+                pcs.push((offset as u32, frames));
+            }
+        }
+        record = header.next;
+    }
+    pcs.sort_by_key(|(offset, _)| *offset);
+    let mut scope_starts = Vec::with_capacity(pcs.len() + 1);
+    let mut scopes = Vec::new();
+    for (_, frames) in &pcs {
+        scope_starts.push(scopes.len() as u32);
+        scopes.extend_from_slice(frames);
+    }
+    scope_starts.push(scopes.len() as u32);
+    Some(CompiledFrames {
+        method,
+        native,
+        instructions_size: size as u32,
+        code_size: code_size as u32,
+        frame_words: frame_words as usize,
+        frame_complete: u32::try_from(frame_complete).ok(),
+        pc_offsets: pcs.iter().map(|(offset, _)| *offset).collect(),
+        scope_starts: scope_starts.into(),
+        scopes: scopes.into(),
+    })
+}
+
+/// The address of the name HotSpot gives every nmethod (`"nmethod"`), as its blobs hold it.
+static NMETHOD_NAME: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// What the walker needs of a compiled method's frame, from its reported frames or from its
+/// blob.
+#[derive(Clone, Copy, Debug)]
+struct FrameShape {
+    method: jmethodID,
+    native: bool,
+    instructions_size: u32,
+    frame_words: usize,
+    frame_complete: Option<u32>,
+}
+
+fn shape_of(frames: &CompiledFrames) -> FrameShape {
+    FrameShape {
+        method: frames.method,
+        native: frames.native,
+        instructions_size: frames.instructions_size,
+        frame_words: frames.frame_words,
+        frame_complete: frames.frame_complete,
+    }
+}
+
+/// A word of VM memory, read through the kernel (async-signal-safe; a bad address gives None).
+fn vm_word(address: usize) -> Option<usize> {
+    let mut word = [0usize; 1];
+    (address % 8 == 0 && crate::native_stack::read_through_kernel(address, &mut word))
+        .then_some(word[0])
+}
+
+/// Eight bytes of VM memory at any address, read through the kernel.
+fn vm_text8(address: usize) -> Option<[u8; 8]> {
+    let mut words = [0usize; 2];
+    if !crate::native_stack::read_through_kernel(address & !7, &mut words) {
+        return None;
+    }
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&words[0].to_le_bytes());
+    bytes[8..].copy_from_slice(&words[1].to_le_bytes());
+    let at = address & 7;
+    bytes[at..at + 8].try_into().ok()
+}
+
+/// A byte of VM memory, read through the kernel.
+fn vm_byte(address: usize) -> Option<u8> {
+    vm_word(address & !7).map(|word| word.to_le_bytes()[address & 7])
+}
+
+/// A compiled method whose code holds `pc` but that JVMTI has not reported yet (HotSpot posts
+/// CompiledMethodLoad later, from another thread, so new code runs before we hear of it):
+/// found in the handler as HotSpot finds it, through the code heap's segment map, every read
+/// through the kernel. Its frame is known (its size from the blob) but not its inlined
+/// methods. Returns where its code starts and its frame's shape.
+fn unreported_compiled(layout: &WalkerLayout, pc: usize) -> Option<(usize, FrameShape)> {
+    let nmethod_name = NMETHOD_NAME.load(Ordering::Relaxed);
+    if nmethod_name == 0 {
+        return None;
+    }
+    let &(low, _, segmap) = layout
+        .heap_bounds
+        .iter()
+        .find(|(low, high, _)| *low <= pc && pc < *high)?;
+    let mut segment = (pc - low) >> layout.segment_shift;
+    for _ in 0..64 {
+        match vm_byte(segmap + segment)? {
+            0xff => return None,
+            0 => break,
+            back => segment = segment.checked_sub(usize::from(back))?,
+        }
+    }
+    if vm_byte(segmap + segment)? != 0 {
+        return None;
+    }
+    let block = low + (segment << layout.segment_shift);
+    if vm_byte(block + layout.block_used)? == 0 {
+        return None;
+    }
+    let blob = block + layout.block_size;
+    let name = vm_word(blob + layout.blob_name)?;
+    // The name's text, read unaligned as two aligned words would be more reads: a blob named
+    // at the same address as a known nmethod, or "nmethod" itself.
+    let native = name != nmethod_name
+        && match vm_text8(name)? {
+            text if text == *b"nmethod\0" => false,
+            // A native method's wrapper ("native nmethod").
+            text if text == *b"native n" => true,
+            _ => return None,
+        };
+    // A 32-bit field (VMStructs' are aligned to their size).
+    let int_at = |offset: usize| {
+        let at = (blob + offset) & 7;
+        let bytes = vm_word((blob + offset) & !7)?.to_le_bytes();
+        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let code = match layout.code_start {
+        CodeStart::Offset(at) => blob + usize::try_from(int_at(at)?).ok()?,
+        CodeStart::Pointer(at) => vm_word(blob + at)?,
+    };
+    let code_end = blob + usize::try_from(int_at(layout.data_offset)?).ok()?;
+    if !(code <= pc && pc < code_end) {
+        return None;
+    }
+    let frame_words = usize::try_from(int_at(layout.frame_size)?).ok()?;
+    let complete = int_at(layout.frame_complete & !3)?;
+    let frame_complete = if layout.frame_complete_short {
+        // A 16-bit field: the half of the 32-bit word it is in.
+        let shift = (layout.frame_complete & 2) * 8;
+        i32::from((complete >> shift) as i16)
+    } else {
+        complete
+    };
+    let method = code_map::method_of_structure(vm_word(blob + layout.nmethod_method)?)?;
+    Some((
+        code,
+        FrameShape {
+            method,
+            native,
+            instructions_size: (code_end - code) as u32,
+            frame_words,
+            frame_complete: u32::try_from(frame_complete).ok(),
+        },
+    ))
+}
+
+/// The frame size in words of a stub the JVM reported at `code`, when the stub is a code blob
+/// of its own (runtime stubs; the routines inside one blob are not). Called in the event.
+pub fn stub_frame_words(code: usize) -> Option<usize> {
+    if !wanted() {
+        return None;
+    }
+    let layout = layout()?;
+    let blob = blob_holding(layout, code)?;
+    // SAFETY: `blob` is the live CodeBlob whose code starts at `code`.
+    let words = unsafe { ((blob + layout.frame_size) as *const i32).read() };
+    usize::try_from(words).ok().filter(|words| *words < 1 << 16)
+}
+
+/// The CodeBlob whose code starts at `code`, found through its code heap's segment map as
+/// HotSpot's own lookup does. Outside the handler only: the reads are plain.
+fn blob_holding(layout: &WalkerLayout, code: usize) -> Option<usize> {
+    for &heap in &layout.heaps {
+        // SAFETY: the code heaps live as long as the VM; the fields are at VMStructs' offsets.
+        let (low, high, segmap) = unsafe {
+            (
+                ((heap + layout.heap_low) as *const usize).read(),
+                ((heap + layout.heap_high) as *const usize).read(),
+                ((heap + layout.segmap_low) as *const usize).read(),
+            )
+        };
+        if !(low <= code && code < high) || segmap == 0 {
+            continue;
+        }
+        let mut segment = (code - low) >> layout.segment_shift;
+        // SAFETY: the segment map has a byte for every segment of the committed heap; a
+        // byte says how many segments back the block starts (0: here; 0xff: free).
+        unsafe {
+            if ((segmap + segment) as *const u8).read() == 0xff {
+                return None;
+            }
+            let mut hops = 0;
+            loop {
+                let back = ((segmap + segment) as *const u8).read() as usize;
+                if back == 0 || back == 0xff || hops > 1 << 20 {
+                    break;
+                }
+                segment = segment.checked_sub(back)?;
+                hops += 1;
+            }
+        }
+        let block = low + (segment << layout.segment_shift);
+        // SAFETY: the block's header is in the heap, as above.
+        let used = unsafe { ((block + layout.block_used) as *const u8).read() };
+        if used == 0 {
+            return None;
+        }
+        let blob = block + layout.block_size;
+        // SAFETY: a used block holds a CodeBlob at its start; its code field is where
+        // VMStructs says.
+        let starts = unsafe {
+            match layout.code_start {
+                CodeStart::Offset(at) => blob + ((blob + at) as *const i32).read() as usize,
+                CodeStart::Pointer(at) => ((blob + at) as *const usize).read(),
+            }
+        };
+        return (starts == code).then_some(blob);
+    }
+    None
+}
+
+/// Why our walk gave up, by the names the check and the sampler record give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum WalkFailure {
+    /// The top of the stack is in native code of a thread in the Java state (a leaf call of
+    /// the VM's that no native frame walk crossed).
+    NativeInJava = 0,
+    /// Outside Java code with no Java frame recorded in the thread's anchor.
+    NoJavaFrame,
+    /// The top of the stack is in a stub the JVM generated.
+    StubOnTop,
+    /// A pc in code we do not know (no frames kept for it, or no code of the VM's).
+    UnknownCode,
+    /// A frame's words lie outside the thread's stack or go down instead of up.
+    BadFrame,
+    /// An interpreted frame's method is one we do not know.
+    UnknownMethod,
+}
+
+impl WalkFailure {
+    const ALL: [WalkFailure; 6] = [
+        WalkFailure::NativeInJava,
+        WalkFailure::NoJavaFrame,
+        WalkFailure::StubOnTop,
+        WalkFailure::UnknownCode,
+        WalkFailure::BadFrame,
+        WalkFailure::UnknownMethod,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            WalkFailure::NativeInJava => "native_in_java",
+            WalkFailure::NoJavaFrame => "no_java_frame",
+            WalkFailure::StubOnTop => "stub_on_top",
+            WalkFailure::UnknownCode => "unknown_code",
+            WalkFailure::BadFrame => "bad_frame",
+            WalkFailure::UnknownMethod => "unknown_method",
+        }
+    }
+}
+
+/// The registers a walk starts from, and whether `pc` is where the thread was interrupted
+/// (rather than a return address).
+#[derive(Clone, Copy, Debug)]
+pub struct StartFrame {
+    pub pc: usize,
+    pub sp: usize,
+    pub fp: usize,
+    /// The interpreter's bytecode pointer register (r13), for an interrupted top frame; in a
+    /// method's entry, the caller's stack pointer.
+    pub bcp: usize,
+    /// rbx, where the interpreter's entry holds the Method it enters.
+    pub method_register: usize,
+    pub interrupted: bool,
+}
+
+impl StartFrame {
+    /// The frame a return goes to: `pc` the return address, `sp` and `fp` the caller's.
+    pub fn returned_to(pc: usize, sp: usize, fp: usize) -> StartFrame {
+        StartFrame {
+            pc,
+            sp,
+            fp,
+            bcp: 0,
+            method_register: 0,
+            interrupted: false,
+        }
+    }
+}
+
+/// x86-64 interpreted frames, in words from the frame pointer (HotSpot's frame_x86.hpp).
+const INTERPRETER_SENDER_SP: isize = -1;
+const INTERPRETER_METHOD: isize = -3;
+const INTERPRETER_BCP: isize = -8;
+/// The entry frame's JavaCallWrapper, in words from its frame pointer.
+const ENTRY_CALL_WRAPPER: isize = -6;
+/// AsyncGetCallTrace's line number of a native method's frame.
+const NATIVE_METHOD_BCI: i32 = -3;
+/// The bytecode index of an interpreted frame whose bytecode pointer is not one of its method.
+const UNKNOWN_BCI: i32 = -1;
+
+/// The thread's stack and the lowest address a walk may read (the interrupted stack pointer).
+#[derive(Clone, Copy)]
+struct Stack {
+    low: usize,
+    high: usize,
+}
+
+impl Stack {
+    /// A word of the stack at or above the walk's lowest address.
+    fn word(&self, address: usize) -> Option<usize> {
+        if address % 8 != 0 || address < self.low || address > self.high.checked_sub(8)? {
+            return None;
+        }
+        // SAFETY: between the interrupted stack pointer and the top of the thread's own stack,
+        // which is mapped and readable while the thread runs.
+        Some(unsafe { std::ptr::read_volatile(address as *const usize) })
+    }
+}
+
+/// A walk of ours: how many frames it wrote, and how many of them (the first) were the top
+/// Java frame's, a compiled frame's inlined methods or one interpreted frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Walk {
+    pub frames: usize,
+    pub leaf_frames: usize,
+    /// Whether the top Java frame was interpreted.
+    pub top_interpreted: bool,
+    /// Whether a frame was of compiled code JVMTI had not reported yet: its method is known,
+    /// not the methods inlined into it.
+    pub unreported: bool,
+}
+
+/// Walks the Java frames from `start` into `out` (room for `room`), innermost first.
+/// `thread` is the interrupted thread's JavaThread, `stack` its (low, high) bounds.
+///
+/// # Safety
+/// Called from the signal handler on the interrupted thread, `thread` its live JavaThread and
+/// `stack` its own mapped stack; `out` has room for `room` frames.
+pub unsafe fn walk(
+    thread: usize,
+    thread_layout: &ThreadLayout,
+    stack: (usize, usize),
+    start: StartFrame,
+    out: *mut CallFrame,
+    room: usize,
+) -> Result<Walk, WalkFailure> {
+    let layout = layout().ok_or(WalkFailure::UnknownCode)?;
+    let (stack_low, stack_high) = stack;
+    if !(stack_low <= start.sp && start.sp < stack_high) {
+        return Err(WalkFailure::BadFrame);
+    }
+    let mut stack = Stack {
+        low: start.sp,
+        high: stack_high,
+    };
+    let mut frame = start;
+    let mut unextended_sp = start.sp;
+    if frame.interrupted && code_map::in_stub(frame.pc) && !is_java_code(layout, frame.pc) {
+        // A stub the JVM generated (arraycopy, dispatch, adapters), whose frame the caller
+        // records as a frame of its own: the walk starts at the Java code that called it.
+        let (pc, sp, fp) =
+            step_frameless(layout, &stack, frame, None).ok_or(WalkFailure::StubOnTop)?;
+        frame = StartFrame::returned_to(pc, sp, fp);
+        unextended_sp = sp;
+        stack.low = sp;
+    }
+    if !is_java_code(layout, frame.pc) && !code_map::in_stub(frame.pc) {
+        // In native code: the last Java frame is in the thread's anchor, if it left Java.
+        // SAFETY: `thread` is this thread's live JavaThread; the offsets were checked.
+        let state = unsafe { ((thread + thread_layout.state) as *const i32).read_volatile() };
+        if state == thread_layout.in_java {
+            return Err(WalkFailure::NativeInJava);
+        }
+        let anchor = |offset: usize| {
+            // SAFETY: as above; the anchor is inside the JavaThread.
+            unsafe { ((thread + offset) as *const usize).read_volatile() }
+        };
+        let last_sp = anchor(thread_layout.last_java_sp);
+        if last_sp == 0 {
+            return Err(WalkFailure::NoJavaFrame);
+        }
+        let fp = thread_layout.last_java_fp.map_or(0, anchor);
+        let pc = match anchor(thread_layout.last_java_pc) {
+            0 => last_sp
+                .checked_sub(8)
+                .and_then(|at| stack.word(at))
+                .ok_or(WalkFailure::BadFrame)?,
+            pc => pc,
+        };
+        if last_sp < stack.low {
+            return Err(WalkFailure::BadFrame);
+        }
+        frame = StartFrame::returned_to(pc, last_sp, fp);
+        unextended_sp = last_sp;
+    }
+    let mut count = 0;
+    let mut leaf_frames = 0;
+    let mut top_interpreted = false;
+    let mut unreported = false;
+    let done = |count: usize, leaf_frames: usize, top_interpreted: bool, unreported: bool| {
+        if count == 0 {
+            Err(WalkFailure::NoJavaFrame)
+        } else {
+            Ok(Walk {
+                frames: count,
+                leaf_frames: if leaf_frames == 0 { count } else { leaf_frames },
+                top_interpreted,
+                unreported,
+            })
+        }
+    };
+    while count < room {
+        if count > 0 && leaf_frames == 0 {
+            leaf_frames = count;
+        }
+        let compiled = code_map::frames_at(frame.pc)
+            .map(|(code, frames)| (code, shape_of(frames), Some(frames)))
+            .or_else(|| {
+                unreported_compiled(layout, frame.pc).map(|(code, shape)| (code, shape, None))
+            });
+        if let Some((code, shape, frames)) = compiled {
+            unreported |= frames.is_none();
+            let offset = (frame.pc - code) as u32;
+            let state = frame_state(frame, code, &shape);
+            // In the entry no inlined method has begun, and at the return all have ended.
+            let own = match state {
+                // In the method's stubs: a deoptimisation handler's address that replaced the
+                // return address of a method being deoptimised (its frame is as it was).
+                FrameState::Built if offset >= shape.instructions_size => {
+                    Some([(shape.method, UNKNOWN_BCI)])
+                }
+                FrameState::Built => None,
+                FrameState::Prologue => Some([(shape.method, 0)]),
+                FrameState::BeforePop | FrameState::Returning => {
+                    Some([(shape.method, UNKNOWN_BCI)])
+                }
+            };
+            let scopes = match (&own, frames) {
+                (Some(own), _) => &own[..],
+                (None, Some(frames)) => frames.scopes_at(offset, frame.interrupted),
+                (None, None) => &[],
+            };
+            if scopes.is_empty() {
+                // Native code's frame, a pc past the last with debug information, or code
+                // whose inlined methods are not known yet.
+                let bci = match (shape.native, frames) {
+                    (true, _) => NATIVE_METHOD_BCI,
+                    (false, Some(_)) => 0,
+                    (false, None) => UNKNOWN_BCI,
+                };
+                // SAFETY: `count` < `room`.
+                unsafe { *out.add(count) = java_frame(shape.method, bci) };
+                count += 1;
+            }
+            for &(method, bci) in scopes {
+                if count == room {
+                    return done(count, leaf_frames, top_interpreted, unreported);
+                }
+                // SAFETY: `count` < `room`.
+                unsafe { *out.add(count) = java_frame(method, bci) };
+                count += 1;
+            }
+            let (return_address, sender_sp, caller_fp) =
+                compiled_sender(layout, &stack, frame, state, unextended_sp, &shape)?;
+            stack.low = sender_sp;
+            frame = StartFrame::returned_to(return_address, sender_sp, caller_fp);
+            unextended_sp = sender_sp;
+        } else if code_map::in_interpreter(frame.pc) {
+            let fp = frame.fp;
+            if frame.interrupted && !interpreted_frame_at(layout, &stack, frame.sp, fp) {
+                // The interpreter's entry of a method, before its frame is built: the method
+                // is in rbx, the caller's stack pointer in r13, the return address on top of
+                // the stack or just below that stack pointer.
+                let method = code_map::method_of_structure(frame.method_register)
+                    .ok_or(WalkFailure::UnknownMethod)?;
+                // SAFETY: `count` < `room`.
+                unsafe { *out.add(count) = java_frame(method, 0) };
+                top_interpreted = true;
+                count += 1;
+                let on_top = stack.word(frame.sp).map(|pc| (pc, frame.sp + 8));
+                let below_sender = (frame.bcp > frame.sp && frame.bcp % 8 == 0)
+                    .then(|| stack.word(frame.bcp - 8).map(|pc| (pc, frame.bcp)))
+                    .flatten();
+                let (pc, sp) = [on_top, below_sender]
+                    .into_iter()
+                    .flatten()
+                    .find(|&(pc, sp)| plausible_caller(layout, &stack, pc, sp, fp))
+                    .ok_or(WalkFailure::BadFrame)?;
+                stack.low = sp;
+                frame = StartFrame::returned_to(pc, sp, fp);
+                unextended_sp = sp;
+                continue;
+            }
+            if fp < frame.sp || fp % 8 != 0 {
+                return Err(WalkFailure::BadFrame);
+            }
+            let slot = |index: isize| {
+                fp.checked_add_signed(index * 8)
+                    .and_then(|at| stack.word(at))
+                    .ok_or(WalkFailure::BadFrame)
+            };
+            let method = slot(INTERPRETER_METHOD)?;
+            let id = code_map::method_of_structure(method).ok_or(WalkFailure::UnknownMethod)?;
+            // The interpreter keeps its bytecode pointer in r13 and stores it in the frame at
+            // calls: where the thread was interrupted, the register is the newer.
+            let from_register = (frame.interrupted && frame.bcp != 0)
+                .then(|| bytecode_index(layout, method, frame.bcp))
+                .filter(|bci| *bci >= 0);
+            let bci = match from_register {
+                Some(bci) => bci,
+                None => bytecode_index(layout, method, slot(INTERPRETER_BCP)?),
+            };
+            // SAFETY: `count` < `room`.
+            unsafe { *out.add(count) = java_frame(id, bci) };
+            top_interpreted |= count == 0;
+            count += 1;
+            let return_address = slot(1)?;
+            let caller_fp = slot(0)?;
+            let sender_unextended = slot(INTERPRETER_SENDER_SP)?;
+            let sender_sp = fp + 16;
+            if sender_unextended < frame.sp || sender_unextended > sender_sp + (1 << 20) {
+                return Err(WalkFailure::BadFrame);
+            }
+            stack.low = sender_sp.min(sender_unextended);
+            frame = StartFrame::returned_to(return_address, sender_sp, caller_fp);
+            unextended_sp = sender_unextended;
+        } else if frame.pc == layout.call_stub_return {
+            // An entry frame: the VM called Java here. Below it, if anything, are the Java
+            // frames that called the VM, as the call's wrapper anchored them.
+            let wrapper = frame
+                .fp
+                .checked_add_signed(ENTRY_CALL_WRAPPER * 8)
+                .and_then(|at| stack.word(at))
+                .ok_or(WalkFailure::BadFrame)?;
+            let anchor = wrapper + layout.wrapper_anchor;
+            let last_sp = stack.word(anchor + layout.anchor_sp).unwrap_or(0);
+            if last_sp == 0 {
+                return done(count, leaf_frames, top_interpreted, unreported);
+            }
+            if last_sp <= frame.sp {
+                return Err(WalkFailure::BadFrame);
+            }
+            let pc = match stack.word(anchor + layout.anchor_pc) {
+                Some(0) | None => stack.word(last_sp - 8).ok_or(WalkFailure::BadFrame)?,
+                Some(pc) => pc,
+            };
+            let fp = stack.word(anchor + layout.anchor_fp).unwrap_or(0);
+            stack.low = last_sp;
+            frame = StartFrame::returned_to(pc, last_sp, fp);
+            unextended_sp = last_sp;
+        } else if code_map::in_stub(frame.pc) {
+            // A stub's frame between Java frames (a runtime stub that called the VM): a frame
+            // of its own, named at dump, stepped over by its blob's frame size where known.
+            // SAFETY: `count` < `room`.
+            unsafe { *out.add(count) = CallFrame::native_pc(frame.pc) };
+            count += 1;
+            let caller = match code_map::stub_frame_words(frame.pc).filter(|words| *words >= 2) {
+                Some(words) => {
+                    let sender_sp = unextended_sp + words * 8;
+                    stack
+                        .word(sender_sp - 8)
+                        .zip(stack.word(sender_sp - 16))
+                        .map(|(address, fp)| (address, sender_sp, fp))
+                        .filter(|&(address, sp, fp)| {
+                            plausible_caller(layout, &stack, address, sp, fp)
+                        })
+                }
+                None => step_frameless(layout, &stack, frame, None),
+            };
+            let (pc, sp, fp) = caller.ok_or(WalkFailure::UnknownCode)?;
+            stack.low = sp;
+            frame = StartFrame::returned_to(pc, sp, fp);
+            unextended_sp = sp;
+        } else {
+            return Err(WalkFailure::UnknownCode);
+        }
+    }
+    done(count, leaf_frames, top_interpreted, unreported)
+}
+
+/// Whether `pc` is in code whose frames the walker steps over.
+fn is_java_code(layout: &WalkerLayout, pc: usize) -> bool {
+    code_map::frames_at(pc).is_some()
+        || code_map::in_interpreter(pc)
+        || pc == layout.call_stub_return
+        || unreported_compiled(layout, pc).is_some()
+}
+
+fn java_frame(method: jmethodID, bci: i32) -> CallFrame {
+    CallFrame {
+        lineno: bci,
+        method_id: method,
+    }
+}
+
+/// Where an interrupted compiled method is in building or taking down its frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FrameState {
+    /// The frame is complete (or the pc is a return address).
+    Built,
+    /// Its entry, before the frame is complete: no inlined method has begun.
+    Prologue,
+    /// Its frame is released and the frame pointer is yet to be popped.
+    BeforePop,
+    /// Its frame and frame pointer are gone (the return's safepoint poll, the `ret`).
+    Returning,
+}
+
+/// x86-64's `ret`, `pop rbp`, and the start of `cmp rsp, [r15 + disp32]` (the return's
+/// safepoint poll that follows `pop rbp` in HotSpot's compiled code).
+const RET: u8 = 0xc3;
+const POP_RBP: u8 = 0x5d;
+const RETURN_POLL: [u8; 3] = [0x49, 0x3b, 0xa7];
+
+fn frame_state(frame: StartFrame, code: usize, frames: &FrameShape) -> FrameState {
+    if !frame.interrupted {
+        return FrameState::Built;
+    }
+    let offset = (frame.pc - code) as u32;
+    if frames
+        .frame_complete
+        .is_some_and(|complete| offset < complete)
+    {
+        return FrameState::Prologue;
+    }
+    match instruction_at(frame.pc) {
+        Some([POP_RBP, ..]) => FrameState::BeforePop,
+        Some([RET, ..]) => FrameState::Returning,
+        Some([a, b, c, ..]) if [a, b, c] == RETURN_POLL => FrameState::Returning,
+        _ => FrameState::Built,
+    }
+}
+
+/// The caller of a compiled frame: (return address, its stack pointer, its frame pointer).
+fn compiled_sender(
+    layout: &WalkerLayout,
+    stack: &Stack,
+    frame: StartFrame,
+    state: FrameState,
+    unextended_sp: usize,
+    frames: &FrameShape,
+) -> Result<(usize, usize, usize), WalkFailure> {
+    let frameless = || {
+        step_frameless(layout, stack, frame, Some(frames.frame_words)).ok_or(WalkFailure::BadFrame)
+    };
+    match state {
+        FrameState::Prologue | FrameState::Returning => return frameless(),
+        FrameState::BeforePop => {
+            let caller_fp = stack.word(frame.sp).ok_or(WalkFailure::BadFrame)?;
+            let return_address = stack.word(frame.sp + 8).ok_or(WalkFailure::BadFrame)?;
+            return Ok((return_address, frame.sp + 16, caller_fp));
+        }
+        FrameState::Built => {}
+    }
+    if frames.frame_words < 2 {
+        return Err(WalkFailure::BadFrame);
+    }
+    let sender_sp = unextended_sp + frames.frame_words * 8;
+    let return_address = stack.word(sender_sp - 8).ok_or(WalkFailure::BadFrame)?;
+    let caller_fp = stack.word(sender_sp - 16).ok_or(WalkFailure::BadFrame)?;
+    if plausible_caller(layout, stack, return_address, sender_sp, caller_fp) {
+        return Ok((return_address, sender_sp, caller_fp));
+    }
+    // The frame was being built or taken down after all, in code we did not recognise.
+    if frame.interrupted {
+        return frameless().map_err(|_| WalkFailure::UnknownCode);
+    }
+    Err(WalkFailure::UnknownCode)
+}
+
+/// The caller of code interrupted before it built its frame (or after it took it down), or
+/// that keeps only a frame pointer: the return address on top of the stack, else above a
+/// pushed frame pointer, else (a compiled method of `frame_words` whose entry made room for its
+/// frame before it saved the frame pointer there) at the frame's top, else above the frame
+/// pointer's record; the first that is a plausible caller (see [`plausible_caller`]).
+fn step_frameless(
+    layout: &WalkerLayout,
+    stack: &Stack,
+    frame: StartFrame,
+    frame_words: Option<usize>,
+) -> Option<(usize, usize, usize)> {
+    let on_top = stack
+        .word(frame.sp)
+        .map(|address| (address, frame.sp + 8, frame.fp));
+    let above_pushed_fp = stack
+        .word(frame.sp + 8)
+        .zip(stack.word(frame.sp))
+        .map(|(address, fp)| (address, frame.sp + 16, fp));
+    let frame_made = frame_words.filter(|words| *words > 2).and_then(|words| {
+        let caller_sp = frame.sp + words * 8;
+        stack
+            .word(caller_sp - 8)
+            .map(|address| (address, caller_sp, frame.fp))
+    });
+    let above_record = (frame.fp >= frame.sp && frame.fp - frame.sp < 1 << 16)
+        .then(|| stack.word(frame.fp + 8).zip(stack.word(frame.fp)))
+        .flatten()
+        .map(|(address, fp)| (address, frame.fp + 16, fp));
+    [on_top, above_pushed_fp, frame_made, above_record]
+        .into_iter()
+        .flatten()
+        .find(|&(address, sp, fp)| plausible_caller(layout, stack, address, sp, fp))
+}
+
+/// Whether `fp` holds an interpreted frame above `sp`: a frame pointer on the stack whose
+/// frame names a method we know.
+fn interpreted_frame_at(layout: &WalkerLayout, stack: &Stack, sp: usize, fp: usize) -> bool {
+    let _ = layout;
+    fp % 8 == 0
+        && fp >= sp
+        && fp - sp < 1 << 20
+        && fp
+            .checked_add_signed(INTERPRETER_METHOD * 8)
+            .and_then(|at| stack.word(at))
+            .is_some_and(|method| code_map::method_of_structure(method).is_some())
+}
+
+/// Whether a return address, with the stack and frame pointers the caller would have after the
+/// return, can be a Java caller: compiled code of a known method; or the interpreter or the
+/// call stub, whose frame pointer must then hold a frame above the stack pointer (and, for the
+/// interpreter, a method we know).
+fn plausible_caller(
+    layout: &WalkerLayout,
+    stack: &Stack,
+    address: usize,
+    sp: usize,
+    fp: usize,
+) -> bool {
+    if code_map::frames_at(address).is_some() {
+        return true;
+    }
+    let frame_above = fp % 8 == 0 && fp >= sp && fp - sp < 1 << 20;
+    if code_map::in_interpreter(address) {
+        return interpreted_frame_at(layout, stack, sp, fp);
+    }
+    (address == layout.call_stub_return && frame_above)
+        || unreported_compiled(layout, address).is_some()
+}
+
+/// The first bytes of the instruction at `pc`, read through the kernel.
+fn instruction_at(pc: usize) -> Option<[u8; 8]> {
+    let mut word = [0usize; 1];
+    crate::native_stack::read_through_kernel(pc, &mut word).then(|| word[0].to_le_bytes())
+}
+
+/// The bytecode index of `bcp` in the interpreted `method` (a Method structure), read through
+/// the kernel; -1 when `bcp` is not in its bytecodes, -3 for a native method's (none).
+fn bytecode_index(layout: &WalkerLayout, method: usize, bcp: usize) -> i32 {
+    let mut word = [0usize; 1];
+    if !crate::native_stack::read_through_kernel(method + layout.const_method, &mut word) {
+        return UNKNOWN_BCI;
+    }
+    let const_method = word[0];
+    if !crate::native_stack::read_through_kernel(const_method + layout.code_size, &mut word) {
+        return UNKNOWN_BCI;
+    }
+    let code_size = word[0] & 0xffff;
+    let code = const_method + layout.const_method_size;
+    match bcp.checked_sub(code) {
+        Some(bci) if bci < code_size => bci as i32,
+        _ if crate::native_stack::read_through_kernel(method + layout.access_flags, &mut word)
+            && word[0] as u32 & ACC_NATIVE != 0 =>
+        {
+            NATIVE_METHOD_BCI
+        }
+        _ => UNKNOWN_BCI,
+    }
+}
+
+/// What the check found, by kind: how AsyncGetCallTrace's walk and ours compared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Comparison {
+    /// The same frames: methods and bytecode indices.
+    Same = 0,
+    /// The same methods; the top frame's bytecode index differs, the top frame compiled.
+    OtherTopLine,
+    /// The same, the top frame interpreted.
+    OtherTopLineInterpreted,
+    /// The same methods; a bytecode index below the top frame differs.
+    OtherLines,
+    /// The leaf frames differ within the top compiled frame's inlined methods, the rest agree.
+    OtherInlinedLeaf,
+    /// One walk is the other with frames missing at the bottom.
+    Shorter,
+    /// Ours has one more frame on top, the rest the same: a method at its entry (its frame
+    /// not built yet), which AsyncGetCallTrace credits to its caller.
+    OursEntryOnTop,
+    /// AsyncGetCallTrace's has one more frame on top, the rest the same.
+    AsgctExtraOnTop,
+    /// Frames differ where ours walked compiled code JVMTI had not reported yet (whose
+    /// inlined methods ours does not know).
+    Unreported,
+    /// Frames differ elsewhere.
+    OtherFrames,
+    /// AsyncGetCallTrace failed; ours walked.
+    OnlyOursWalked,
+    /// Ours failed; AsyncGetCallTrace walked.
+    OnlyAsgctWalked,
+    /// Both failed.
+    BothFailed,
+}
+
+impl Comparison {
+    const ALL: [Comparison; 13] = [
+        Comparison::Same,
+        Comparison::OtherTopLine,
+        Comparison::OtherTopLineInterpreted,
+        Comparison::OtherLines,
+        Comparison::OtherInlinedLeaf,
+        Comparison::Shorter,
+        Comparison::OursEntryOnTop,
+        Comparison::AsgctExtraOnTop,
+        Comparison::Unreported,
+        Comparison::OtherFrames,
+        Comparison::OnlyOursWalked,
+        Comparison::OnlyAsgctWalked,
+        Comparison::BothFailed,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Comparison::Same => "same",
+            Comparison::OtherTopLine => "other_top_line",
+            Comparison::OtherTopLineInterpreted => "other_top_line_interpreted",
+            Comparison::OtherLines => "other_lines",
+            Comparison::OtherInlinedLeaf => "other_inlined_leaf",
+            Comparison::Shorter => "shorter",
+            Comparison::OursEntryOnTop => "vm_entry_on_top",
+            Comparison::AsgctExtraOnTop => "asgct_extra_on_top",
+            Comparison::Unreported => "vm_unreported_code",
+            Comparison::OtherFrames => "other_frames",
+            Comparison::OnlyOursWalked => "only_vm_walked",
+            Comparison::OnlyAsgctWalked => "only_asgct_walked",
+            Comparison::BothFailed => "both_failed",
+        }
+    }
+}
+
+/// By whether AsyncGetCallTrace's walk was a recovered one, then by kind.
+static COMPARISONS: [[AtomicU64; 13]; 2] = [const { [const { AtomicU64::new(0) }; 13] }; 2];
+static FAILURES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+/// Samples ours walked (`walker=vm`).
+static WALKED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a walk of ours: walked, or why not.
+pub fn count_walk(result: Result<Walk, WalkFailure>) {
+    match result {
+        Ok(_) => WALKED.fetch_add(1, Ordering::Relaxed),
+        Err(failure) => FAILURES[failure as usize].fetch_add(1, Ordering::Relaxed),
+    };
+}
+
+/// Compares AsyncGetCallTrace's walk (`asgct`, or its failure; `recovered` when one of the
+/// second walks of `signals.rs` made it) with ours (whose stub frames are left out, as
+/// AsyncGetCallTrace has none) and counts the kind. `leaf_frames` is how many leaf frames
+/// of ours came from the top Java frame.
+pub fn compare(
+    asgct: Result<&[CallFrame], i32>,
+    recovered: bool,
+    ours: Result<&[CallFrame], WalkFailure>,
+    leaf_frames: usize,
+    top_interpreted: bool,
+    unreported: bool,
+) {
+    let mut java = [CallFrame::failed_walk(0); COMPARED_FRAMES];
+    let kind = match (asgct, ours) {
+        (Err(_), Err(_)) => Comparison::BothFailed,
+        (Err(_), Ok(_)) => Comparison::OnlyOursWalked,
+        (Ok(_), Err(_)) => Comparison::OnlyAsgctWalked,
+        (Ok(theirs), Ok(ours)) => {
+            let mut count = 0;
+            for frame in ours.iter().filter(|frame| frame.lineno != NATIVE_PC_LINENO) {
+                if count == COMPARED_FRAMES {
+                    break;
+                }
+                java[count] = *frame;
+                count += 1;
+            }
+            let theirs = &theirs[..theirs.len().min(count.max(COMPARED_FRAMES))];
+            match compare_frames(theirs, &java[..count], leaf_frames) {
+                Comparison::OtherTopLine if top_interpreted => Comparison::OtherTopLineInterpreted,
+                kind @ (Comparison::Same | Comparison::OtherTopLine) => kind,
+                _ if unreported => Comparison::Unreported,
+                kind => kind,
+            }
+        }
+    };
+    COMPARISONS[usize::from(recovered)][kind as usize].fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many frames of each walk the check compares: the leaf ones, where walks differ.
+pub const COMPARED_FRAMES: usize = 128;
+
+fn compare_frames(theirs: &[CallFrame], ours: &[CallFrame], leaf_scopes: usize) -> Comparison {
+    let same_method = |a: &CallFrame, b: &CallFrame| a.method_id == b.method_id;
+    let common = theirs.len().min(ours.len());
+    let methods_agree = theirs[..common]
+        .iter()
+        .zip(&ours[..common])
+        .all(|(a, b)| same_method(a, b));
+    if methods_agree && theirs.len() == ours.len() {
+        let lines_agree = theirs.iter().zip(ours).all(|(a, b)| a.lineno == b.lineno);
+        let below_top_agree = theirs
+            .iter()
+            .zip(ours)
+            .skip(1)
+            .all(|(a, b)| a.lineno == b.lineno);
+        return match (lines_agree, below_top_agree) {
+            (true, _) => Comparison::Same,
+            (false, true) => Comparison::OtherTopLine,
+            (false, false) => Comparison::OtherLines,
+        };
+    }
+    if methods_agree {
+        return Comparison::Shorter;
+    }
+    // One more frame on top of one walk, the rest the same (up to the shorter's end).
+    let one_more_on_top = |longer: &[CallFrame], shorter: &[CallFrame]| {
+        longer.len() > 1
+            && longer[1..]
+                .iter()
+                .zip(shorter)
+                .all(|(a, b)| same_method(a, b))
+    };
+    if one_more_on_top(ours, theirs) {
+        return Comparison::OursEntryOnTop;
+    }
+    if one_more_on_top(theirs, ours) {
+        return Comparison::AsgctExtraOnTop;
+    }
+    // Below the leaf compiled frame's inlined methods, do the two agree from the bottom up?
+    let below = |frames: &[CallFrame]| frames.len().saturating_sub(leaf_scopes.max(1));
+    let (theirs_rest, ours_rest) = (below(theirs), below(ours));
+    let bottoms_agree = theirs_rest > 0
+        && ours_rest > 0
+        && theirs[theirs.len() - theirs_rest.min(ours_rest)..]
+            .iter()
+            .zip(&ours[ours.len() - theirs_rest.min(ours_rest)..])
+            .all(|(a, b)| same_method(a, b));
+    if bottoms_agree && leaf_scopes > 1 {
+        Comparison::OtherInlinedLeaf
+    } else {
+        Comparison::OtherFrames
+    }
+}
+
+/// The counts since the last call, by name: `walked`, `failed.<why>` and, with the check,
+/// `check.<kind>`.
+pub fn take_counts() -> Vec<(String, u64)> {
+    let mut counts = Vec::new();
+    let walked = WALKED.swap(0, Ordering::Relaxed);
+    if walked > 0 {
+        counts.push(("walked".to_string(), walked));
+    }
+    for failure in WalkFailure::ALL {
+        let count = FAILURES[failure as usize].swap(0, Ordering::Relaxed);
+        if count > 0 {
+            counts.push((format!("failed.{}", failure.name()), count));
+        }
+    }
+    for (recovered, prefix) in [(0, "check"), (1, "check.recovered")] {
+        for kind in Comparison::ALL {
+            let count = COMPARISONS[recovered][kind as usize].swap(0, Ordering::Relaxed);
+            if count > 0 {
+                counts.push((format!("{prefix}.{}", kind.name()), count));
+            }
+        }
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(methods: &[usize]) -> Vec<CallFrame> {
+        methods
+            .iter()
+            .map(|&method| java_frame(method as jmethodID, 1))
+            .collect()
+    }
+
+    #[test]
+    fn walks_compare_by_kind() {
+        let a = frames(&[1, 2, 3, 4]);
+        assert_eq!(compare_frames(&a, &a, 1), Comparison::Same);
+        let mut lines = a.clone();
+        lines[2].lineno = 7;
+        assert_eq!(compare_frames(&a, &lines, 1), Comparison::OtherLines);
+        let mut top_line = a.clone();
+        top_line[0].lineno = 7;
+        assert_eq!(compare_frames(&a, &top_line, 1), Comparison::OtherTopLine);
+        assert_eq!(compare_frames(&a, &a[..3], 1), Comparison::Shorter);
+        // The two leaf frames come from one compiled frame; AsyncGetCallTrace chose another
+        // inlined scope there.
+        let other_leaf = frames(&[9, 3, 4]);
+        assert_eq!(
+            compare_frames(&other_leaf, &a, 2),
+            Comparison::OtherInlinedLeaf
+        );
+        assert_eq!(
+            compare_frames(&a, &frames(&[7, 1, 2, 3, 4]), 1),
+            Comparison::OursEntryOnTop
+        );
+        assert_eq!(
+            compare_frames(&a, &frames(&[2, 3, 4]), 1),
+            Comparison::AsgctExtraOnTop
+        );
+        let other = frames(&[1, 2, 8, 4]);
+        assert_eq!(compare_frames(&a, &other, 1), Comparison::OtherFrames);
+    }
+
+    #[test]
+    fn scopes_at_a_pc_are_those_of_the_next_debug_point() {
+        let frames = CompiledFrames {
+            method: 1 as jmethodID,
+            native: false,
+            instructions_size: 40,
+            code_size: 64,
+            frame_words: 4,
+            frame_complete: Some(8),
+            pc_offsets: vec![16, 32].into(),
+            scope_starts: vec![0, 2, 3].into(),
+            scopes: vec![
+                (2 as jmethodID, 5),
+                (1 as jmethodID, 9),
+                (1 as jmethodID, 12),
+            ]
+            .into(),
+        };
+        assert_eq!(frames.scopes_at(0, true).len(), 2);
+        // A return address has its own debug information; an interrupted pc the next one's.
+        assert_eq!(frames.scopes_at(16, false)[0].1, 5);
+        assert_eq!(frames.scopes_at(16, true), &[(1 as jmethodID, 12)]);
+        assert_eq!(frames.scopes_at(17, true), &[(1 as jmethodID, 12)]);
+        assert!(frames.scopes_at(32, true).is_empty());
+    }
+}
