@@ -25,7 +25,11 @@ of openprof's second walks):
   only_asgct_walked    ours failed (walker.failed.* says why), AsyncGetCallTrace walked
   both_failed          neither walked (a thread outside Java code)
 
-Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--keep DIR]
+With --cost, each application also runs under walker=asgct and walker=vm (no check), and the
+handler's CPU per sample (the record's cost.handler_us over the samples) is printed for each:
+what walking with ours instead of AsyncGetCallTrace costs.
+
+Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost] [--keep DIR]
 Needs: cargo build --release; the Debian packages of bench/real_apps.py.
 """
 import argparse
@@ -43,14 +47,17 @@ from real_apps import APPS, JETTY_JARS, SHARE, command_of, java_home_of, jdk25_d
 
 AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
 WALKER_LINE = re.compile(r"^walker\.(\S+) (\d+)$", re.M)
+HANDLER_LINE = re.compile(r"^cost\.handler_us (\d+)$", re.M)
+SAMPLES_LINE = re.compile(r"^CPU SAMPLES BEGIN \(total = (\d+)\)", re.M)
 
 
-def run(app, java, drivers, work):
-    """The walker's counts of one run, summed over the run's CPU SAMPLER records."""
+def run(app, java, drivers, work, walker="check"):
+    """The walker's counts of one run, summed over the run's CPU SAMPLER records, with
+    `handler_us` and `samples` among them."""
     work = tempfile.mkdtemp(dir=work)
     profile = os.path.join(work, "profile.txt")
     args, stdin_text, check = command_of(app, java, drivers, work)
-    options = f"cpu=samples,interval=1,depth=2048,walker=check,verbose=n,file={profile}"
+    options = f"cpu=samples,interval=1,depth=2048,walker={walker},verbose=n,file={profile}"
     done = subprocess.run([java, f"-agentpath:{AGENT}={options}", *args], input=stdin_text,
                           capture_output=True, text=True, cwd=work, timeout=1800)
     problem = check(done.stdout, work) if done.returncode == 0 else f"exit {done.returncode}"
@@ -59,9 +66,12 @@ def run(app, java, drivers, work):
     if "walker=check is off" in done.stderr:
         raise SystemExit(f"walker_check: {app.name}: {done.stderr.strip()}")
     counts = collections.Counter()
-    with open(profile) as text:
-        for kind, count in WALKER_LINE.findall(text.read()):
-            counts[kind] += int(count)
+    with open(profile) as file:
+        text = file.read()
+    for kind, count in WALKER_LINE.findall(text):
+        counts[kind] += int(count)
+    counts["handler_us"] = sum(int(micros) for micros in HANDLER_LINE.findall(text))
+    counts["samples"] = sum(int(total) for total in SAMPLES_LINE.findall(text))
     return counts
 
 
@@ -69,6 +79,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--apps", default="h2,jetty,javac,jshell,clojure,rhino")
     parser.add_argument("--jdk", default="17,25")
+    parser.add_argument("--cost", action="store_true",
+                        help="also the handler's CPU per sample under walker=asgct and walker=vm")
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
     args = parser.parse_args()
     if not os.path.isfile(AGENT):
@@ -89,6 +101,7 @@ def main():
                     ":".join([f"{SHARE}/h2.jar"] + JETTY_JARS),
                     *glob.glob(os.path.join(ROOT, "java", "realapps", "*.java"))], check=True)
     rows = []
+    costs = []
     for version, candidates in homes.items():
         modules = {home: modules_of(home) for home in candidates}
         for name in args.apps.split(","):
@@ -101,6 +114,15 @@ def main():
             counts = run(app, os.path.join(home, "bin", "java"), drivers, work_root)
             compared = sum(count for kind, count in counts.items() if kind.startswith("check."))
             rows.append((version, name, compared, counts))
+            if args.cost:
+                per_sample = {}
+                for walker in ("asgct", "vm", "check"):
+                    walked = counts if walker == "check" else run(app, os.path.join(home, "bin", "java"),
+                                                                   drivers, work_root, walker)
+                    per_sample[walker] = walked["handler_us"] / max(walked["samples"], 1)
+                costs.append((version, name, per_sample))
+                print(f"JDK {version} {name}: handler µs per sample: " + ", ".join(
+                    f"{walker} {micros:.2f}" for walker, micros in per_sample.items()), flush=True)
             print(f"JDK {version} {name}: {compared} samples: " + ", ".join(
                 f"{kind} {count}" for kind, count in sorted(counts.items())), flush=True)
     print()
@@ -123,6 +145,13 @@ def main():
               f"{share('vm_unreported_code')} | {share('other_inlined_leaf', 'shorter', 'other_frames')} | "
               f"{share('only_asgct_walked')} | {share('only_vm_walked')} | "
               f"{recovered_same} / {recovered_other} | {failed or '-'} |")
+    if costs:
+        print()
+        print("| JDK | program | handler µs per sample: AsyncGetCallTrace | ours | both (check) |")
+        print("|---|---|---|---|---|")
+        for version, name, per_sample in costs:
+            print(f"| {version} | {name} | {per_sample['asgct']:.2f} | {per_sample['vm']:.2f} | "
+                  f"{per_sample['check']:.2f} |")
     if not args.keep:
         shutil.rmtree(work_root, ignore_errors=True)
 

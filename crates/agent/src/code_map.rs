@@ -192,6 +192,8 @@ pub fn init() {
     METHODS.get_or_init(|| MethodIndex {
         keys: (0..METHOD_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
         values: (0..METHOD_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+        bytecodes: (0..METHOD_SLOTS).map(|_| AtomicUsize::new(0)).collect(),
+        bytecodes_size: (0..METHOD_SLOTS).map(|_| AtomicU32::new(0)).collect(),
     });
     MAP.get_or_init(|| CodeMap {
         entries: (0..CAPACITY)
@@ -412,7 +414,15 @@ const METHOD_SLOTS: usize = 1 << 18;
 struct MethodIndex {
     keys: Box<[AtomicUsize]>,
     values: Box<[AtomicUsize]>,
+    /// Where each Method's bytecodes start (0: not known yet), and their size, with
+    /// [`NATIVE_BIT`] for a native method: remembered by the stack walker the first time it
+    /// reads them, so that later samples need not read the VM's memory again.
+    bytecodes: Box<[AtomicUsize]>,
+    bytecodes_size: Box<[AtomicU32]>,
 }
+
+/// Marks a native method in [`MethodIndex::bytecodes_size`].
+const NATIVE_BIT: u32 = 1 << 31;
 
 static METHODS: OnceLock<MethodIndex> = OnceLock::new();
 
@@ -457,6 +467,12 @@ pub fn index_methods(methods: &[jmethodID]) {
 /// The jmethodID of the Method structure at `address`, if the agent knows it.
 /// Async-signal-safe: atomic loads only, a bounded probe.
 pub fn method_of_structure(address: usize) -> Option<jmethodID> {
+    let (index, slot) = method_index_slot(address)?;
+    Some(index.values.get(slot)?.load(Ordering::Relaxed) as jmethodID)
+}
+
+/// The index and slot of the Method structure at `address`, if the agent knows it.
+fn method_index_slot(address: usize) -> Option<(&'static MethodIndex, usize)> {
     let index = METHODS.get()?;
     if address == 0 || address % 8 != 0 {
         return None;
@@ -465,12 +481,34 @@ pub fn method_of_structure(address: usize) -> Option<jmethodID> {
         let slot = method_slot(address, probe);
         match index.keys.get(slot)?.load(Ordering::Acquire) {
             0 => Some(None),
-            key if key == address => Some(Some(
-                index.values.get(slot)?.load(Ordering::Relaxed) as jmethodID
-            )),
+            key if key == address => Some(Some((index, slot))),
             _ => None,
         }
     })?
+}
+
+/// Where the bytecodes of the Method at `address` start, how many there are, and whether it
+/// is native, as [`remember_bytecodes`] kept them. Async-signal-safe.
+pub fn bytecodes_of(address: usize) -> Option<(usize, u32, bool)> {
+    let (index, slot) = method_index_slot(address)?;
+    let start = index.bytecodes.get(slot)?.load(Ordering::Acquire);
+    let size = index.bytecodes_size.get(slot)?.load(Ordering::Relaxed);
+    (start != 0).then_some((start, size & !NATIVE_BIT, size & NATIVE_BIT != 0))
+}
+
+/// Keeps where the bytecodes of the Method at `address` are (read by the walker from the VM's
+/// memory once). Async-signal-safe: atomic stores into a slot the Method already has.
+pub fn remember_bytecodes(address: usize, start: usize, size: u32, native: bool) {
+    let Some((index, slot)) = method_index_slot(address) else {
+        return;
+    };
+    let size = if native { size | NATIVE_BIT } else { size };
+    if let (Some(start_slot), Some(size_slot)) =
+        (index.bytecodes.get(slot), index.bytecodes_size.get(slot))
+    {
+        size_slot.store(size, Ordering::Relaxed);
+        start_slot.store(start, Ordering::Release);
+    }
 }
 
 #[cfg(test)]

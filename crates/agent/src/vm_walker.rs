@@ -740,10 +740,17 @@ pub unsafe fn walk(
         if count > 0 && leaf_frames == 0 {
             leaf_frames = count;
         }
+        // Compiled code JVMTI reported, else (neither the interpreter, the call stub nor a
+        // stub) code it has not reported yet.
         let compiled = code_map::frames_at(frame.pc)
             .map(|(code, frames)| (code, shape_of(frames), Some(frames)))
             .or_else(|| {
-                unreported_compiled(layout, frame.pc).map(|(code, shape)| (code, shape, None))
+                (!code_map::in_interpreter(frame.pc)
+                    && frame.pc != layout.call_stub_return
+                    && !code_map::in_stub(frame.pc))
+                .then(|| unreported_compiled(layout, frame.pc))
+                .flatten()
+                .map(|(code, shape)| (code, shape, None))
             });
         if let Some((code, shape, frames)) = compiled {
             unreported |= frames.is_none();
@@ -910,7 +917,7 @@ fn is_java_code(layout: &WalkerLayout, pc: usize) -> bool {
     code_map::frames_at(pc).is_some()
         || code_map::in_interpreter(pc)
         || pc == layout.call_stub_return
-        || unreported_compiled(layout, pc).is_some()
+        || (!code_map::in_stub(pc) && unreported_compiled(layout, pc).is_some())
 }
 
 fn java_frame(method: jmethodID, bci: i32) -> CallFrame {
@@ -1060,38 +1067,50 @@ fn plausible_caller(
     if code_map::in_interpreter(address) {
         return interpreted_frame_at(layout, stack, sp, fp);
     }
-    (address == layout.call_stub_return && frame_above)
-        || unreported_compiled(layout, address).is_some()
+    if address == layout.call_stub_return {
+        return frame_above;
+    }
+    !code_map::in_stub(address) && unreported_compiled(layout, address).is_some()
 }
 
-/// The first bytes of the instruction at `pc`, read through the kernel.
+/// The first bytes of the instruction at `pc`, where an interrupted thread was running: its
+/// page is mapped and readable, so it is read directly, up to that page's end (zeros after).
 fn instruction_at(pc: usize) -> Option<[u8; 8]> {
-    let mut word = [0usize; 1];
-    crate::native_stack::read_through_kernel(pc, &mut word).then(|| word[0].to_le_bytes())
+    let page_end = (pc | 4095) + 1;
+    let mut bytes = [0u8; 8];
+    for (at, byte) in (pc..page_end).zip(bytes.iter_mut()) {
+        // SAFETY: `at` lies in the page of code the interrupted thread was executing.
+        *byte = unsafe { std::ptr::read_volatile(at as *const u8) };
+    }
+    Some(bytes)
 }
 
 /// The bytecode index of `bcp` in the interpreted `method` (a Method structure), read through
 /// the kernel; -1 when `bcp` is not in its bytecodes, -3 for a native method's (none).
 fn bytecode_index(layout: &WalkerLayout, method: usize, bcp: usize) -> i32 {
-    let mut word = [0usize; 1];
-    if !crate::native_stack::read_through_kernel(method + layout.const_method, &mut word) {
+    let Some((code, code_size, native)) =
+        code_map::bytecodes_of(method).or_else(|| read_bytecodes(layout, method))
+    else {
         return UNKNOWN_BCI;
-    }
-    let const_method = word[0];
-    if !crate::native_stack::read_through_kernel(const_method + layout.code_size, &mut word) {
-        return UNKNOWN_BCI;
-    }
-    let code_size = word[0] & 0xffff;
-    let code = const_method + layout.const_method_size;
+    };
     match bcp.checked_sub(code) {
-        Some(bci) if bci < code_size => bci as i32,
-        _ if crate::native_stack::read_through_kernel(method + layout.access_flags, &mut word)
-            && word[0] as u32 & ACC_NATIVE != 0 =>
-        {
-            NATIVE_METHOD_BCI
-        }
+        Some(bci) if bci < code_size as usize => bci as i32,
+        _ if native => NATIVE_METHOD_BCI,
         _ => UNKNOWN_BCI,
     }
+}
+
+/// Where a Method's bytecodes are, read from the VM's memory through the kernel and kept for
+/// the next samples: (start, size, whether the method is native).
+fn read_bytecodes(layout: &WalkerLayout, method: usize) -> Option<(usize, u32, bool)> {
+    let const_method = vm_word(method + layout.const_method)?;
+    let code_size = vm_text8(const_method + layout.code_size)?;
+    let code_size = u32::from(u16::from_le_bytes([code_size[0], code_size[1]]));
+    let flags = vm_text8(method + layout.access_flags)?;
+    let native = u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]) & ACC_NATIVE != 0;
+    let code = const_method + layout.const_method_size;
+    code_map::remember_bytecodes(method, code, code_size, native);
+    Some((code, code_size, native))
 }
 
 /// What the check found, by kind: how AsyncGetCallTrace's walk and ours compared.
