@@ -18,23 +18,24 @@ gives it per target and the mean absolute error per profiler. This is the approa
 Humphrey and Marr ("Divining Profiler Accuracy", PACMPL 2025): slow a method down by a known
 amount and check that the profiler sees exactly that much more of it.
 
-Profilers: openprof (cpu=samples,interval=1) and async-profiler (event=cpu,interval=1ms, its
+Profilers: openprof (cpu=samples,interval=1; with --vm-walker also with walker=vm, its own
+stack walker) and async-profiler (event=cpu,interval=1ms, its
 default walker), each in a JVM of its own; with --jfr also the JDK's JFR sampler
 (jdk.ExecutionSample every 1 ms, JDK 17+), whose shares are printed but whose prediction is not
 yet right: JFR does not take one sample per millisecond of CPU (on javac its delays came to
 85-112 % of "sampled CPU"), so its sampled CPU needs another measure than its sample count. The delay is put in by openprof's agent in every
 delayed run: alone (`delay=` profiles nothing by itself) beside async-profiler and JFR.
 
-The delay per call is chosen from a first run that counts the calls (`delay=...:1ns`): so that
-the delays take about --share of the run's CPU, at least --min-delay a call. A target whose calls
-would make the delayed run longer than --max-slowdown times the undelayed one is skipped and
-said so.
+The delay is chosen from a first run that counts the calls (`delay=...:1ns`): so that the
+delays take about --share of the run's CPU, each at least --min-delay long; a method called too
+often for that gets the delay in one call of N (`delay=...:every=N`). A target whose delays
+would make the run longer than --max-slowdown times the undelayed one is skipped and said so.
 
 async-profiler is not part of openprof: build it in a directory of its own, e.g.
   git clone https://github.com/async-profiler/async-profiler /tmp/async-profiler && make -C /tmp/async-profiler
 and pass --async-profiler /tmp/async-profiler/build/lib/libasyncProfiler.so.
 
-Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--jfr]
+Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--vm-walker] [--jfr]
 Needs: cargo build --release; Debian's libh2-java, rhino, clojure (as bench/real_apps.py).
 """
 import argparse
@@ -92,6 +93,8 @@ def profiler_options(profiler, output, async_lib):
         return [], None
     if profiler == "openprof":
         return [], f"cpu=samples,interval=1,depth=2048,cutoff=0,verbose=n,file={output}"
+    if profiler == "openprof-vm":
+        return [], f"cpu=samples,interval=1,depth=2048,cutoff=0,verbose=n,walker=vm,file={output}"
     if profiler == "async-profiler":
         return [f"-agentpath:{async_lib}=start,event=cpu,interval=1ms,ann,collapsed,file={output}"], None
     return [f"-XX:StartFlightRecording:filename={output},jdk.ExecutionSample#period=1ms"], None
@@ -104,7 +107,7 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
     os.makedirs(work, exist_ok=True)
     # A directory of its own: programs write files there (javac its sources and classes).
     work = tempfile.mkdtemp(dir=work)
-    output = os.path.join(work, {None: "none", "openprof": "profile.txt",
+    output = os.path.join(work, {None: "none", "openprof": "profile.txt", "openprof-vm": "profile.txt",
                                  "async-profiler": "profile.collapsed", "jfr": "profile.jfr"}[profiler])
     if os.path.exists(output):
         os.remove(output)
@@ -147,7 +150,7 @@ def charge(java_frames_leaf_first):
 
 def leaf_samples(profiler, output, java):
     by_leaf = collections.Counter()
-    if profiler == "openprof":
+    if profiler in ("openprof", "openprof-vm"):
         delivered, failed, samples, traces = openprof_profile(output)
         for trace, count in samples.items():
             frames = [method for method in map(java_method, traces.get(trace, [])) if method]
@@ -176,12 +179,14 @@ def main():
     parser.add_argument("--async-profiler", required=True, help="libasyncProfiler.so, built outside openprof")
     parser.add_argument("--targets", default=None, help="programs to take targets from (default: all)")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--vm-walker", action="store_true",
+                        help="also openprof with its own stack walker (walker=vm)")
     parser.add_argument("--jfr", action="store_true",
                         help="also the JDK's JFR sampler (its prediction is not yet right, see above)")
     parser.add_argument("--share", type=float, default=0.10, help="the delays' share of the run to aim at")
-    parser.add_argument("--min-delay", type=int, default=20000,
-                        help="the shortest delay a call, in ns: the clock reads around each delay "
-                             "cost some 100 ns that the delay's own count leaves out")
+    parser.add_argument("--min-delay", type=int, default=200000,
+                        help="the shortest delay, in ns: the clock reads and native calls around "
+                             "each delay cost some 0.3-1 us that the delay's own count leaves out")
     parser.add_argument("--max-slowdown", type=float, default=3.0)
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
     args = parser.parse_args()
@@ -191,7 +196,8 @@ def main():
         sys.exit(f"accuracy: no async-profiler library at {args.async_profiler}")
     programs = args.targets.split(",") if args.targets else sorted({program for program, _ in TARGETS})
     targets = [(program, method) for program, method in TARGETS if program in programs]
-    profilers = ["openprof", "async-profiler"] + (["jfr"] if args.jfr else [])
+    profilers = (["openprof"] + (["openprof-vm"] if args.vm_walker else []) + ["async-profiler"]
+                 + (["jfr"] if args.jfr else []))
     java = jdk_tool("java")
     work_root = args.keep or tempfile.mkdtemp(prefix="openprof-accuracy-")
     drivers = os.path.join(work_root, "drivers")
@@ -219,17 +225,24 @@ def main():
                 print(f"{program} {method}: nothing delayed: {said}", flush=True)
                 continue
             base_cpu = base[(program, "openprof")][2]
-            # At most the longest delay= takes (10 ms): a method called rarely gets less.
-            per_call = min(10_000_000, max(args.min_delay, int(args.share * base_cpu * 1e9 / max(calls, 1))))
-            if calls * per_call > (args.max_slowdown - 1) * base_cpu * 1e9:
-                print(f"{program} {method}: {calls} calls; a delay of {per_call} ns each would make "
-                      f"the run more than {args.max_slowdown}x as long: skipped", flush=True)
+            # The delays should take about --share of the run: each at least --min-delay long
+            # (so that the clock reads around it cost little beside it) and at most 10 ms (the
+            # longest delay=), in every call, or in one call of `every` when the method is
+            # called too often for that.
+            wanted_ns = args.share * base_cpu * 1e9
+            every = max(1, round(calls * args.min_delay / wanted_ns))
+            per_call = min(10_000_000, max(args.min_delay, int(wanted_ns * every / max(calls, 1))))
+            delay = f"{method}:{per_call}ns" + (f":every={every}" if every > 1 else "")
+            if calls // every * per_call > (args.max_slowdown - 1) * base_cpu * 1e9:
+                print(f"{program} {method}: {calls} calls; delays of {per_call} ns in one of "
+                      f"{every} would make the run more than {args.max_slowdown}x as long: skipped",
+                      flush=True)
                 continue
-            row = [program, method, calls, per_call]
+            row = [program, method, calls, f"{per_call}" + (f" / {every}" if every > 1 else "")]
             for profiler in profilers:
                 try:
                     by_leaf, total, delays, _ = run_program(app, java, drivers, work, profiler,
-                                                            args.async_profiler, f"{method}:{per_call}ns")
+                                                            args.async_profiler, delay)
                 except RunFailed as failed:
                     print(f"{program} {method}: FAILED: {failed}", flush=True)
                     break
@@ -245,7 +258,7 @@ def main():
             for profiler, cells in zip(profilers, row[4:]):
                 errors[profiler].append(cells[4])
             rows.append(row)
-            print(f"{program} {method}: {calls} calls, {per_call} ns each; " + "; ".join(
+            print(f"{program} {method}: {calls} calls, {per_call} ns in one of {every}; " + "; ".join(
                 f"{profiler} base {cells[0]:.1f} %, delay {cells[1]:.1f} %, predicted {cells[2]:.1f} %, "
                 f"measured {cells[3]:.1f} %, error {cells[4]:+.1f}"
                 for profiler, cells in zip(profilers, row[4:])), flush=True)

@@ -26,10 +26,11 @@ of openprof's second walks):
   both_failed          neither walked (a thread outside Java code)
 
 With --cost, each application also runs under walker=asgct and walker=vm (no check), and the
-handler's CPU per sample (the record's cost.handler_us over the samples) is printed for each:
+handler's CPU per sample (the record's cost.handler_us over the samples; the median of
+--rounds runs) is printed for each:
 what walking with ours instead of AsyncGetCallTrace costs.
 
-Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost] [--keep DIR]
+Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost [--rounds N]] [--keep DIR]
 Needs: cargo build --release; the Debian packages of bench/real_apps.py.
 """
 import argparse
@@ -38,6 +39,7 @@ import glob
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,6 +83,8 @@ def main():
     parser.add_argument("--jdk", default="17,25")
     parser.add_argument("--cost", action="store_true",
                         help="also the handler's CPU per sample under walker=asgct and walker=vm")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="runs per walker for --cost; the median is printed")
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
     args = parser.parse_args()
     if not os.path.isfile(AGENT):
@@ -117,9 +121,11 @@ def main():
             if args.cost:
                 per_sample = {}
                 for walker in ("asgct", "vm", "check"):
-                    walked = counts if walker == "check" else run(app, os.path.join(home, "bin", "java"),
-                                                                   drivers, work_root, walker)
-                    per_sample[walker] = walked["handler_us"] / max(walked["samples"], 1)
+                    runs = [counts] if walker == "check" else []
+                    while len(runs) < args.rounds:
+                        runs.append(run(app, os.path.join(home, "bin", "java"), drivers, work_root, walker))
+                    per_sample[walker] = statistics.median(
+                        walked["handler_us"] / max(walked["samples"], 1) for walked in runs)
                 costs.append((version, name, per_sample))
                 print(f"JDK {version} {name}: handler µs per sample: " + ", ".join(
                     f"{walker} {micros:.2f}" for walker, micros in per_sample.items()), flush=True)

@@ -38,10 +38,16 @@ pub const DELAY_CLASS: &str = "openprof/Delay";
 pub const DELAY_NANOS_FIELD: (&str, &str) = ("nanos", "J");
 /// Where the busy loop leaves its result, so that the JIT cannot drop the loop.
 const DELAY_SINK_FIELD: (&str, &str) = ("sink", "J");
+/// One call in this many spins (at least 1), which the agent sets with the length.
+pub const DELAY_EVERY_FIELD: (&str, &str) = ("every", "J");
+/// The calls so far (racy between threads: which calls spin need not be exact, the count of
+/// delays is the agent's).
+const DELAY_CALLS_FIELD: (&str, &str) = ("calls", "J");
 /// The delay itself:
 ///
 /// ```java
 /// static void spin() {
+///     if (++calls % every != 0) return;
 ///     long cpu = clock();
 ///     long start = System.nanoTime(), end = start + nanos, x = sink, now;
 ///     do {
@@ -70,7 +76,12 @@ pub fn delay_class_file() -> Vec<u8> {
     let (clock, clock_descriptor) = DELAY_CLOCK;
     static_class_file_with(
         DELAY_CLASS,
-        &[DELAY_NANOS_FIELD, DELAY_SINK_FIELD],
+        &[
+            DELAY_NANOS_FIELD,
+            DELAY_SINK_FIELD,
+            DELAY_EVERY_FIELD,
+            DELAY_CALLS_FIELD,
+        ],
         &[
             StaticMethod::Native {
                 name: spun,
@@ -263,10 +274,27 @@ fn spin_code(pool: &mut Pool, this_class: u16) -> Vec<u8> {
     let [cpu_high, cpu_low] = pool
         .method_ref(this_class, clock, clock_descriptor)
         .to_be_bytes();
+    let [every_high, every_low] = pool.field_ref(this_class, DELAY_EVERY_FIELD).to_be_bytes();
+    let [calls_high, calls_low] = pool.field_ref(this_class, DELAY_CALLS_FIELD).to_be_bytes();
+    // Which calls spin: the offsets in the comments below start after these 19 bytes.
+    #[rustfmt::skip]
+    let prefix = [
+        0xB2, calls_high, calls_low,   //  0 getstatic calls
+        0x0A,                          //  3 lconst_1
+        0x61,                          //  4 ladd
+        0x5C,                          //  5 dup2
+        0xB3, calls_high, calls_low,   //  6 putstatic calls
+        0xB2, every_high, every_low,   //  9 getstatic every
+        0x71,                          // 12 lrem
+        0x09,                          // 13 lconst_0
+        0x94,                          // 14 lcmp
+        0x99, 0, 4,                    // 15 ifeq RUN (19)
+        0xB1,                          // 18 return
+    ];
     // Locals: 0-1 start, 2-3 end, 4-5 x, 6-7 now, 8 i, 9-10 cpu.
     #[rustfmt::skip]
-    let bytecode = [
-        0xB8, cpu_high, cpu_low,       //  0 invokestatic clock
+    let spin = [
+        0xB8, cpu_high, cpu_low,       //  0 RUN: invokestatic clock
         0x37, 9,                       //  3 lstore 9 (cpu)
         0xB8, clock_high, clock_low,   //  5 invokestatic System.nanoTime
         0x3F,                          //  8 lstore_0 (start)
@@ -301,18 +329,21 @@ fn spin_code(pool: &mut Pool, this_class: u16) -> Vec<u8> {
         0xB8, spun_high, spun_low,     // 68 invokestatic spun
         0xB1,                          // 71 return
     ];
+    let bytecode: Vec<u8> = prefix.iter().chain(&spin).copied().collect();
     const LONG: u8 = 4;
     const INT: u8 = 1;
     const TOP: u8 = 0;
     #[rustfmt::skip]
     let frames = [
-        // OUTER (20): start, end, x, -, cpu
-        255, 0, 20, 0, 7, LONG, LONG, LONG, TOP, TOP, TOP, LONG, 0, 0,
+        // RUN (19): no locals (a same_frame, its type its offset)
+        19,
+        // OUTER (19 + 20): start, end, x, -, cpu
+        255, 0, 19, 0, 7, LONG, LONG, LONG, TOP, TOP, TOP, LONG, 0, 0,
         // INNER (23): start, end, x, -, i, cpu
         255, 0, 2, 0, 7, LONG, LONG, LONG, TOP, TOP, INT, LONG, 0, 0,
         25, // EXIT (49): as INNER
     ];
-    code_attribute_with_frames(pool, 4, 11, &bytecode, Some((3, &frames)))
+    code_attribute_with_frames(pool, 4, 11, &bytecode, Some((4, &frames)))
 }
 
 /// `public final class NAME extends Object` with these static methods, version 52 (Java 8) so

@@ -15,7 +15,7 @@ use jvmti_bindings::sys::jvmti::{
 };
 use openprof_classfile::{
     declared_methods, delay_class_file, instrument_each, HookKind, MethodPlan, Plan, DELAY_CLASS,
-    DELAY_CLOCK, DELAY_NANOS_FIELD, DELAY_SPUN,
+    DELAY_CLOCK, DELAY_EVERY_FIELD, DELAY_NANOS_FIELD, DELAY_SPUN,
 };
 use openprof_format::options::{Delay as DelayOption, Options};
 
@@ -168,6 +168,12 @@ impl Delay {
             .map_err(|_| "the delay class has no length field".to_string())?;
         jni.set_static_long_field(class, field, self.option.ns as i64)
             .map_err(|_| "can't set the delay's length".to_string())?;
+        let (every, every_descriptor) = DELAY_EVERY_FIELD;
+        let every = jni
+            .static_field_id(class, every, every_descriptor)
+            .map_err(|_| "the delay class has no count of calls".to_string())?;
+        jni.set_static_long_field(class, every, i64::from(self.option.every.max(1)))
+            .map_err(|_| "can't set which calls spin".to_string())?;
         let module = jni
             .module_of(class)
             .map_err(|_| "the delay class has no module".to_string())?;

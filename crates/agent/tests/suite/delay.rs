@@ -49,10 +49,13 @@ fn samples_under(profile: &openprof_format::hprof_text::TextProfile, method: &st
 
 #[test]
 fn a_delayed_method_gets_the_share_of_the_cpu_its_delays_took() {
-    for blocks in ["", ":blocks"] {
-        let file = format!("delayed{}.txt", blocks.replace(':', "-"));
-        let options =
-            format!("cpu=samples,interval=1,depth=8,delay=Delayed.target:20us{blocks},file={file}");
+    // (each delay's length, where): every seventh call seven times as long, so the delays'
+    // share stays the same.
+    for (length, blocks) in [(20, ""), (20, ":blocks"), (140, ":every=7")] {
+        let file = format!("delayed{}.txt", blocks.replace([':', '='], "-"));
+        let options = format!(
+            "cpu=samples,interval=1,depth=8,delay=Delayed.target:{length}us{blocks},file={file}"
+        );
         // The strictest verifier checks the delay class and the rewritten code.
         let run = run_java_with(&["-Xverify:all"], Some(&options), "Delayed", &["3"], LIMIT);
         assert!(run.success(), "{options}: {}", run.stderr());
@@ -63,17 +66,18 @@ fn a_delayed_method_gets_the_share_of_the_cpu_its_delays_took() {
         let (delays, delayed_ns, methods) = delays_reported(&run.stderr());
         assert_eq!(methods, 1, "{}", run.stderr());
         // At entry: one delay a call. At its blocks: one for each block run, two a call and
-        // one more for each even argument.
-        let expected = if blocks.is_empty() {
-            calls
-        } else {
-            2 * calls + evens
+        // one more for each even argument. With every=7, the seventh call, the fourteenth...
+        // (one thread calls it).
+        let expected = match blocks {
+            "" => calls,
+            ":blocks" => 2 * calls + evens,
+            _ => calls / 7,
         };
         assert!(evens > 0 && evens < calls, "{stdout}");
         assert_eq!(delays, expected, "{options}: {stdout}");
         assert!(
-            delayed_ns >= delays * 20_000,
-            "{options}: {delays} delays of at least 20 us took {delayed_ns} ns"
+            delayed_ns >= delays * length * 1000,
+            "{options}: {delays} delays of at least {length} us took {delayed_ns} ns"
         );
         let profile = run.profile(&file);
         let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();

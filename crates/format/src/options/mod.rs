@@ -280,6 +280,9 @@ pub struct Delay {
     pub ns: u64,
     /// At the start of every basic block instead of at entry only.
     pub blocks: bool,
+    /// Only one call (or block) in this many spins (`every=N`; 1: all): long delays, whose
+    /// clock reads cost little beside them, in a method called too often for one a call.
+    pub every: u32,
 }
 
 impl fmt::Display for Delay {
@@ -287,6 +290,9 @@ impl fmt::Display for Delay {
         write!(f, "{}.{}:{}ns", self.class, self.method, self.ns)?;
         if self.blocks {
             f.write_str(":blocks")?;
+        }
+        if self.every > 1 {
+            write!(f, ":every={}", self.every)?;
         }
         Ok(())
     }
@@ -1207,6 +1213,7 @@ mod tests {
                 method: "run".into(),
                 ns: 20_000,
                 blocks: false,
+                every: 1,
             })
         );
         assert_eq!(Options::parse(&options.to_string()).unwrap(), options);
@@ -1222,11 +1229,18 @@ mod tests {
             ("a.Outer$Inner", "<init>", 500, true)
         );
         assert_eq!(Options::parse(&spread.to_string()).unwrap(), spread);
+        let sparse = Options::parse("delay=a.B.c:200us:every=50:blocks").unwrap();
+        let delay = sparse.delay.clone().unwrap();
+        assert_eq!((delay.ns, delay.blocks, delay.every), (200_000, true, 50));
+        assert_eq!(Options::parse(&sparse.to_string()).unwrap(), sparse);
         for (text, complaint) in [
             ("delay=a.B.c", "has no duration"),
             ("delay=Main:1us", "names no method"),
-            ("delay=a.B.c:1us:everywhere", "not a place"),
-            ("delay=a.B.c:1us:blocks:x", "one part too many"),
+            ("delay=a.B.c:1us:everywhere", "neither blocks nor every"),
+            ("delay=a.B.c:1us:blocks:x", "neither blocks nor every"),
+            ("delay=a.B.c:1us:blocks:blocks", "given twice"),
+            ("delay=a.B.c:1us:every=0", "not a count"),
+            ("delay=a.B.c:1us:every=2:every=3", "given twice"),
             ("delay=a..c:1us", "binary name"),
             ("delay=a/B.c:1us", "binary name"),
             ("delay=a.B.<clinit>:1us", "binary name"),

@@ -618,28 +618,31 @@ const MAX_DELAY_NS: u64 = 10_000_000;
 
 /// `delay=CLASS.METHOD:DURATION[:blocks]`.
 fn parse_delay(name: &str, value: &str) -> Result<super::Delay, OptionError> {
-    let usage =
-        "use delay=<class>.<method>:<duration>[:blocks], e.g. delay=com.acme.Cart.total:20us";
+    let usage = "use delay=<class>.<method>:<duration>[:blocks][:every=<n>], e.g. delay=com.acme.Cart.total:20us";
     let mut parts = value.split(':');
     let target = parts.next().unwrap_or_default();
     let Some(duration) = parts.next() else {
         return Err(bad(name, format!("'{value}' has no duration; {usage}")));
     };
-    let blocks = match parts.next() {
-        None => false,
-        Some("blocks") => true,
-        Some(other) => {
-            return Err(bad(
-                name,
-                format!("'{other}' is not a place for the delay; leave it out (at entry) or say blocks; {usage}"),
-            ))
+    let (mut blocks, mut every) = (false, None);
+    for part in parts {
+        match part.split_once('=') {
+            None if part == "blocks" && !blocks => blocks = true,
+            Some(("every", count)) if every.is_none() => {
+                every = Some(count.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    bad(name, format!("every={count} is not a count of calls from 1 on; {usage}"))
+                })?);
+            }
+            _ if part == "blocks" || part.starts_with("every=") => {
+                return Err(bad(name, format!("'{part}' is given twice; {usage}")));
+            }
+            _ => {
+                return Err(bad(
+                    name,
+                    format!("'{part}' is neither blocks nor every=<n>; leave it out (at entry, every call) or say one of them; {usage}"),
+                ))
+            }
         }
-    };
-    if let Some(extra) = parts.next() {
-        return Err(bad(
-            name,
-            format!("'{extra}' is one part too many; {usage}"),
-        ));
     }
     let Some((class, method)) = target.rsplit_once('.') else {
         return Err(bad(
@@ -672,6 +675,7 @@ fn parse_delay(name: &str, value: &str) -> Result<super::Delay, OptionError> {
         method: method.to_string(),
         ns,
         blocks,
+        every: every.unwrap_or(1),
     })
 }
 
