@@ -18,6 +18,8 @@ of openprof's second walks):
   shorter              one walk is the other with frames missing at the bottom
   vm_entry_on_top      ours has one more frame on top (a method at its entry), the rest the same
   asgct_extra_on_top   AsyncGetCallTrace's has one more frame on top, the rest the same
+  vm_virtual_thread_end  ours ended at a virtual thread's continuation (the frames its carrier
+                       holds), AsyncGetCallTrace went on into the carrier's frames
   vm_unreported_code   frames differ where ours walked compiled code JVMTI had not reported yet
                        (ours knows its method, not the methods inlined into it)
   other_frames         frames differ elsewhere

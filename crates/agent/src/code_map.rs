@@ -315,7 +315,23 @@ pub fn generated(name: &str, start: usize, length: usize, frame_words: Option<us
         INTERPRETER[1].store(start.saturating_add(length), Ordering::Release);
         return;
     }
+    if name.starts_with("cont_returnBarrier") {
+        // Adjacent stubs: one range holds both.
+        CONTINUATION_RETURN[0].fetch_min(start, Ordering::Relaxed);
+        CONTINUATION_RETURN[1].fetch_max(start.saturating_add(length), Ordering::Release);
+    }
     STUBS.add(name, start, length, frame_words);
+}
+
+/// The stubs a virtual thread's bottom frame on its carrier's stack returns to (HotSpot's
+/// continuation return barrier): the frames below them are still in the heap.
+static CONTINUATION_RETURN: [AtomicUsize; 2] = [AtomicUsize::new(usize::MAX), AtomicUsize::new(0)];
+
+/// Whether `pc` is the continuation return barrier: the end of a mounted virtual thread's
+/// frames on its carrier's stack. Async-signal-safe.
+pub fn is_continuation_return(pc: usize) -> bool {
+    let end = CONTINUATION_RETURN[1].load(Ordering::Acquire);
+    CONTINUATION_RETURN[0].load(Ordering::Relaxed) <= pc && pc < end
 }
 
 /// The most stubs remembered; HotSpot generates a few hundred, and dispatch stubs as calls

@@ -727,6 +727,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
                 leaf_frames,
                 ours.is_ok_and(|walk| walk.top_interpreted),
                 ours.is_ok_and(|walk| walk.unreported),
+                ours.is_ok_and(|walk| walk.virtual_thread),
             );
         }
         if trace.num_frames <= 0 {

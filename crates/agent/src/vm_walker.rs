@@ -655,6 +655,8 @@ pub struct Walk {
     /// Whether a frame was of compiled code JVMTI had not reported yet: its method is known,
     /// not the methods inlined into it.
     pub unreported: bool,
+    /// Whether the walk ended at a virtual thread's continuation (its carrier's frames below).
+    pub virtual_thread: bool,
 }
 
 /// Walks the Java frames from `start` into `out` (room for `room`), innermost first.
@@ -724,7 +726,11 @@ pub unsafe fn walk(
     let mut leaf_frames = 0;
     let mut top_interpreted = false;
     let mut unreported = false;
-    let done = |count: usize, leaf_frames: usize, top_interpreted: bool, unreported: bool| {
+    let done = |count: usize,
+                leaf_frames: usize,
+                top_interpreted: bool,
+                unreported: bool,
+                virtual_thread: bool| {
         if count == 0 {
             Err(WalkFailure::NoJavaFrame)
         } else {
@@ -733,6 +739,7 @@ pub unsafe fn walk(
                 leaf_frames: if leaf_frames == 0 { count } else { leaf_frames },
                 top_interpreted,
                 unreported,
+                virtual_thread,
             })
         }
     };
@@ -788,7 +795,7 @@ pub unsafe fn walk(
             }
             for &(method, bci) in scopes {
                 if count == room {
-                    return done(count, leaf_frames, top_interpreted, unreported);
+                    return done(count, leaf_frames, top_interpreted, unreported, false);
                 }
                 // SAFETY: `count` < `room`.
                 unsafe { *out.add(count) = java_frame(method, bci) };
@@ -869,7 +876,7 @@ pub unsafe fn walk(
             let anchor = wrapper + layout.wrapper_anchor;
             let last_sp = stack.word(anchor + layout.anchor_sp).unwrap_or(0);
             if last_sp == 0 {
-                return done(count, leaf_frames, top_interpreted, unreported);
+                return done(count, leaf_frames, top_interpreted, unreported, false);
             }
             if last_sp <= frame.sp {
                 return Err(WalkFailure::BadFrame);
@@ -882,6 +889,10 @@ pub unsafe fn walk(
             stack.low = last_sp;
             frame = StartFrame::returned_to(pc, last_sp, fp);
             unextended_sp = last_sp;
+        } else if code_map::is_continuation_return(frame.pc) {
+            // A virtual thread's frames end here: the rest of its stack is in the heap, and
+            // below are its carrier's frames, which are not the virtual thread's.
+            return done(count, leaf_frames, top_interpreted, unreported, true);
         } else if code_map::in_stub(frame.pc) {
             // A stub's frame between Java frames (a runtime stub that called the VM): a frame
             // of its own, named at dump, stepped over by its blob's frame size where known.
@@ -909,7 +920,7 @@ pub unsafe fn walk(
             return Err(WalkFailure::UnknownCode);
         }
     }
-    done(count, leaf_frames, top_interpreted, unreported)
+    done(count, leaf_frames, top_interpreted, unreported, false)
 }
 
 /// Whether `pc` is in code whose frames the walker steps over.
@@ -1070,6 +1081,9 @@ fn plausible_caller(
     if address == layout.call_stub_return {
         return frame_above;
     }
+    if code_map::is_continuation_return(address) {
+        return true;
+    }
     !code_map::in_stub(address) && unreported_compiled(layout, address).is_some()
 }
 
@@ -1134,6 +1148,9 @@ pub enum Comparison {
     OursEntryOnTop,
     /// AsyncGetCallTrace's has one more frame on top, the rest the same.
     AsgctExtraOnTop,
+    /// Ours ended at a virtual thread's continuation, AsyncGetCallTrace went on into its
+    /// carrier's frames.
+    VirtualThreadEnd,
     /// Frames differ where ours walked compiled code JVMTI had not reported yet (whose
     /// inlined methods ours does not know).
     Unreported,
@@ -1148,7 +1165,7 @@ pub enum Comparison {
 }
 
 impl Comparison {
-    const ALL: [Comparison; 13] = [
+    const ALL: [Comparison; 14] = [
         Comparison::Same,
         Comparison::OtherTopLine,
         Comparison::OtherTopLineInterpreted,
@@ -1157,6 +1174,7 @@ impl Comparison {
         Comparison::Shorter,
         Comparison::OursEntryOnTop,
         Comparison::AsgctExtraOnTop,
+        Comparison::VirtualThreadEnd,
         Comparison::Unreported,
         Comparison::OtherFrames,
         Comparison::OnlyOursWalked,
@@ -1174,6 +1192,7 @@ impl Comparison {
             Comparison::Shorter => "shorter",
             Comparison::OursEntryOnTop => "vm_entry_on_top",
             Comparison::AsgctExtraOnTop => "asgct_extra_on_top",
+            Comparison::VirtualThreadEnd => "vm_virtual_thread_end",
             Comparison::Unreported => "vm_unreported_code",
             Comparison::OtherFrames => "other_frames",
             Comparison::OnlyOursWalked => "only_vm_walked",
@@ -1184,7 +1203,7 @@ impl Comparison {
 }
 
 /// By whether AsyncGetCallTrace's walk was a recovered one, then by kind.
-static COMPARISONS: [[AtomicU64; 13]; 2] = [const { [const { AtomicU64::new(0) }; 13] }; 2];
+static COMPARISONS: [[AtomicU64; 14]; 2] = [const { [const { AtomicU64::new(0) }; 14] }; 2];
 static FAILURES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 /// Samples ours walked (`walker=vm`).
 static WALKED: AtomicU64 = AtomicU64::new(0);
@@ -1208,6 +1227,7 @@ pub fn compare(
     leaf_frames: usize,
     top_interpreted: bool,
     unreported: bool,
+    virtual_thread: bool,
 ) {
     let mut java = [CallFrame::failed_walk(0); COMPARED_FRAMES];
     let kind = match (asgct, ours) {
@@ -1227,6 +1247,9 @@ pub fn compare(
             match compare_frames(theirs, &java[..count], leaf_frames) {
                 Comparison::OtherTopLine if top_interpreted => Comparison::OtherTopLineInterpreted,
                 kind @ (Comparison::Same | Comparison::OtherTopLine) => kind,
+                Comparison::Shorter if virtual_thread && count < theirs.len() => {
+                    Comparison::VirtualThreadEnd
+                }
                 _ if unreported => Comparison::Unreported,
                 kind => kind,
             }

@@ -191,3 +191,38 @@ fn the_check_finds_both_walkers_agree_where_asyncgetcalltrace_walks() {
         "ours failed on {ours_failed} of {compared} samples: {counts:?}"
     );
 }
+
+/// Virtual threads (JDK 21 and later) with our walker: 10,000 of them do a known split of work
+/// (heavy 75 %), which the samples give within 2 points; a walk ends where the virtual thread's
+/// frames on its carrier's stack do. On a JDK without virtual threads there is nothing to check.
+#[test]
+fn our_walker_walks_virtual_threads_and_the_split_is_right() {
+    let run = run_java(
+        Some("cpu=samples,interval=1,depth=12,walker=vm,file=virtual.txt"),
+        "VirtualSplit",
+        &["10000", "4000"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let stdout = run.stdout();
+    if stdout.contains("virtual_threads=no") {
+        assert!(printed_figure(&stdout, "feature") < 21.0, "{stdout}");
+        return;
+    }
+    let profile = run.profile("virtual.txt");
+    let by_method = samples_by_method(&profile);
+    let heavy = by_method.get("VirtualSplit.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
+    assert!(heavy + light >= 1000.0, "{by_method:?}");
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.02,
+        "heavy share {share:.3}, built in 0.75: {by_method:?}"
+    );
+    let counts = walker_counts(&profile);
+    let walked = counts.get("walked").copied().unwrap_or(0) as f64;
+    assert!(
+        walked >= 0.9 * (heavy + light),
+        "our walker walked {walked} samples: {counts:?}"
+    );
+}
