@@ -20,8 +20,10 @@ use crate::sync::lock;
 const CAPACITY: usize = 1 << 18;
 /// How many of the newest entries a lookup scans: the bound on the handler's time.
 const SCAN_LIMIT: usize = 1 << 16;
-/// New entries after which the sorted index is rebuilt: a lookup scans at most these.
-const REBUILD_EVERY: usize = 256;
+/// New entries after which the sorted index is rebuilt: a lookup scans at most these (the
+/// stack walker of our own looks up every frame of every sample). A rebuild merges them into
+/// the sorted entries, in about linear time, so it may come often.
+const REBUILD_EVERY: usize = 16;
 
 struct Entry {
     start: AtomicUsize,
@@ -159,13 +161,23 @@ impl SortedIndex {
         while self.readers[buffer].load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
-        let mut live: Vec<(usize, u32)> = entries[..count]
+        // The active buffer's entries (sorted), then those appended since: a stable sort
+        // finds the sorted run and merges the few others into it.
+        let active = 1 - buffer;
+        let sorted_before = self.lengths[active].load(Ordering::Acquire);
+        let covered = self.covers[active].load(Ordering::Acquire).min(count);
+        let live_entry = |number: usize| {
+            entries
+                .get(number)
+                .filter(|entry| entry.live.load(Ordering::Relaxed))
+                .map(|entry| (entry.start.load(Ordering::Relaxed), number as u32))
+        };
+        let mut live: Vec<(usize, u32)> = self.buffers[active][..sorted_before]
             .iter()
-            .enumerate()
-            .filter(|(_, entry)| entry.live.load(Ordering::Relaxed))
-            .map(|(number, entry)| (entry.start.load(Ordering::Relaxed), number as u32))
+            .filter_map(|slot| live_entry(slot.load(Ordering::Relaxed) as usize))
+            .chain((covered..count).filter_map(live_entry))
             .collect();
-        live.sort_unstable();
+        live.sort();
         for (slot, (_, number)) in self.buffers[buffer].iter().zip(&live) {
             slot.store(*number, Ordering::Relaxed);
         }
