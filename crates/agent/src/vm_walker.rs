@@ -378,8 +378,13 @@ fn shape_of(frames: &CompiledFrames) -> FrameShape {
     }
 }
 
+/// Reads of VM memory through the kernel since the last count: what our walk costs beyond its
+/// own tables (`walker.kernel_reads`).
+static KERNEL_READS: AtomicU64 = AtomicU64::new(0);
+
 /// A word of VM memory, read through the kernel (async-signal-safe; a bad address gives None).
 fn vm_word(address: usize) -> Option<usize> {
+    KERNEL_READS.fetch_add(1, Ordering::Relaxed);
     let mut word = [0usize; 1];
     (address % 8 == 0 && crate::native_stack::read_through_kernel(address, &mut word))
         .then_some(word[0])
@@ -387,6 +392,7 @@ fn vm_word(address: usize) -> Option<usize> {
 
 /// Eight bytes of VM memory at any address, read through the kernel.
 fn vm_text8(address: usize) -> Option<[u8; 8]> {
+    KERNEL_READS.fetch_add(1, Ordering::Relaxed);
     let mut words = [0usize; 2];
     if !crate::native_stack::read_through_kernel(address & !7, &mut words) {
         return None;
@@ -1120,8 +1126,11 @@ fn read_bytecodes(layout: &WalkerLayout, method: usize) -> Option<(usize, u32, b
     let const_method = vm_word(method + layout.const_method)?;
     let code_size = vm_text8(const_method + layout.code_size)?;
     let code_size = u32::from(u16::from_le_bytes([code_size[0], code_size[1]]));
-    let flags = vm_text8(method + layout.access_flags)?;
-    let native = u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]) & ACC_NATIVE != 0;
+    // Only a method without bytecodes can be native: the flags are read for those alone.
+    let native = code_size == 0
+        && vm_text8(method + layout.access_flags).is_some_and(|flags| {
+            u32::from_le_bytes([flags[0], flags[1], flags[2], flags[3]]) & ACC_NATIVE != 0
+        });
     let code = const_method + layout.const_method_size;
     code_map::remember_bytecodes(method, code, code_size, native);
     Some((code, code_size, native))
@@ -1314,13 +1323,17 @@ fn compare_frames(theirs: &[CallFrame], ours: &[CallFrame], leaf_scopes: usize) 
     }
 }
 
-/// The counts since the last call, by name: `walked`, `failed.<why>` and, with the check,
-/// `check.<kind>`.
+/// The counts since the last call, by name: `walked`, `kernel_reads`, `failed.<why>` and,
+/// with the check, `check.<kind>`.
 pub fn take_counts() -> Vec<(String, u64)> {
     let mut counts = Vec::new();
     let walked = WALKED.swap(0, Ordering::Relaxed);
     if walked > 0 {
         counts.push(("walked".to_string(), walked));
+    }
+    let kernel_reads = KERNEL_READS.swap(0, Ordering::Relaxed);
+    if kernel_reads > 0 {
+        counts.push(("kernel_reads".to_string(), kernel_reads));
     }
     for failure in WalkFailure::ALL {
         let count = FAILURES[failure as usize].swap(0, Ordering::Relaxed);
