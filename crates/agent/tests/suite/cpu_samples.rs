@@ -459,8 +459,14 @@ fn javac_is_walked() {
 /// gives copy() the share of the CPU the workload measured, nearly all of it in that frame.
 #[test]
 fn samples_in_a_stub_have_the_stubs_frame_over_its_caller() {
+    stub_frames_over_their_caller("cpu=samples,interval=1,depth=4");
+}
+
+/// StubCopies under `options`: copy() gets the share of the CPU the workload measured, at
+/// least 80 % of it in the arraycopy stub's frame. The profile, for more checks.
+pub(crate) fn stub_frames_over_their_caller(options: &str) -> TextProfile {
     let run = run_java(
-        Some("cpu=samples,interval=1,depth=4,file=stubs.txt"),
+        Some(&format!("{options},file=stubs.txt")),
         "StubCopies",
         &["3"],
         LIMIT,
@@ -497,6 +503,7 @@ fn samples_in_a_stub_have_the_stubs_frame_over_its_caller() {
         in_stub as f64 >= 0.8 * in_copy as f64,
         "{in_stub} of copy()'s {in_copy} samples in the arraycopy stub's frame"
     );
+    profile
 }
 
 /// Virtual threads (JDK 21 and later): 10,000 of them, moving between carrier threads, do a
@@ -506,29 +513,9 @@ fn samples_in_a_stub_have_the_stubs_frame_over_its_caller() {
 /// the core tests checks it.
 #[test]
 fn virtual_threads_get_their_own_stacks_and_the_split_is_right() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,depth=12,file=virtual.txt"),
-        "VirtualSplit",
-        &["10000", "4000"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let stdout = run.stdout();
-    if stdout.contains("virtual_threads=no") {
-        let feature = openprof_testkit::printed_figure(&stdout, "feature");
-        assert!(feature < 21.0, "{stdout}");
+    let Some((profile, heavy, light)) = virtual_split("cpu=samples,interval=1,depth=12") else {
         return;
-    }
-    let profile = run.profile("virtual.txt");
-    let by_method = samples_by_method(&profile);
-    let heavy = by_method.get("VirtualSplit.heavy").copied().unwrap_or(0) as f64;
-    let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
-    assert!(heavy + light >= 1000.0, "{by_method:?}");
-    let share = heavy / (heavy + light);
-    assert!(
-        (share - 0.75).abs() <= 0.02,
-        "heavy share {share:.3}, built in 0.75: {by_method:?}"
-    );
+    };
     // The virtual threads' frames, up to the continuation they run in.
     let through_continuation: u64 = profile
         .cpu_tables
@@ -550,4 +537,34 @@ fn virtual_threads_get_their_own_stacks_and_the_split_is_right() {
         "{through_continuation} of {} samples walked through the continuation",
         heavy + light
     );
+}
+
+/// VirtualSplit under `options`: 10,000 virtual threads, heavy() 75 % of the work, which the
+/// samples give within 2 points. The profile and heavy's and light's samples, or `None` on a
+/// JDK without virtual threads (the workload says so).
+pub(crate) fn virtual_split(options: &str) -> Option<(TextProfile, f64, f64)> {
+    let run = run_java(
+        Some(&format!("{options},file=virtual.txt")),
+        "VirtualSplit",
+        &["10000", "4000"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let stdout = run.stdout();
+    if stdout.contains("virtual_threads=no") {
+        let feature = openprof_testkit::printed_figure(&stdout, "feature");
+        assert!(feature < 21.0, "{stdout}");
+        return None;
+    }
+    let profile = run.profile("virtual.txt");
+    let by_method = samples_by_method(&profile);
+    let heavy = by_method.get("VirtualSplit.heavy").copied().unwrap_or(0) as f64;
+    let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
+    assert!(heavy + light >= 1000.0, "{by_method:?}");
+    let share = heavy / (heavy + light);
+    assert!(
+        (share - 0.75).abs() <= 0.02,
+        "heavy share {share:.3}, built in 0.75: {by_method:?}"
+    );
+    Some((profile, heavy, light))
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use openprof_format::hprof_text::{FrameLine, SamplerReport, TextProfile};
 use openprof_testkit::{printed_figure, run_java, run_java_with, samples_by_method};
 
+use crate::cpu_samples::{stub_frames_over_their_caller, virtual_split};
+
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// The walker's counts over every CPU SAMPLER record of a profile.
@@ -63,44 +65,8 @@ fn our_walker_gives_the_known_split() {
 /// with our walker stepping over the stub (which AsyncGetCallTrace cannot).
 #[test]
 fn our_walker_steps_over_stubs_and_names_them() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,depth=4,walker=vm,file=stubs.txt"),
-        "StubCopies",
-        &["3"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let measured = printed_figure(&run.stdout(), "copy_cpu_share");
-    let profile = run.profile("stubs.txt");
+    let profile = stub_frames_over_their_caller("cpu=samples,interval=1,depth=4,walker=vm");
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
-    let (mut in_stub, mut in_copy) = (0, 0);
-    for row in profile.cpu_tables.iter().flat_map(|table| &table.rows) {
-        let frames = &profile.traces[&row.trace].frames;
-        let Some(at) = frames
-            .iter()
-            .position(|frame| frame.qualified_method() == "StubCopies.copy")
-        else {
-            continue;
-        };
-        in_copy += row.count;
-        if at == 1
-            && frames[0]
-                .method_name
-                .starts_with("[stub] jlong_disjoint_arraycopy")
-        {
-            in_stub += row.count;
-        }
-    }
-    assert!(total >= 1000, "{total} samples");
-    let share = in_copy as f64 / total as f64;
-    assert!(
-        (share - measured).abs() <= 0.05,
-        "copy() has {share:.3} of the samples, the workload measured {measured:.3}"
-    );
-    assert!(
-        in_stub as f64 >= 0.8 * in_copy as f64,
-        "{in_stub} of copy()'s {in_copy} samples in the arraycopy stub's frame"
-    );
     let counts = walker_counts(&profile);
     assert!(
         counts.get("failed.stub_on_top").copied().unwrap_or(0) * 100 <= total,
@@ -193,32 +159,15 @@ fn the_check_finds_both_walkers_agree_where_asyncgetcalltrace_walks() {
 }
 
 /// Virtual threads (JDK 21 and later) with our walker: 10,000 of them do a known split of work
-/// (heavy 75 %), which the samples give within 2 points; a walk ends where the virtual thread's
-/// frames on its carrier's stack do. On a JDK without virtual threads there is nothing to check.
+/// (heavy 75 %), which the samples give within 2 points, and our walker walks them; a walk ends
+/// where the virtual thread's frames on its carrier's stack do. On a JDK without virtual
+/// threads there is nothing to check.
 #[test]
 fn our_walker_walks_virtual_threads_and_the_split_is_right() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,depth=12,walker=vm,file=virtual.txt"),
-        "VirtualSplit",
-        &["10000", "4000"],
-        LIMIT,
-    );
-    assert!(run.success(), "{}", run.stderr());
-    let stdout = run.stdout();
-    if stdout.contains("virtual_threads=no") {
-        assert!(printed_figure(&stdout, "feature") < 21.0, "{stdout}");
+    let Some((profile, heavy, light)) = virtual_split("cpu=samples,interval=1,depth=12,walker=vm")
+    else {
         return;
-    }
-    let profile = run.profile("virtual.txt");
-    let by_method = samples_by_method(&profile);
-    let heavy = by_method.get("VirtualSplit.heavy").copied().unwrap_or(0) as f64;
-    let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
-    assert!(heavy + light >= 1000.0, "{by_method:?}");
-    let share = heavy / (heavy + light);
-    assert!(
-        (share - 0.75).abs() <= 0.02,
-        "heavy share {share:.3}, built in 0.75: {by_method:?}"
-    );
+    };
     let counts = walker_counts(&profile);
     let walked = counts.get("walked").copied().unwrap_or(0) as f64;
     assert!(
