@@ -17,9 +17,10 @@ use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
+use openprof_format::options::Walker;
+
 use crate::jvmti::{jint, JNIEnv, JavaVM};
 use crate::ring::{CallFrame, SampleRing};
-use crate::vm_walker::WalkerMode;
 
 /// HotSpot's `ASGCT_CallTrace`.
 #[repr(C)]
@@ -664,7 +665,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
         let java_frames = unsafe { frames.add(native) };
         let depth = (depth - native).min(sampler.java_depth);
         let walker = crate::vm_walker::mode();
-        if walker == WalkerMode::Vm {
+        if walker == Walker::Vm {
             let ours = walk_ours(env, context, entered, java_frames, depth);
             crate::vm_walker::count_walk(ours);
             if let Ok(walk) = ours {
@@ -702,7 +703,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
                 trace.num_frames = failure;
             }
         }
-        if walker == WalkerMode::Check {
+        if walker == Walker::Check {
             let mut checked = [CallFrame::failed_walk(0); crate::vm_walker::COMPARED_FRAMES];
             let ours = walk_ours(
                 env,

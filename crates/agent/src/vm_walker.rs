@@ -11,45 +11,37 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
+use openprof_format::options::Walker;
+
 use crate::code_map::{self, CompiledFrames};
 use crate::jvmti::{jmethodID, Jvmti};
 use crate::ring::{CallFrame, NATIVE_PC_LINENO};
 use crate::vm_structs::{Tables, ThreadLayout};
 
-/// Which walker the signal handler uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum WalkerMode {
-    /// HotSpot's AsyncGetCallTrace, with the recovered walks of `signals.rs`.
-    AsyncGetCallTrace = 0,
-    /// Ours, with AsyncGetCallTrace where ours cannot walk.
-    Vm = 1,
-    /// AsyncGetCallTrace's walk is kept; ours runs beside it and the two are compared.
-    Check = 2,
-}
-
-static MODE: AtomicU8 = AtomicU8::new(WalkerMode::AsyncGetCallTrace as u8);
+/// The walker asked for (`walker=`), as its number in [`WALKERS`].
+static MODE: AtomicU8 = AtomicU8::new(0);
+const WALKERS: [Walker; 3] = [Walker::AsyncGetCallTrace, Walker::Vm, Walker::Check];
 
 /// The walker asked for; ours is used only once its layout is learnt.
-pub fn set_mode(mode: WalkerMode) {
-    MODE.store(mode as u8, Ordering::Release);
+pub fn set_mode(walker: Walker) {
+    let number = WALKERS
+        .iter()
+        .position(|known| *known == walker)
+        .unwrap_or(0);
+    MODE.store(number as u8, Ordering::Release);
 }
 
 /// The walker in use: AsyncGetCallTrace until ours has what it needs.
-pub fn mode() -> WalkerMode {
+pub fn mode() -> Walker {
     if layout().is_none() {
-        return WalkerMode::AsyncGetCallTrace;
+        return Walker::AsyncGetCallTrace;
     }
-    match MODE.load(Ordering::Acquire) {
-        1 => WalkerMode::Vm,
-        2 => WalkerMode::Check,
-        _ => WalkerMode::AsyncGetCallTrace,
-    }
+    WALKERS[usize::from(MODE.load(Ordering::Acquire)) % WALKERS.len()]
 }
 
 /// Whether ours was asked for (its tables are then built as code is compiled).
 pub fn wanted() -> bool {
-    MODE.load(Ordering::Acquire) != WalkerMode::AsyncGetCallTrace as u8
+    MODE.load(Ordering::Acquire) != 0
 }
 
 /// Where a field's value starts a compiled method's code.
@@ -64,18 +56,12 @@ enum CodeStart {
 /// What the walker reads of HotSpot, from VMStructs.
 #[derive(Debug)]
 struct WalkerLayout {
-    /// The code heaps (`CodeCache::_heaps`), at most four.
-    heaps: Vec<usize>,
-    /// Each heap's reserved memory and segment map, which do not move:
+    /// Each code heap's (`CodeCache::_heaps`, at most four) reserved memory and segment map, which do not move:
     /// (`_memory._low`, `_memory._high_boundary`, `_segmap._low`).
     heap_bounds: Vec<(usize, usize, usize)>,
     /// `CodeBlob::_name`, and `nmethod::_method` (`CompiledMethod::_method` before JDK 23).
     blob_name: usize,
     nmethod_method: usize,
-    /// `CodeHeap::_memory` + `VirtualSpace::_low` and `_high`; `CodeHeap::_segmap` + `_low`.
-    heap_low: usize,
-    heap_high: usize,
-    segmap_low: usize,
     /// `CodeHeap::_log2_segment_size` of the first heap (all have the same).
     segment_shift: u32,
     /// `HeapBlock::_header` + `HeapBlock::Header::_used`, and `sizeof(HeapBlock)`.
@@ -149,7 +135,6 @@ fn read_layout() -> Result<WalkerLayout, String> {
     let high_boundary = field("VirtualSpace", "_high_boundary")?;
     let segmap = field("CodeHeap", "_segmap")?;
     let low = field("VirtualSpace", "_low")?;
-    let high = field("VirtualSpace", "_high")?;
     let shift_at = field("CodeHeap", "_log2_segment_size")?;
     let array_length =
         field("GrowableArrayBase", "_len").or_else(|_| field("GenericGrowableArray", "_len"))?;
@@ -204,13 +189,9 @@ fn read_layout() -> Result<WalkerLayout, String> {
     let nmethod_method =
         field("nmethod", "_method").or_else(|_| field("CompiledMethod", "_method"))?;
     Ok(WalkerLayout {
-        heaps,
         heap_bounds,
         blob_name: field("CodeBlob", "_name")?,
         nmethod_method,
-        heap_low: memory + low,
-        heap_high: memory + high,
-        segmap_low: segmap + low,
         segment_shift: segment_shift as u32,
         block_used: field("HeapBlock", "_header")? + field("HeapBlock::Header", "_used")?,
         block_size: size_of("HeapBlock")?,
@@ -275,35 +256,18 @@ pub fn frames_of(
         return None;
     }
     let layout = layout()?;
-    let blob = blob_holding(layout, code)?;
-    // SAFETY: `blob` is the live CodeBlob whose code starts at `code` (checked by
-    // `blob_holding`); the fields are at the offsets VMStructs gives.
-    let (frame_words, frame_complete, data_offset) = unsafe {
-        let words = ((blob + layout.frame_size) as *const i32).read();
-        let data_offset = ((blob + layout.data_offset) as *const i32).read();
-        let complete = if layout.frame_complete_short {
-            i32::from(((blob + layout.frame_complete) as *const i16).read())
-        } else {
-            ((blob + layout.frame_complete) as *const i32).read()
-        };
-        (words, complete, data_offset)
-    };
+    let blob = blob_at(layout, VmRead::Direct, code).filter(|blob| blob.code == code)?;
     // The method's code with its stubs, which end where the blob's data begins.
-    let code_size = (blob + usize::try_from(data_offset).ok()?)
-        .checked_sub(code)
-        .filter(|total| *total >= size && *total < 1 << 30)
-        .unwrap_or(size);
-    if !(0..1 << 16).contains(&frame_words) {
-        return None;
-    }
+    let code_size = (blob.code_end - code).max(size).min(1 << 30);
     let native = jvmti
         .method_modifiers(method)
         .is_ok_and(|modifiers| modifiers & ACC_NATIVE != 0);
     if !native {
-        // SAFETY: as above. A compiled Java method's blob is an nmethod, named by the same
-        // string as the others (a native method's wrapper is named otherwise).
-        let name = unsafe { ((blob + layout.blob_name) as *const usize).read() };
-        let _ = NMETHOD_NAME.compare_exchange(0, name, Ordering::Relaxed, Ordering::Relaxed);
+        // A compiled Java method's blob is an nmethod, named by the same string as the
+        // others (a native method's wrapper is named otherwise).
+        if let Some(name) = VmRead::Direct.word(blob.address + layout.blob_name) {
+            let _ = NMETHOD_NAME.compare_exchange(0, name, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
     let mut pcs: Vec<(u32, Vec<(jmethodID, i32)>)> = Vec::new();
     let mut record = compile_info.cast::<RecordHeader>();
@@ -346,8 +310,8 @@ pub fn frames_of(
         native,
         instructions_size: size as u32,
         code_size: code_size as u32,
-        frame_words: frame_words as usize,
-        frame_complete: u32::try_from(frame_complete).ok(),
+        frame_words: blob.frame_words,
+        frame_complete: blob.frame_complete,
         pc_offsets: pcs.iter().map(|(offset, _)| *offset).collect(),
         scope_starts: scope_starts.into(),
         scopes: scopes.into(),
@@ -378,16 +342,54 @@ fn shape_of(frames: &CompiledFrames) -> FrameShape {
     }
 }
 
+/// How the walker reads the code heap: directly, in a JVMTI event, where the code asked about
+/// is alive and so are its blob and its segments' map; or through the kernel, in the signal
+/// handler, where a stale address must give `None` rather than a fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VmRead {
+    Direct,
+    ThroughKernel,
+}
+
+impl VmRead {
+    /// An aligned word.
+    fn word(self, address: usize) -> Option<usize> {
+        if address % 8 != 0 {
+            return None;
+        }
+        match self {
+            // SAFETY: `Direct` is used only in JVMTI events, on the live blob of the event's
+            // code and its heap's segment map (see the type's documentation).
+            VmRead::Direct => Some(unsafe { (address as *const usize).read() }),
+            VmRead::ThroughKernel => {
+                KERNEL_READS.fetch_add(1, Ordering::Relaxed);
+                let mut word = [0usize; 1];
+                crate::native_stack::read_through_kernel(address, &mut word).then_some(word[0])
+            }
+        }
+    }
+
+    /// A byte.
+    fn byte(self, address: usize) -> Option<u8> {
+        self.word(address & !7)
+            .map(|word| word.to_le_bytes()[address & 7])
+    }
+
+    /// An aligned 32-bit field (VMStructs' fields are aligned to their size).
+    fn int(self, address: usize) -> Option<i32> {
+        let at = address & 7;
+        let bytes = self.word(address & !7)?.to_le_bytes();
+        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    }
+}
+
 /// Reads of VM memory through the kernel since the last count: what our walk costs beyond its
 /// own tables (`walker.kernel_reads`).
 static KERNEL_READS: AtomicU64 = AtomicU64::new(0);
 
 /// A word of VM memory, read through the kernel (async-signal-safe; a bad address gives None).
 fn vm_word(address: usize) -> Option<usize> {
-    KERNEL_READS.fetch_add(1, Ordering::Relaxed);
-    let mut word = [0usize; 1];
-    (address % 8 == 0 && crate::native_stack::read_through_kernel(address, &mut word))
-        .then_some(word[0])
+    VmRead::ThroughKernel.word(address)
 }
 
 /// Eight bytes of VM memory at any address, read through the kernel.
@@ -404,11 +406,6 @@ fn vm_text8(address: usize) -> Option<[u8; 8]> {
     bytes[at..at + 8].try_into().ok()
 }
 
-/// A byte of VM memory, read through the kernel.
-fn vm_byte(address: usize) -> Option<u8> {
-    vm_word(address & !7).map(|word| word.to_le_bytes()[address & 7])
-}
-
 /// A compiled method whose code holds `pc` but that JVMTI has not reported yet (HotSpot posts
 /// CompiledMethodLoad later, from another thread, so new code runs before we hear of it):
 /// found in the handler as HotSpot finds it, through the code heap's segment map, every read
@@ -419,29 +416,9 @@ fn unreported_compiled(layout: &WalkerLayout, pc: usize) -> Option<(usize, Frame
     if nmethod_name == 0 {
         return None;
     }
-    let &(low, _, segmap) = layout
-        .heap_bounds
-        .iter()
-        .find(|(low, high, _)| *low <= pc && pc < *high)?;
-    let mut segment = (pc - low) >> layout.segment_shift;
-    for _ in 0..64 {
-        match vm_byte(segmap + segment)? {
-            0xff => return None,
-            0 => break,
-            back => segment = segment.checked_sub(usize::from(back))?,
-        }
-    }
-    if vm_byte(segmap + segment)? != 0 {
-        return None;
-    }
-    let block = low + (segment << layout.segment_shift);
-    if vm_byte(block + layout.block_used)? == 0 {
-        return None;
-    }
-    let blob = block + layout.block_size;
-    let name = vm_word(blob + layout.blob_name)?;
-    // The name's text, read unaligned as two aligned words would be more reads: a blob named
-    // at the same address as a known nmethod, or "nmethod" itself.
+    let blob = blob_at(layout, VmRead::ThroughKernel, pc)?;
+    let name = vm_word(blob.address + layout.blob_name)?;
+    // The name's text: a blob named at the same address as a known nmethod, or "nmethod".
     let native = name != nmethod_name
         && match vm_text8(name)? {
             text if text == *b"nmethod\0" => false,
@@ -449,38 +426,15 @@ fn unreported_compiled(layout: &WalkerLayout, pc: usize) -> Option<(usize, Frame
             text if text == *b"native n" => true,
             _ => return None,
         };
-    // A 32-bit field (VMStructs' are aligned to their size).
-    let int_at = |offset: usize| {
-        let at = (blob + offset) & 7;
-        let bytes = vm_word((blob + offset) & !7)?.to_le_bytes();
-        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-    };
-    let code = match layout.code_start {
-        CodeStart::Offset(at) => blob + usize::try_from(int_at(at)?).ok()?,
-        CodeStart::Pointer(at) => vm_word(blob + at)?,
-    };
-    let code_end = blob + usize::try_from(int_at(layout.data_offset)?).ok()?;
-    if !(code <= pc && pc < code_end) {
-        return None;
-    }
-    let frame_words = usize::try_from(int_at(layout.frame_size)?).ok()?;
-    let complete = int_at(layout.frame_complete & !3)?;
-    let frame_complete = if layout.frame_complete_short {
-        // A 16-bit field: the half of the 32-bit word it is in.
-        let shift = (layout.frame_complete & 2) * 8;
-        i32::from((complete >> shift) as i16)
-    } else {
-        complete
-    };
-    let method = code_map::method_of_structure(vm_word(blob + layout.nmethod_method)?)?;
+    let method = code_map::method_of_structure(vm_word(blob.address + layout.nmethod_method)?)?;
     Some((
-        code,
+        blob.code,
         FrameShape {
             method,
             native,
-            instructions_size: (code_end - code) as u32,
-            frame_words,
-            frame_complete: u32::try_from(frame_complete).ok(),
+            instructions_size: (blob.code_end - blob.code) as u32,
+            frame_words: blob.frame_words,
+            frame_complete: blob.frame_complete,
         },
     ))
 }
@@ -492,62 +446,77 @@ pub fn stub_frame_words(code: usize) -> Option<usize> {
         return None;
     }
     let layout = layout()?;
-    let blob = blob_holding(layout, code)?;
-    // SAFETY: `blob` is the live CodeBlob whose code starts at `code`.
-    let words = unsafe { ((blob + layout.frame_size) as *const i32).read() };
-    usize::try_from(words).ok().filter(|words| *words < 1 << 16)
+    blob_at(layout, VmRead::Direct, code)
+        .filter(|blob| blob.code == code)
+        .map(|blob| blob.frame_words)
 }
 
-/// The CodeBlob whose code starts at `code`, found through its code heap's segment map as
-/// HotSpot's own lookup does. Outside the handler only: the reads are plain.
-fn blob_holding(layout: &WalkerLayout, code: usize) -> Option<usize> {
-    for &heap in &layout.heaps {
-        // SAFETY: the code heaps live as long as the VM; the fields are at VMStructs' offsets.
-        let (low, high, segmap) = unsafe {
-            (
-                ((heap + layout.heap_low) as *const usize).read(),
-                ((heap + layout.heap_high) as *const usize).read(),
-                ((heap + layout.segmap_low) as *const usize).read(),
-            )
-        };
-        if !(low <= code && code < high) || segmap == 0 {
-            continue;
+/// What the walker reads of a CodeBlob.
+#[derive(Clone, Copy, Debug)]
+struct Blob {
+    address: usize,
+    /// Where its code starts and ends (the data after it).
+    code: usize,
+    code_end: usize,
+    /// Its frame's size in words, and from which offset of its code the frame is complete.
+    frame_words: usize,
+    frame_complete: Option<u32>,
+}
+
+/// Segments the lookup steps back at most to find a blob's start (each step is a read, through
+/// the kernel in the handler): blobs of up to about 4 MiB.
+const MAX_SEGMENT_HOPS: usize = 256;
+
+/// The CodeBlob whose code holds `pc`, found through its code heap's segment map as HotSpot's
+/// own lookup does: each byte says how many segments back the block starts (0: here; 0xff:
+/// free).
+fn blob_at(layout: &WalkerLayout, read: VmRead, pc: usize) -> Option<Blob> {
+    let &(low, _, segmap) = layout
+        .heap_bounds
+        .iter()
+        .find(|(low, high, _)| *low <= pc && pc < *high)?;
+    let mut segment = (pc - low) >> layout.segment_shift;
+    let mut hops = 0;
+    loop {
+        match read.byte(segmap + segment)? {
+            0xff => return None,
+            0 => break,
+            back if hops < MAX_SEGMENT_HOPS => segment = segment.checked_sub(usize::from(back))?,
+            _ => return None,
         }
-        let mut segment = (code - low) >> layout.segment_shift;
-        // SAFETY: the segment map has a byte for every segment of the committed heap; a
-        // byte says how many segments back the block starts (0: here; 0xff: free).
-        unsafe {
-            if ((segmap + segment) as *const u8).read() == 0xff {
-                return None;
-            }
-            let mut hops = 0;
-            loop {
-                let back = ((segmap + segment) as *const u8).read() as usize;
-                if back == 0 || back == 0xff || hops > 1 << 20 {
-                    break;
-                }
-                segment = segment.checked_sub(back)?;
-                hops += 1;
-            }
-        }
-        let block = low + (segment << layout.segment_shift);
-        // SAFETY: the block's header is in the heap, as above.
-        let used = unsafe { ((block + layout.block_used) as *const u8).read() };
-        if used == 0 {
-            return None;
-        }
-        let blob = block + layout.block_size;
-        // SAFETY: a used block holds a CodeBlob at its start; its code field is where
-        // VMStructs says.
-        let starts = unsafe {
-            match layout.code_start {
-                CodeStart::Offset(at) => blob + ((blob + at) as *const i32).read() as usize,
-                CodeStart::Pointer(at) => ((blob + at) as *const usize).read(),
-            }
-        };
-        return (starts == code).then_some(blob);
+        hops += 1;
     }
-    None
+    let block = low + (segment << layout.segment_shift);
+    if read.byte(block + layout.block_used)? == 0 {
+        return None;
+    }
+    let address = block + layout.block_size;
+    let code = match layout.code_start {
+        CodeStart::Offset(at) => address + usize::try_from(read.int(address + at)?).ok()?,
+        CodeStart::Pointer(at) => read.word(address + at)?,
+    };
+    let code_end = address + usize::try_from(read.int(address + layout.data_offset)?).ok()?;
+    if !(code <= pc && pc < code_end) {
+        return None;
+    }
+    let frame_words = usize::try_from(read.int(address + layout.frame_size)?)
+        .ok()
+        .filter(|words| *words < 1 << 16)?;
+    let complete = read.int((address + layout.frame_complete) & !3)?;
+    let frame_complete = if layout.frame_complete_short {
+        // A 16-bit field: the half of the 32-bit word it is in.
+        let shift = ((address + layout.frame_complete) & 2) * 8;
+        i32::from((complete >> shift) as i16)
+    } else {
+        complete
+    };
+    Some(Blob {
+        address,
+        code,
+        code_end,
+        frame_words,
+        frame_complete: u32::try_from(frame_complete).ok(),
+    })
 }
 
 /// Why our walk gave up, by the names the check and the sampler record give them.
@@ -814,7 +783,7 @@ pub unsafe fn walk(
             unextended_sp = sender_sp;
         } else if code_map::in_interpreter(frame.pc) {
             let fp = frame.fp;
-            if frame.interrupted && !interpreted_frame_at(layout, &stack, frame.sp, fp) {
+            if frame.interrupted && !interpreted_frame_at(&stack, frame.sp, fp) {
                 // The interpreter's entry of a method, before its frame is built: the method
                 // is in rbx, the caller's stack pointer in r13, the return address on top of
                 // the stack or just below that stack pointer.
@@ -1055,8 +1024,7 @@ fn step_frameless(
 
 /// Whether `fp` holds an interpreted frame above `sp`: a frame pointer on the stack whose
 /// frame names a method we know.
-fn interpreted_frame_at(layout: &WalkerLayout, stack: &Stack, sp: usize, fp: usize) -> bool {
-    let _ = layout;
+fn interpreted_frame_at(stack: &Stack, sp: usize, fp: usize) -> bool {
     fp % 8 == 0
         && fp >= sp
         && fp - sp < 1 << 20
@@ -1082,7 +1050,7 @@ fn plausible_caller(
     }
     let frame_above = fp % 8 == 0 && fp >= sp && fp - sp < 1 << 20;
     if code_map::in_interpreter(address) {
-        return interpreted_frame_at(layout, stack, sp, fp);
+        return interpreted_frame_at(stack, sp, fp);
     }
     if address == layout.call_stub_return {
         return frame_above;

@@ -106,11 +106,7 @@ impl CpuSamples {
             crate::native_stack::set_enabled(true);
         }
         if sampler == SamplerKind::Signals {
-            crate::vm_walker::set_mode(match options.walker {
-                Walker::AsyncGetCallTrace => crate::vm_walker::WalkerMode::AsyncGetCallTrace,
-                Walker::Vm => crate::vm_walker::WalkerMode::Vm,
-                Walker::Check => crate::vm_walker::WalkerMode::Check,
-            });
+            crate::vm_walker::set_mode(options.walker);
         }
         let vm_threads = sampler == SamplerKind::Signals && options.vmthreads;
         signals::set_vm_threads(vm_threads);
