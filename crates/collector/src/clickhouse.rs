@@ -746,6 +746,34 @@ impl ClickHouse {
         rows(&answer, |row: Row| Ok((row.frames, row.total.value()?)))
     }
 
+    /// The samples of each `bucket_seconds` of the windows `filter` takes, every method's:
+    /// (bucket's start in seconds since the epoch, samples), in time order. What a bucket's top
+    /// methods leave out is its total less theirs. Summed in ClickHouse.
+    pub fn samples_over_time(
+        &self,
+        filter: &WindowFilter,
+        bucket_seconds: u64,
+    ) -> Result<Vec<(u64, u64)>, String> {
+        let db = &self.database;
+        let bucket = bucket_seconds.max(1);
+        let answer = self.execute(
+            &format!(
+                "SELECT intDiv(toUInt32(time), {bucket}) * {bucket} AS bucket, sum(count) AS total \
+                 FROM {db}.samples WHERE {} GROUP BY bucket ORDER BY bucket FORMAT JSONEachRow",
+                self.conditions(filter)
+            ),
+            "",
+        )?;
+        #[derive(Deserialize)]
+        struct Row {
+            bucket: NumberOrText,
+            total: NumberOrText,
+        }
+        rows(&answer, |row: Row| {
+            Ok((row.bucket.value()?, row.total.value()?))
+        })
+    }
+
     /// The top methods (by self samples: a stack's leaf) of each `bucket_seconds` of the
     /// windows `filter` takes, at most `top` a bucket: (bucket's start in seconds since the
     /// epoch, method, samples), buckets in time order, methods most first. Summed in ClickHouse.

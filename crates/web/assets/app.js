@@ -563,10 +563,17 @@
     };
     const drawTop = async () => {
       const result = await api("/api/fleet/top?" + query(Object.assign(params(), { bucket: bucket.value.trim(), top: top.value.trim() })));
-      const most = Math.max(1, ...result.buckets.flatMap((one) => one.methods.map((method) => method.value)));
-      const rows = result.buckets.flatMap((one) => one.methods.map((method, rank) => el("tr", { dataset: { time: one.time, method: method.method, value: method.value } },
-        cell(rank === 0 ? one.time : ""), cell(method.method), cell(number(method.value), true),
-        el("td", { class: "bars" }, el("span", { style: "width:" + Math.max(1, Math.round(200 * method.value / most)) + "px" })))));
+      // Below a bucket's top: what its other methods weigh together, so no bucket looks lighter than it was.
+      const othersOf = (one) => one.total - one.methods.reduce((sum, method) => sum + method.value, 0);
+      const most = Math.max(1, ...result.buckets.flatMap((one) => one.methods.map((method) => method.value).concat([othersOf(one)])));
+      const bar = (value) => el("td", { class: "bars" }, el("span", { style: "width:" + Math.max(1, Math.round(200 * value / most)) + "px" }));
+      const rows = result.buckets.flatMap((one) => {
+        const others = othersOf(one);
+        return one.methods.map((method, rank) => el("tr", { dataset: { time: one.time, method: method.method, value: method.value } },
+          cell(rank === 0 ? one.time : ""), cell(method.method), cell(number(method.value), true), bar(method.value)))
+          .concat(others > 0 ? [el("tr", { class: "muted", dataset: { time: one.time, others: others } },
+            cell(one.methods.length ? "" : one.time), cell("(other methods)"), cell(number(others), true), bar(others))] : []);
+      });
       topHolder.replaceChildren(el("h3", {}, "Top methods over time (" + result.event + ", by self weight, buckets of " + result.bucketSeconds + " s)"),
         rows.length ? table(["From (UTC)", "Method", { label: result.event, num: 1 }, ""], rows, "fleet-top")
           : el("p", { class: "muted", id: "fp-top-empty" }, "No windows in this time."));

@@ -147,8 +147,9 @@ pub async fn fleet_flame_page(State(web): State<Arc<Web>>, RawQuery(query): RawQ
 
 /// The top methods (by self weight: a stack's leaf) of each `bucket=` seconds (60 by default),
 /// `top=` of them a bucket (5 by default), summed in ClickHouse: `{event, bucketSeconds, top,
-/// buckets: [{start, time, methods: [{method, value}]}]}`, buckets in time order (`start` in
-/// seconds since the epoch, `time` in UTC), methods heaviest first.
+/// buckets: [{start, time, total, methods: [{method, value}]}]}`, buckets in time order
+/// (`start` in seconds since the epoch, `time` in UTC), methods heaviest first, `total` the
+/// bucket's weight in every method.
 pub async fn fleet_top(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -> Response {
     let parsed =
         fleet_request(query.as_deref(), &["bucket", "top"], now_seconds()).and_then(|request| {
@@ -172,11 +173,14 @@ pub async fn fleet_top(State(web): State<Arc<Web>>, RawQuery(query): RawQuery) -
         let rows = clickhouse
             .top_methods_over_time(&request.query.filter, bucket, top as u32)
             .map_err(|problem| error(StatusCode::BAD_GATEWAY, problem))?;
+        let totals = clickhouse
+            .samples_over_time(&request.query.filter, bucket)
+            .map_err(|problem| error(StatusCode::BAD_GATEWAY, problem))?;
         Ok(json!({
             "event": request.query.event.name(),
             "bucketSeconds": bucket,
             "top": top,
-            "buckets": buckets_of(rows),
+            "buckets": buckets_of(rows, totals),
         }))
     })
     .await;
@@ -277,20 +281,22 @@ pub async fn fleet_calls(State(web): State<Arc<Web>>, RawQuery(query): RawQuery)
     }
 }
 
-/// ClickHouse's rows of top methods (bucket, method, value; in bucket order) as one JSON
-/// object per bucket.
-fn buckets_of(rows: Vec<(u64, String, u64)>) -> Vec<Value> {
-    let mut buckets: Vec<(u64, Vec<Value>)> = Vec::new();
-    for (start, method, value) in rows {
-        let row = json!({ "method": method, "value": value });
-        match buckets.last_mut() {
-            Some((last, methods)) if *last == start => methods.push(row),
-            _ => buckets.push((start, vec![row])),
-        }
-    }
-    buckets
+/// ClickHouse's rows of top methods (bucket, method, value; in bucket order) and its totals of
+/// every bucket (bucket, value; in order) as one JSON object per bucket: `total` counts the
+/// methods below the top too, so a bucket whose top is short of it has other methods.
+fn buckets_of(rows: Vec<(u64, String, u64)>, totals: Vec<(u64, u64)>) -> Vec<Value> {
+    let mut rows = rows.into_iter().peekable();
+    totals
         .into_iter()
-        .map(|(start, methods)| json!({ "start": start, "time": utc_text(start), "methods": methods }))
+        .map(|(start, total)| {
+            let mut methods = Vec::new();
+            // Rows of a bucket without a total (none in one answer) are left out with it.
+            while rows.next_if(|(bucket, ..)| *bucket < start).is_some() {}
+            while let Some((_, method, value)) = rows.next_if(|(bucket, ..)| *bucket == start) {
+                methods.push(json!({ "method": method, "value": value }));
+            }
+            json!({ "start": start, "time": utc_text(start), "total": total, "methods": methods })
+        })
         .collect()
 }
 
@@ -628,14 +634,21 @@ mod tests {
 
     #[test]
     fn top_rows_are_grouped_by_bucket() {
-        let buckets = buckets_of(vec![
-            (60, "A.a".into(), 5),
-            (60, "B.b".into(), 2),
-            (120, "A.a".into(), 7),
-        ]);
-        assert_eq!(buckets.len(), 2);
+        let buckets = buckets_of(
+            vec![
+                (60, "A.a".into(), 5),
+                (60, "B.b".into(), 2),
+                (180, "A.a".into(), 7),
+            ],
+            vec![(60, 9), (120, 3), (180, 7)],
+        );
+        assert_eq!(buckets.len(), 3);
         assert_eq!(buckets[0]["time"], "1970-01-01 00:01:00");
+        assert_eq!(buckets[0]["total"], 9);
         assert_eq!(buckets[0]["methods"][1]["method"], "B.b");
-        assert_eq!(buckets[1]["methods"][0]["value"], 7);
+        // A bucket whose stacks are not yet named has a total and no methods.
+        assert_eq!(buckets[1]["methods"].as_array().unwrap().len(), 0);
+        assert_eq!(buckets[2]["methods"][0]["value"], 7);
+        assert_eq!(buckets[2]["total"], 7);
     }
 }

@@ -301,8 +301,11 @@ try {
             seen.shares[text] = Number(await frame.$eval("#matched", (element) => element.dataset.share));
           }
           await frame.fill("#search", "");
-          seen.top = await page.$$eval("#fleet-top tbody tr", (rows) => rows.map((row) => ({
+          seen.top = await page.$$eval("#fleet-top tbody tr[data-method]", (rows) => rows.map((row) => ({
             time: row.dataset.time, method: row.dataset.method, value: Number(row.dataset.value),
+          })));
+          seen.topOthers = await page.$$eval("#fleet-top tbody tr[data-others]", (rows) => rows.map((row) => ({
+            time: row.dataset.time, value: Number(row.dataset.others), text: row.cells[1].textContent,
           })));
         }
         // The tables of calls, drawn whether or not the flame graph came: in the order shown,

@@ -68,22 +68,32 @@ fn work_calls_in_clickhouse(web: &str) -> u64 {
         .map_or(0, |row| row["calls"].as_u64().unwrap())
 }
 
-/// The samples `/api/fleet/top` counts for the service in the last hour: every leaf of every
-/// bucket (MptJoined's stacks end in a handful of methods).
+/// The samples `/api/fleet/top` counts for the service in the last hour: every bucket's total,
+/// which its top methods leave part of (two a second: a loaded machine's run has more leaves,
+/// JIT and class loading among them).
 fn samples_in_clickhouse(web: &str) -> u64 {
     let (status, body) = api_get(
         web,
-        "/api/fleet/top?service=joined&seconds=3600&bucket=3600&top=100",
+        "/api/fleet/top?service=joined&seconds=3600&bucket=1&top=2",
         Some(CONTROL_TOKEN),
     );
     assert_eq!(status, 200, "{body}");
     let top: Value = serde_json::from_str(&body).unwrap_or_else(|error| panic!("{error}: {body}"));
+    // Every bucket's total counts every method, its top ones and the rest.
     top["buckets"]
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|bucket| bucket["methods"].as_array().unwrap())
-        .map(|method| method["value"].as_u64().unwrap())
+        .map(|bucket| {
+            let methods = bucket["methods"].as_array().unwrap();
+            let total = bucket["total"].as_u64().unwrap();
+            let shown: u64 = methods
+                .iter()
+                .map(|method| method["value"].as_u64().unwrap())
+                .sum();
+            assert!(methods.len() <= 2 && shown <= total, "{bucket:#}");
+            total
+        })
         .sum()
 }
 
@@ -414,8 +424,22 @@ fn the_fleet_profile_page_answers_from_clickhouse_in_a_browser() {
         slow["title"].as_str().unwrap().contains(SLOW_KEY),
         "{slow:#}"
     );
-    // Its top methods by the second: spin() first in every well-filled second.
+    // Its top methods by the second: spin() first in every well-filled second. With the
+    // other methods of each second, they weigh what the flame graph does.
     let top = slow["top"].as_array().unwrap();
+    let others = slow["topOthers"].as_array().unwrap();
+    assert!(
+        others
+            .iter()
+            .all(|row| row["value"].as_u64().unwrap() > 0 && row["text"] == "(other methods)"),
+        "{others:#?}"
+    );
+    let tabled: u64 = top
+        .iter()
+        .chain(others)
+        .map(|row| row["value"].as_u64().unwrap())
+        .sum();
+    assert_eq!(tabled as f64, slow["total"].as_f64().unwrap(), "{slow:#}");
     let mut firsts: Vec<&Value> = Vec::new();
     for row in top {
         if firsts
