@@ -46,6 +46,7 @@ mod threads;
 mod traced_calls;
 mod vm_structs;
 mod vm_walker;
+mod walker_check;
 
 use std::ffi::{c_char, c_void, CStr};
 use std::panic::catch_unwind;

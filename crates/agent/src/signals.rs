@@ -704,16 +704,17 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             }
         }
         if walker == Walker::Check {
-            let mut checked = [CallFrame::failed_walk(0); crate::vm_walker::COMPARED_FRAMES];
+            let mut checked = [CallFrame::failed_walk(0); crate::walker_check::COMPARED_FRAMES];
             let ours = walk_ours(
                 env,
                 context,
                 entered,
                 checked.as_mut_ptr(),
-                depth.min(crate::vm_walker::COMPARED_FRAMES),
+                depth.min(crate::walker_check::COMPARED_FRAMES),
             );
             let theirs = if trace.num_frames > 0 {
-                let compared = (trace.num_frames as usize).min(crate::vm_walker::COMPARED_FRAMES);
+                let compared =
+                    (trace.num_frames as usize).min(crate::walker_check::COMPARED_FRAMES);
                 // SAFETY: AsyncGetCallTrace wrote `num_frames` frames at `java_frames`.
                 Ok(unsafe { std::slice::from_raw_parts(java_frames, compared) })
             } else {
@@ -721,7 +722,7 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             };
             crate::vm_walker::count_walk(ours);
             let leaf_frames = ours.map_or(0, |walk| walk.leaf_frames);
-            crate::vm_walker::compare(
+            crate::walker_check::compare(
                 theirs,
                 asgct_recovered,
                 ours.map(|walk| &checked[..walk.frames]),

@@ -15,7 +15,7 @@ use openprof_format::options::Walker;
 
 use crate::code_map::{self, CompiledFrames};
 use crate::jvmti::{jmethodID, Jvmti};
-use crate::ring::{CallFrame, NATIVE_PC_LINENO};
+use crate::ring::CallFrame;
 use crate::vm_structs::{Tables, ThreadLayout};
 
 /// The walker asked for (`walker=`), as its number in [`WALKERS`].
@@ -1104,83 +1104,6 @@ fn read_bytecodes(layout: &WalkerLayout, method: usize) -> Option<(usize, u32, b
     Some((code, code_size, native))
 }
 
-/// What the check found, by kind: how AsyncGetCallTrace's walk and ours compared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Comparison {
-    /// The same frames: methods and bytecode indices.
-    Same = 0,
-    /// The same methods; the top frame's bytecode index differs, the top frame compiled.
-    OtherTopLine,
-    /// The same, the top frame interpreted.
-    OtherTopLineInterpreted,
-    /// The same methods; a bytecode index below the top frame differs.
-    OtherLines,
-    /// The leaf frames differ within the top compiled frame's inlined methods, the rest agree.
-    OtherInlinedLeaf,
-    /// One walk is the other with frames missing at the bottom.
-    Shorter,
-    /// Ours has one more frame on top, the rest the same: a method at its entry (its frame
-    /// not built yet), which AsyncGetCallTrace credits to its caller.
-    OursEntryOnTop,
-    /// AsyncGetCallTrace's has one more frame on top, the rest the same.
-    AsgctExtraOnTop,
-    /// Ours ended at a virtual thread's continuation, AsyncGetCallTrace went on into its
-    /// carrier's frames.
-    VirtualThreadEnd,
-    /// Frames differ where ours walked compiled code JVMTI had not reported yet (whose
-    /// inlined methods ours does not know).
-    Unreported,
-    /// Frames differ elsewhere.
-    OtherFrames,
-    /// AsyncGetCallTrace failed; ours walked.
-    OnlyOursWalked,
-    /// Ours failed; AsyncGetCallTrace walked.
-    OnlyAsgctWalked,
-    /// Both failed.
-    BothFailed,
-}
-
-impl Comparison {
-    const ALL: [Comparison; 14] = [
-        Comparison::Same,
-        Comparison::OtherTopLine,
-        Comparison::OtherTopLineInterpreted,
-        Comparison::OtherLines,
-        Comparison::OtherInlinedLeaf,
-        Comparison::Shorter,
-        Comparison::OursEntryOnTop,
-        Comparison::AsgctExtraOnTop,
-        Comparison::VirtualThreadEnd,
-        Comparison::Unreported,
-        Comparison::OtherFrames,
-        Comparison::OnlyOursWalked,
-        Comparison::OnlyAsgctWalked,
-        Comparison::BothFailed,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Comparison::Same => "same",
-            Comparison::OtherTopLine => "other_top_line",
-            Comparison::OtherTopLineInterpreted => "other_top_line_interpreted",
-            Comparison::OtherLines => "other_lines",
-            Comparison::OtherInlinedLeaf => "other_inlined_leaf",
-            Comparison::Shorter => "shorter",
-            Comparison::OursEntryOnTop => "vm_entry_on_top",
-            Comparison::AsgctExtraOnTop => "asgct_extra_on_top",
-            Comparison::VirtualThreadEnd => "vm_virtual_thread_end",
-            Comparison::Unreported => "vm_unreported_code",
-            Comparison::OtherFrames => "other_frames",
-            Comparison::OnlyOursWalked => "only_vm_walked",
-            Comparison::OnlyAsgctWalked => "only_asgct_walked",
-            Comparison::BothFailed => "both_failed",
-        }
-    }
-}
-
-/// By whether AsyncGetCallTrace's walk was a recovered one, then by kind.
-static COMPARISONS: [[AtomicU64; 14]; 2] = [const { [const { AtomicU64::new(0) }; 14] }; 2];
 static FAILURES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 /// Samples ours walked (`walker=vm`).
 static WALKED: AtomicU64 = AtomicU64::new(0);
@@ -1193,106 +1116,8 @@ pub fn count_walk(result: Result<Walk, WalkFailure>) {
     };
 }
 
-/// Compares AsyncGetCallTrace's walk (`asgct`, or its failure; `recovered` when one of the
-/// second walks of `signals.rs` made it) with ours (whose stub frames are left out, as
-/// AsyncGetCallTrace has none) and counts the kind. `leaf_frames` is how many leaf frames
-/// of ours came from the top Java frame.
-pub fn compare(
-    asgct: Result<&[CallFrame], i32>,
-    recovered: bool,
-    ours: Result<&[CallFrame], WalkFailure>,
-    leaf_frames: usize,
-    top_interpreted: bool,
-    unreported: bool,
-    virtual_thread: bool,
-) {
-    let mut java = [CallFrame::failed_walk(0); COMPARED_FRAMES];
-    let kind = match (asgct, ours) {
-        (Err(_), Err(_)) => Comparison::BothFailed,
-        (Err(_), Ok(_)) => Comparison::OnlyOursWalked,
-        (Ok(_), Err(_)) => Comparison::OnlyAsgctWalked,
-        (Ok(theirs), Ok(ours)) => {
-            let mut count = 0;
-            for frame in ours.iter().filter(|frame| frame.lineno != NATIVE_PC_LINENO) {
-                if count == COMPARED_FRAMES {
-                    break;
-                }
-                java[count] = *frame;
-                count += 1;
-            }
-            let theirs = &theirs[..theirs.len().min(count.max(COMPARED_FRAMES))];
-            match compare_frames(theirs, &java[..count], leaf_frames) {
-                Comparison::OtherTopLine if top_interpreted => Comparison::OtherTopLineInterpreted,
-                kind @ (Comparison::Same | Comparison::OtherTopLine) => kind,
-                Comparison::Shorter if virtual_thread && count < theirs.len() => {
-                    Comparison::VirtualThreadEnd
-                }
-                _ if unreported => Comparison::Unreported,
-                kind => kind,
-            }
-        }
-    };
-    COMPARISONS[usize::from(recovered)][kind as usize].fetch_add(1, Ordering::Relaxed);
-}
-
-/// How many frames of each walk the check compares: the leaf ones, where walks differ.
-pub const COMPARED_FRAMES: usize = 128;
-
-fn compare_frames(theirs: &[CallFrame], ours: &[CallFrame], leaf_scopes: usize) -> Comparison {
-    let same_method = |a: &CallFrame, b: &CallFrame| a.method_id == b.method_id;
-    let common = theirs.len().min(ours.len());
-    let methods_agree = theirs[..common]
-        .iter()
-        .zip(&ours[..common])
-        .all(|(a, b)| same_method(a, b));
-    if methods_agree && theirs.len() == ours.len() {
-        let lines_agree = theirs.iter().zip(ours).all(|(a, b)| a.lineno == b.lineno);
-        let below_top_agree = theirs
-            .iter()
-            .zip(ours)
-            .skip(1)
-            .all(|(a, b)| a.lineno == b.lineno);
-        return match (lines_agree, below_top_agree) {
-            (true, _) => Comparison::Same,
-            (false, true) => Comparison::OtherTopLine,
-            (false, false) => Comparison::OtherLines,
-        };
-    }
-    if methods_agree {
-        return Comparison::Shorter;
-    }
-    // One more frame on top of one walk, the rest the same (up to the shorter's end).
-    let one_more_on_top = |longer: &[CallFrame], shorter: &[CallFrame]| {
-        longer.len() > 1
-            && longer[1..]
-                .iter()
-                .zip(shorter)
-                .all(|(a, b)| same_method(a, b))
-    };
-    if one_more_on_top(ours, theirs) {
-        return Comparison::OursEntryOnTop;
-    }
-    if one_more_on_top(theirs, ours) {
-        return Comparison::AsgctExtraOnTop;
-    }
-    // Below the leaf compiled frame's inlined methods, do the two agree from the bottom up?
-    let below = |frames: &[CallFrame]| frames.len().saturating_sub(leaf_scopes.max(1));
-    let (theirs_rest, ours_rest) = (below(theirs), below(ours));
-    let bottoms_agree = theirs_rest > 0
-        && ours_rest > 0
-        && theirs[theirs.len() - theirs_rest.min(ours_rest)..]
-            .iter()
-            .zip(&ours[ours.len() - theirs_rest.min(ours_rest)..])
-            .all(|(a, b)| same_method(a, b));
-    if bottoms_agree && leaf_scopes > 1 {
-        Comparison::OtherInlinedLeaf
-    } else {
-        Comparison::OtherFrames
-    }
-}
-
-/// The counts since the last call, by name: `walked`, `kernel_reads`, `failed.<why>` and,
-/// with the check, `check.<kind>`.
+/// The counts since the last call, by name: `walked`, `kernel_reads` and `failed.<why>` (the
+/// check's own are `walker_check.rs`'s).
 pub fn take_counts() -> Vec<(String, u64)> {
     let mut counts = Vec::new();
     let walked = WALKED.swap(0, Ordering::Relaxed);
@@ -1309,57 +1134,12 @@ pub fn take_counts() -> Vec<(String, u64)> {
             counts.push((format!("failed.{}", failure.name()), count));
         }
     }
-    for (recovered, prefix) in [(0, "check"), (1, "check.recovered")] {
-        for kind in Comparison::ALL {
-            let count = COMPARISONS[recovered][kind as usize].swap(0, Ordering::Relaxed);
-            if count > 0 {
-                counts.push((format!("{prefix}.{}", kind.name()), count));
-            }
-        }
-    }
     counts
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn frames(methods: &[usize]) -> Vec<CallFrame> {
-        methods
-            .iter()
-            .map(|&method| java_frame(method as jmethodID, 1))
-            .collect()
-    }
-
-    #[test]
-    fn walks_compare_by_kind() {
-        let a = frames(&[1, 2, 3, 4]);
-        assert_eq!(compare_frames(&a, &a, 1), Comparison::Same);
-        let mut lines = a.clone();
-        lines[2].lineno = 7;
-        assert_eq!(compare_frames(&a, &lines, 1), Comparison::OtherLines);
-        let mut top_line = a.clone();
-        top_line[0].lineno = 7;
-        assert_eq!(compare_frames(&a, &top_line, 1), Comparison::OtherTopLine);
-        assert_eq!(compare_frames(&a, &a[..3], 1), Comparison::Shorter);
-        // The two leaf frames come from one compiled frame; AsyncGetCallTrace chose another
-        // inlined scope there.
-        let other_leaf = frames(&[9, 3, 4]);
-        assert_eq!(
-            compare_frames(&other_leaf, &a, 2),
-            Comparison::OtherInlinedLeaf
-        );
-        assert_eq!(
-            compare_frames(&a, &frames(&[7, 1, 2, 3, 4]), 1),
-            Comparison::OursEntryOnTop
-        );
-        assert_eq!(
-            compare_frames(&a, &frames(&[2, 3, 4]), 1),
-            Comparison::AsgctExtraOnTop
-        );
-        let other = frames(&[1, 2, 8, 4]);
-        assert_eq!(compare_frames(&a, &other, 1), Comparison::OtherFrames);
-    }
 
     #[test]
     fn scopes_at_a_pc_are_those_of_the_next_debug_point() {

@@ -272,7 +272,11 @@ impl CpuSamples {
             walker: (self.sampler == SamplerKind::Signals
                 && context.options.walker != Walker::AsyncGetCallTrace)
                 .then(|| context.options.walker.to_string()),
-            walker_counts: crate::vm_walker::take_counts().into_iter().collect(),
+            walker_counts: crate::vm_walker::take_counts()
+                .into_iter()
+                .chain(crate::walker_check::take_counts())
+                .collect(),
+            walker_examples: crate::walker_check::take_named_examples(context.jvmti),
             dropped: dump.dropped,
             in_agent: signals::take_in_agent_samples(),
             cost_us,

@@ -156,6 +156,50 @@ fn the_check_finds_both_walkers_agree_where_asyncgetcalltrace_walks() {
         ours_failed * 100 <= compared,
         "ours failed on {ours_failed} of {compared} samples: {counts:?}"
     );
+    // Each record keeps up to two examples of each kind of disagreement it counted, both
+    // walks named frame by frame; where the kind says the methods agree, they do.
+    let mut examples = 0;
+    for report in &profile.samplers {
+        for example in &report.walker_examples {
+            let kind = &example.kind;
+            let counted = report
+                .walker_counts
+                .get(&format!("check.{kind}"))
+                .copied()
+                .unwrap_or(0)
+                + report
+                    .walker_counts
+                    .get(&format!("check.recovered.{kind}"))
+                    .copied()
+                    .unwrap_or(0);
+            assert!(
+                counted > 0 && kind != "same",
+                "{example:?}: {:?}",
+                report.walker_counts
+            );
+            let of_kind = report
+                .walker_examples
+                .iter()
+                .filter(|other| other.kind == *kind);
+            assert!(of_kind.count() <= 2, "{:?}", report.walker_examples);
+            for frame in example.vm.iter().chain(&example.asgct) {
+                assert!(frame == "?" || frame.contains('@'), "{example:?}");
+            }
+            if kind.starts_with("other_top_line") {
+                let method =
+                    |frame: &String| frame.split_once('@').map(|(method, _)| method.to_string());
+                let methods = |frames: &[String]| frames.iter().map(method).collect::<Vec<_>>();
+                assert_eq!(methods(&example.vm), methods(&example.asgct), "{example:?}");
+                assert_ne!(example.vm, example.asgct, "{example:?}");
+            }
+            examples += 1;
+        }
+    }
+    let disagreed = compared - count("check.same") - count("check.recovered.same");
+    assert!(
+        disagreed == 0 || examples > 0,
+        "{disagreed} disagreements, no example: {counts:?}"
+    );
 }
 
 /// Virtual threads (JDK 21 and later) with our walker: 10,000 of them do a known split of work

@@ -511,6 +511,8 @@ pub struct SamplerReport {
     /// and with `check` how the two walks of each sample compared (`check.<kind>`).
     pub walker: Option<String>,
     pub walker_counts: BTreeMap<String, u64>,
+    /// With `check`, a few samples of each kind of disagreement, so a reader sees what it is.
+    pub walker_examples: Vec<WalkerExample>,
     /// Samples lost because the sample buffer was full.
     pub dropped: u64,
     /// Samples that caught an application thread running the agent's own wall-clock signal
@@ -519,6 +521,53 @@ pub struct SamplerReport {
     /// What taking the samples cost, in microseconds of CPU, by part (`handler`: inside the
     /// signal handler; `agent_thread`: the agent's own thread; `dump`: writing this dump).
     pub cost_us: BTreeMap<String, u64>,
+}
+
+/// One sample the two walkers of `walker=check` walked differently: the kind (`check.<kind>`'s
+/// name) and each walk's leaf frames, leaf first, as `package.Class.method@bci` (`?` for a
+/// method whose class is gone); a walk that failed has none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalkerExample {
+    pub kind: String,
+    pub vm: Vec<String>,
+    pub asgct: Vec<String>,
+}
+
+impl WalkerExample {
+    /// The example as the `walker.example` line's value: `KIND vm=F;F;... asgct=F;F;...`
+    /// (`-` for a walk without frames).
+    pub fn to_line(&self) -> String {
+        let frames = |frames: &[String]| {
+            if frames.is_empty() {
+                "-".to_string()
+            } else {
+                frames.join(";")
+            }
+        };
+        format!(
+            "{} vm={} asgct={}",
+            self.kind,
+            frames(&self.vm),
+            frames(&self.asgct)
+        )
+    }
+
+    /// Reads a `walker.example` line's value; `None` when it is not one.
+    pub fn from_line(value: &str) -> Option<WalkerExample> {
+        let mut fields = value.split(' ');
+        let kind = fields.next()?.to_string();
+        let frames = |field: Option<&str>, name: &str| -> Option<Vec<String>> {
+            let list = field?.strip_prefix(name)?.strip_prefix('=')?;
+            Some(if list == "-" {
+                Vec::new()
+            } else {
+                list.split(';').map(str::to_string).collect()
+            })
+        };
+        let vm = frames(fields.next(), "vm")?;
+        let asgct = frames(fields.next(), "asgct")?;
+        (fields.next().is_none() && !kind.is_empty()).then_some(WalkerExample { kind, vm, asgct })
+    }
 }
 
 impl SamplerReport {

@@ -6,7 +6,7 @@ use std::io::{self, BufRead};
 use super::{
     heap_dump, mpt, mpt_samples, sites, CpuRow, CpuTable, CpuTableKind, Frame, FrameLine,
     LockTable, LockTableKind, SamplerReport, SitesTable, TextProfile, ThreadStart, Trace,
-    WallSampler, FORGOTTEN_TRACES, NO_LOCK_CLASS,
+    WalkerExample, WallSampler, FORGOTTEN_TRACES, NO_LOCK_CLASS,
 };
 
 /// A malformed HPROF text file: which line, and what is wrong with it.
@@ -340,6 +340,16 @@ fn parse_sampler_line(
         }
         "depth" => report.depth = Some(parse_number(value, number, "CPU SAMPLER depth")?),
         "walker" => report.walker = Some(value.to_string()),
+        "walker.example" => {
+            report
+                .walker_examples
+                .push(WalkerExample::from_line(value).ok_or_else(|| {
+                    malformed(
+                        number,
+                        format!("CPU SAMPLER: '{value}' is not 'KIND vm=FRAMES asgct=FRAMES'"),
+                    )
+                })?)
+        }
         "failed" | "recovered" => {}
         "dropped" => report.dropped = parse_number(value, number, "CPU SAMPLER dropped")?,
         "in_agent" => report.in_agent = parse_number(value, number, "CPU SAMPLER in_agent")?,
@@ -889,6 +899,10 @@ mod tests {
                 recovered: [("stub_return_address".to_string(), 5u64)].into_iter().collect(),
                 walker: Some("check".into()),
                 walker_counts: [("check.same".to_string(), 7u64), ("failed.stub_on_top".to_string(), 2)].into_iter().collect(),
+                walker_examples: vec![
+                    WalkerExample { kind: "other_frames".into(), vm: vec!["a.B.c@3".into(), "a.B.main@0".into()], asgct: vec!["a.B.main@0".into()] },
+                    WalkerExample { kind: "only_asgct_walked".into(), vm: vec![], asgct: vec!["?".into()] },
+                ],
                 dropped: 1,
                 in_agent: 2,
                 cost_us: [("handler".to_string(), 120u64), ("agent_thread".to_string(), 40)].into_iter().collect(),

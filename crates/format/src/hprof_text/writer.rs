@@ -107,6 +107,9 @@ impl<W: Write> TextWriter<W> {
             for (what, count) in &report.walker_counts {
                 writeln!(self.out, "walker.{what} {count}")?;
             }
+            for example in &report.walker_examples {
+                writeln!(self.out, "walker.example {}", example.to_line())?;
+            }
         }
         writeln!(self.out, "dropped {}", report.dropped)?;
         if report.in_agent > 0 {
