@@ -15,7 +15,16 @@ of openprof's second walks):
   other_top_line_interpreted  the same, the top frame interpreted
   other_lines          the same methods; a bytecode index below the top differs
   other_inlined_leaf   the leaf frames differ within the top compiled frame's inlined methods
-  shorter              one walk is the other with frames missing at the bottom
+                       (either walk with more of them), the frames below agree
+  vm_shorter           ours is AsyncGetCallTrace's with frames missing at the bottom
+  asgct_shorter        AsyncGetCallTrace's is ours with frames missing at the bottom
+  asgct_no_debug_point AsyncGetCallTrace's top frame is at no debug point (bytecode index -1),
+                       in a method of ours' top compiled frame; its frames below are not ours
+  asgct_lost_at_exit   ours found the top method in its return (frame taken down) and went on
+                       from the return address; AsyncGetCallTrace's frames below are not ours
+  vm_over_stub         ours stepped over a stub on top of the stack; the walks differ below
+  asgct_missing_top    AsyncGetCallTrace's walk is ours without its top frames (it began at an
+                       older frame); vm_missing_top the other way round
   vm_entry_on_top      ours has one more frame on top (a method at its entry), the rest the same
   asgct_extra_on_top   AsyncGetCallTrace's has one more frame on top, the rest the same
   vm_virtual_thread_end  ours ended at a virtual thread's continuation (the frames its carrier
@@ -32,7 +41,10 @@ handler's CPU per sample (the record's cost.handler_us over the samples; the med
 --rounds runs) is printed for each:
 what walking with ours instead of AsyncGetCallTrace costs.
 
-Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost [--rounds N]] [--keep DIR]
+Each run's record also keeps two examples of each kind of disagreement (`walker.example`); those
+of the --examples kinds are printed, both walks side by side, leaf first.
+
+Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost [--rounds N]] [--examples KINDS] [--keep DIR]
 Needs: cargo build --release; the Debian packages of bench/real_apps.py.
 """
 import argparse
@@ -53,6 +65,7 @@ AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
 WALKER_LINE = re.compile(r"^walker\.(\S+) (\d+)$", re.M)
 HANDLER_LINE = re.compile(r"^cost\.handler_us (\d+)$", re.M)
 SAMPLES_LINE = re.compile(r"^CPU SAMPLES BEGIN \(total = (\d+)\)", re.M)
+EXAMPLE_LINE = re.compile(r"^walker\.example (\S+) at=(\d+) vm_walk=(\S+) vm=(\S+) asgct=(\S+)$", re.M)
 
 
 def run(app, java, drivers, work, walker="check"):
@@ -76,7 +89,19 @@ def run(app, java, drivers, work, walker="check"):
         counts[kind] += int(count)
     counts["handler_us"] = sum(int(micros) for micros in HANDLER_LINE.findall(text))
     counts["samples"] = sum(int(total) for total in SAMPLES_LINE.findall(text))
+    counts.examples = [(kind, int(first), how, [] if vm == "-" else vm.split(";"),
+                        [] if asgct == "-" else asgct.split(";"))
+                       for kind, first, how, vm, asgct in EXAMPLE_LINE.findall(text)]
     return counts
+
+
+def print_example(kind, first, how, vm, asgct):
+    """One kept disagreement: both walks side by side from frame `first` (the leaf is 0)."""
+    print(f"  {kind}: ours walked {how}; from frame {first}")
+    for index in range(max(len(vm), len(asgct))):
+        ours = vm[index] if index < len(vm) else ""
+        theirs = asgct[index] if index < len(asgct) else ""
+        print(f"    {'=' if ours == theirs else '≠'} {ours:<70} {theirs}")
 
 
 def main():
@@ -88,6 +113,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs per walker for --cost; the median is printed")
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
+    parser.add_argument("--examples", default="other_frames,other_inlined_leaf,vm_shorter,asgct_shorter",
+                        help="the kinds whose kept examples (walker.example lines) are printed")
     args = parser.parse_args()
     if not os.path.isfile(AGENT):
         sys.exit("walker_check: build first: cargo build --release")
@@ -133,11 +160,15 @@ def main():
                     f"{walker} {micros:.2f}" for walker, micros in per_sample.items()), flush=True)
             print(f"JDK {version} {name}: {compared} samples: " + ", ".join(
                 f"{kind} {count}" for kind, count in sorted(counts.items())), flush=True)
+            wanted = set(args.examples.split(","))
+            for kind, first, how, vm, asgct in counts.examples:
+                if kind in wanted:
+                    print_example(kind, first, how, vm, asgct)
     print()
-    print("| JDK | program | samples | same | other top line: compiled, interpreted | other lines | ours: entry on top; theirs: extra on top | ours: unreported code | other frames "
+    print("| JDK | program | samples | same | other top line: compiled, interpreted | other lines | ours: entry on top; theirs: extra on top | ours: unreported code | other inlined leaf | AsyncGetCallTrace lost: no debug point, at a return | shorter: ours, theirs | ours over a stub on top | missing top frames: theirs, ours | other frames "
           "| only AsyncGetCallTrace walked | only ours walked | AsyncGetCallTrace recovered: same / differ "
           "| ours failed, by why |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for version, name, compared, counts in rows:
         def share(*kinds):
             count = sum(counts.get(f"check.{kind}", 0) for kind in kinds)
@@ -150,7 +181,7 @@ def main():
         print(f"| {version} | {name} | {compared} | {share('same')} | {share('other_top_line')}, "
               f"{share('other_top_line_interpreted')} | "
               f"{share('other_lines')} | {share('vm_entry_on_top')}; {share('asgct_extra_on_top')} | "
-              f"{share('vm_unreported_code')} | {share('other_inlined_leaf', 'shorter', 'other_frames')} | "
+              f"{share('vm_unreported_code')} | {share('other_inlined_leaf')} | {share('asgct_no_debug_point')}, {share('asgct_lost_at_exit')} | {share('vm_shorter')}, {share('asgct_shorter')} | {share('vm_over_stub')} | {share('asgct_missing_top')}, {share('vm_missing_top')} | {share('other_frames')} | "
               f"{share('only_asgct_walked')} | {share('only_vm_walked')} | "
               f"{recovered_same} / {recovered_other} | {failed or '-'} |")
     if costs:

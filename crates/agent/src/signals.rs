@@ -721,15 +721,10 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
                 Err(trace.num_frames)
             };
             crate::vm_walker::count_walk(ours);
-            let leaf_frames = ours.map_or(0, |walk| walk.leaf_frames);
             crate::walker_check::compare(
                 theirs,
                 asgct_recovered,
-                ours.map(|walk| &checked[..walk.frames]),
-                leaf_frames,
-                ours.is_ok_and(|walk| walk.top_interpreted),
-                ours.is_ok_and(|walk| walk.unreported),
-                ours.is_ok_and(|walk| walk.virtual_thread),
+                ours.map(|walk| (walk, &checked[..walk.frames])),
             );
         }
         if trace.num_frames <= 0 {

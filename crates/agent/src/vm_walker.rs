@@ -539,7 +539,7 @@ pub enum WalkFailure {
 }
 
 impl WalkFailure {
-    const ALL: [WalkFailure; 6] = [
+    pub const ALL: [WalkFailure; 6] = [
         WalkFailure::NativeInJava,
         WalkFailure::NoJavaFrame,
         WalkFailure::StubOnTop,
@@ -548,7 +548,7 @@ impl WalkFailure {
         WalkFailure::UnknownMethod,
     ];
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             WalkFailure::NativeInJava => "native_in_java",
             WalkFailure::NoJavaFrame => "no_java_frame",
@@ -624,6 +624,8 @@ impl Stack {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Walk {
     pub frames: usize,
+    /// The frames up to the top Java frame's last: its inlined methods, and the stub frames
+    /// above it.
     pub leaf_frames: usize,
     /// Whether the top Java frame was interpreted.
     pub top_interpreted: bool,
@@ -632,6 +634,75 @@ pub struct Walk {
     pub unreported: bool,
     /// Whether the walk ended at a virtual thread's continuation (its carrier's frames below).
     pub virtual_thread: bool,
+    /// Where the walk found its top Java frame, and how it reached it (for the check's examples).
+    pub top: TopFrame,
+    pub started: Start,
+}
+
+/// Where a walk found its top Java frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopFrame {
+    /// In a compiled method's body, its frame built.
+    Compiled,
+    /// In a compiled method's entry, before its frame is complete.
+    CompiledEntry,
+    /// In a compiled method's return, its frame taken down.
+    CompiledExit,
+    /// At a compiled method's deoptimisation handler.
+    Deoptimising,
+    /// In compiled code JVMTI has not reported yet.
+    Unreported,
+    Interpreted,
+    /// In the interpreter's entry of a method, before its frame is built.
+    InterpreterEntry,
+}
+
+impl TopFrame {
+    pub const ALL: [TopFrame; 7] = [
+        TopFrame::Compiled,
+        TopFrame::CompiledEntry,
+        TopFrame::CompiledExit,
+        TopFrame::Deoptimising,
+        TopFrame::Unreported,
+        TopFrame::Interpreted,
+        TopFrame::InterpreterEntry,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TopFrame::Compiled => "compiled",
+            TopFrame::CompiledEntry => "compiled_entry",
+            TopFrame::CompiledExit => "compiled_exit",
+            TopFrame::Deoptimising => "deoptimising",
+            TopFrame::Unreported => "unreported",
+            TopFrame::Interpreted => "interpreted",
+            TopFrame::InterpreterEntry => "interpreter_entry",
+        }
+    }
+}
+
+/// How a walk reached its top Java frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// The interrupted pc was in it.
+    Interrupted,
+    /// It stepped over a stub on top first.
+    Stub,
+    /// From native code on top: through the thread's anchor, or the return address into
+    /// Java code that the native walk found.
+    Native,
+}
+
+impl Start {
+    pub const ALL: [Start; 3] = [Start::Interrupted, Start::Stub, Start::Native];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Start::Interrupted => "interrupted",
+            Start::Stub => "stub",
+            Start::Native => "native",
+        }
+    }
 }
 
 /// Walks the Java frames from `start` into `out` (room for `room`), innermost first.
@@ -659,7 +730,14 @@ pub unsafe fn walk(
     };
     let mut frame = start;
     let mut unextended_sp = start.sp;
+    // Not interrupted: the native walk found the first return address into Java code.
+    let mut started = if start.interrupted {
+        Start::Interrupted
+    } else {
+        Start::Native
+    };
     if frame.interrupted && code_map::in_stub(frame.pc) && !is_java_code(layout, frame.pc) {
+        started = Start::Stub;
         // A stub the JVM generated (arraycopy, dispatch, adapters), whose frame the caller
         // records as a frame of its own: the walk starts at the Java code that called it.
         let (pc, sp, fp) =
@@ -694,6 +772,7 @@ pub unsafe fn walk(
         if last_sp < stack.low {
             return Err(WalkFailure::BadFrame);
         }
+        started = Start::Native;
         frame = StartFrame::returned_to(pc, last_sp, fp);
         unextended_sp = last_sp;
     }
@@ -701,11 +780,13 @@ pub unsafe fn walk(
     let mut leaf_frames = 0;
     let mut top_interpreted = false;
     let mut unreported = false;
+    let mut top = TopFrame::Compiled;
     let done = |count: usize,
                 leaf_frames: usize,
                 top_interpreted: bool,
                 unreported: bool,
-                virtual_thread: bool| {
+                virtual_thread: bool,
+                top: TopFrame| {
         if count == 0 {
             Err(WalkFailure::NoJavaFrame)
         } else {
@@ -715,11 +796,15 @@ pub unsafe fn walk(
                 top_interpreted,
                 unreported,
                 virtual_thread,
+                top,
+                started,
             })
         }
     };
+    // Stub frames above the first Java frame, which the leaf frames are not.
+    let mut stubs_on_top = 0;
     while count < room {
-        if count > 0 && leaf_frames == 0 {
+        if count > stubs_on_top && leaf_frames == 0 {
             leaf_frames = count;
         }
         // Compiled code JVMTI reported, else (neither the interpreter, the call stub nor a
@@ -738,6 +823,17 @@ pub unsafe fn walk(
             unreported |= frames.is_none();
             let offset = (frame.pc - code) as u32;
             let state = frame_state(frame, code, &shape);
+            if count == stubs_on_top {
+                top = match (state, frames) {
+                    (_, None) => TopFrame::Unreported,
+                    (FrameState::Built, _) if offset >= shape.instructions_size => {
+                        TopFrame::Deoptimising
+                    }
+                    (FrameState::Built, _) => TopFrame::Compiled,
+                    (FrameState::Prologue, _) => TopFrame::CompiledEntry,
+                    (FrameState::BeforePop | FrameState::Returning, _) => TopFrame::CompiledExit,
+                };
+            }
             // In the entry no inlined method has begun, and at the return all have ended.
             let own = match state {
                 // In the method's stubs: a deoptimisation handler's address that replaced the
@@ -770,7 +866,7 @@ pub unsafe fn walk(
             }
             for &(method, bci) in scopes {
                 if count == room {
-                    return done(count, leaf_frames, top_interpreted, unreported, false);
+                    return done(count, leaf_frames, top_interpreted, unreported, false, top);
                 }
                 // SAFETY: `count` < `room`.
                 unsafe { *out.add(count) = java_frame(method, bci) };
@@ -792,6 +888,7 @@ pub unsafe fn walk(
                 // SAFETY: `count` < `room`.
                 unsafe { *out.add(count) = java_frame(method, 0) };
                 top_interpreted = true;
+                top = TopFrame::InterpreterEntry;
                 count += 1;
                 let on_top = stack.word(frame.sp).map(|pc| (pc, frame.sp + 8));
                 let below_sender = (frame.bcp > frame.sp && frame.bcp % 8 == 0)
@@ -829,6 +926,9 @@ pub unsafe fn walk(
             // SAFETY: `count` < `room`.
             unsafe { *out.add(count) = java_frame(id, bci) };
             top_interpreted |= count == 0;
+            if count == stubs_on_top {
+                top = TopFrame::Interpreted;
+            }
             count += 1;
             let return_address = slot(1)?;
             let caller_fp = slot(0)?;
@@ -851,7 +951,7 @@ pub unsafe fn walk(
             let anchor = wrapper + layout.wrapper_anchor;
             let last_sp = stack.word(anchor + layout.anchor_sp).unwrap_or(0);
             if last_sp == 0 {
-                return done(count, leaf_frames, top_interpreted, unreported, false);
+                return done(count, leaf_frames, top_interpreted, unreported, false, top);
             }
             if last_sp <= frame.sp {
                 return Err(WalkFailure::BadFrame);
@@ -867,12 +967,15 @@ pub unsafe fn walk(
         } else if code_map::is_continuation_return(frame.pc) {
             // A virtual thread's frames end here: the rest of its stack is in the heap, and
             // below are its carrier's frames, which are not the virtual thread's.
-            return done(count, leaf_frames, top_interpreted, unreported, true);
+            return done(count, leaf_frames, top_interpreted, unreported, true, top);
         } else if code_map::in_stub(frame.pc) {
             // A stub's frame between Java frames (a runtime stub that called the VM): a frame
             // of its own, named at dump, stepped over by its blob's frame size where known.
             // SAFETY: `count` < `room`.
             unsafe { *out.add(count) = CallFrame::native_pc(frame.pc) };
+            if count == stubs_on_top {
+                stubs_on_top += 1;
+            }
             count += 1;
             let caller = match code_map::stub_frame_words(frame.pc).filter(|words| *words >= 2) {
                 Some(words) => {
@@ -895,7 +998,7 @@ pub unsafe fn walk(
             return Err(WalkFailure::UnknownCode);
         }
     }
-    done(count, leaf_frames, top_interpreted, unreported, false)
+    done(count, leaf_frames, top_interpreted, unreported, false, top)
 }
 
 /// Whether `pc` is in code whose frames the walker steps over.

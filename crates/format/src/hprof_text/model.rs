@@ -524,17 +524,23 @@ pub struct SamplerReport {
 }
 
 /// One sample the two walkers of `walker=check` walked differently: the kind (`check.<kind>`'s
-/// name) and each walk's leaf frames, leaf first, as `package.Class.method@bci` (`?` for a
-/// method whose class is gone); a walk that failed has none.
+/// name) and each walk's frames from the `first` (the leaf is 0; a few above where the walks
+/// first differ), as `package.Class.method@bci` (`?` for a method whose class is gone); a walk
+/// that failed has none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WalkerExample {
     pub kind: String,
+    pub first: usize,
+    /// How ours walked: `TOP/START/LEAF_FRAMES` (where it found the top Java frame, how it
+    /// got there, how many Java frames that frame gave) or `failed/WHY`.
+    pub vm_walk: String,
     pub vm: Vec<String>,
     pub asgct: Vec<String>,
 }
 
 impl WalkerExample {
-    /// The example as the `walker.example` line's value: `KIND vm=F;F;... asgct=F;F;...`
+    /// The example as the `walker.example` line's value: `KIND at=N vm_walk=HOW vm=F;F;...
+    /// asgct=F;F;...`
     /// (`-` for a walk without frames).
     pub fn to_line(&self) -> String {
         let frames = |frames: &[String]| {
@@ -545,8 +551,10 @@ impl WalkerExample {
             }
         };
         format!(
-            "{} vm={} asgct={}",
+            "{} at={} vm_walk={} vm={} asgct={}",
             self.kind,
+            self.first,
+            self.vm_walk,
             frames(&self.vm),
             frames(&self.asgct)
         )
@@ -556,6 +564,8 @@ impl WalkerExample {
     pub fn from_line(value: &str) -> Option<WalkerExample> {
         let mut fields = value.split(' ');
         let kind = fields.next()?.to_string();
+        let first = fields.next()?.strip_prefix("at=")?.parse().ok()?;
+        let vm_walk = fields.next()?.strip_prefix("vm_walk=")?.to_string();
         let frames = |field: Option<&str>, name: &str| -> Option<Vec<String>> {
             let list = field?.strip_prefix(name)?.strip_prefix('=')?;
             Some(if list == "-" {
@@ -566,7 +576,13 @@ impl WalkerExample {
         };
         let vm = frames(fields.next(), "vm")?;
         let asgct = frames(fields.next(), "asgct")?;
-        (fields.next().is_none() && !kind.is_empty()).then_some(WalkerExample { kind, vm, asgct })
+        (fields.next().is_none() && !kind.is_empty()).then_some(WalkerExample {
+            kind,
+            first,
+            vm_walk,
+            vm,
+            asgct,
+        })
     }
 }
 

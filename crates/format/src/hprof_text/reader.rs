@@ -346,7 +346,9 @@ fn parse_sampler_line(
                 .push(WalkerExample::from_line(value).ok_or_else(|| {
                     malformed(
                         number,
-                        format!("CPU SAMPLER: '{value}' is not 'KIND vm=FRAMES asgct=FRAMES'"),
+                        format!(
+                    "CPU SAMPLER: '{value}' is not 'KIND at=N vm_walk=HOW vm=FRAMES asgct=FRAMES'"
+                ),
                     )
                 })?)
         }
@@ -900,8 +902,8 @@ mod tests {
                 walker: Some("check".into()),
                 walker_counts: [("check.same".to_string(), 7u64), ("failed.stub_on_top".to_string(), 2)].into_iter().collect(),
                 walker_examples: vec![
-                    WalkerExample { kind: "other_frames".into(), vm: vec!["a.B.c@3".into(), "a.B.main@0".into()], asgct: vec!["a.B.main@0".into()] },
-                    WalkerExample { kind: "only_asgct_walked".into(), vm: vec![], asgct: vec!["?".into()] },
+                    WalkerExample { kind: "other_frames".into(), first: 3, vm_walk: "compiled/interrupted/2".into(), vm: vec!["a.B.c@3".into(), "a.B.main@0".into()], asgct: vec!["a.B.main@0".into()] },
+                    WalkerExample { kind: "only_asgct_walked".into(), first: 0, vm_walk: "failed/stub_on_top".into(), vm: vec![], asgct: vec!["?".into()] },
                 ],
                 dropped: 1,
                 in_agent: 2,
