@@ -61,18 +61,26 @@ pub struct CompiledFrames {
 }
 
 impl CompiledFrames {
-    /// The inlined frames (innermost first) at `offset` in the code, where the thread was
-    /// interrupted (`interrupted`) or where a call returns to. HotSpot records each pc's
-    /// debug information at the end of the code it describes, so an interrupted pc is
-    /// described by the first pc with debug information after it (the rule of HotSpot's own
-    /// AsyncGetCallTrace), a return address by its own. Empty when there is none.
-    pub fn scopes_at(&self, offset: u32, interrupted: bool) -> &[(jmethodID, i32)] {
-        let index = if interrupted {
-            self.pc_offsets.partition_point(|&pc| pc <= offset)
-        } else {
-            self.pc_offsets.partition_point(|&pc| pc < offset)
+    /// The inlined frames (innermost first) at `offset` in the code: those of the last pc
+    /// with debug information at or before it. A call's return address has its own record;
+    /// any other pc (an interrupted one, or a leaf call's return into code without a record)
+    /// belongs to the code that follows the last debug point, which the accuracy referee
+    /// showed right where HotSpot's rule of the next debug point was wrong (docs/decisions.md,
+    /// "The inlined scope of a pc"). Before the first record, the first record's; after the
+    /// method's entry record, the next one's.
+    pub fn scopes_at(&self, offset: u32) -> &[(jmethodID, i32)] {
+        let after = self.pc_offsets.partition_point(|&pc| pc <= offset);
+        let Some(last) = after.checked_sub(1) else {
+            return self.scopes_of(0);
         };
-        self.scopes_of(index)
+        let scopes = self.scopes_of(last);
+        // The method's entry record (its bytecode index -1: before any bytecode ran) describes
+        // the entry alone, which ends at its pc; the code from there is the body's, which the
+        // next record describes. (No call returns to it.)
+        match scopes.first() {
+            Some(&(_, ENTRY_BCI)) if after < self.pc_offsets.len() => self.scopes_of(after),
+            _ => scopes,
+        }
     }
 
     fn scopes_of(&self, index: usize) -> &[(jmethodID, i32)] {
@@ -93,6 +101,9 @@ impl CompiledFrames {
             + self.scopes.len() * std::mem::size_of::<(jmethodID, i32)>()
     }
 }
+
+/// The bytecode index of a compiled method's entry record (HotSpot's `InvocationEntryBci`).
+const ENTRY_BCI: i32 = -1;
 
 /// The most memory kept for compiled methods' frames (never freed, since a handler may still
 /// read them); past it new code is walked by AsyncGetCallTrace alone.

@@ -849,11 +849,11 @@ pub unsafe fn walk(
             };
             let scopes = match (&own, frames) {
                 (Some(own), _) => &own[..],
-                (None, Some(frames)) => frames.scopes_at(offset, frame.interrupted),
+                (None, Some(frames)) => frames.scopes_at(offset),
                 (None, None) => &[],
             };
             if scopes.is_empty() {
-                // Native code's frame, a pc past the last with debug information, or code
+                // Native code's frame, code without debug information, or code
                 // whose inlined methods are not known yet.
                 let bci = match (shape.native, frames) {
                     (true, _) => NATIVE_METHOD_BCI,
@@ -1245,7 +1245,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scopes_at_a_pc_are_those_of_the_next_debug_point() {
+    fn scopes_at_a_pc_are_those_of_the_last_debug_point() {
         let frames = CompiledFrames {
             method: 1 as jmethodID,
             native: false,
@@ -1262,11 +1262,27 @@ mod tests {
             ]
             .into(),
         };
-        assert_eq!(frames.scopes_at(0, true).len(), 2);
-        // A return address has its own debug information; an interrupted pc the next one's.
-        assert_eq!(frames.scopes_at(16, false)[0].1, 5);
-        assert_eq!(frames.scopes_at(16, true), &[(1 as jmethodID, 12)]);
-        assert_eq!(frames.scopes_at(17, true), &[(1 as jmethodID, 12)]);
-        assert!(frames.scopes_at(32, true).is_empty());
+        // Before the first record, the first record's.
+        assert_eq!(frames.scopes_at(0).len(), 2);
+        // A return address has its own record; any other pc the last one before it.
+        assert_eq!(frames.scopes_at(16)[0].1, 5);
+        assert_eq!(frames.scopes_at(17)[0].1, 5);
+        assert_eq!(frames.scopes_at(31)[0].1, 5);
+        assert_eq!(frames.scopes_at(32), &[(1 as jmethodID, 12)]);
+        assert_eq!(frames.scopes_at(39), &[(1 as jmethodID, 12)]);
+        // After the method's entry record (bytecode -1), the body's next record.
+        let entered = CompiledFrames {
+            pc_offsets: vec![4, 32].into(),
+            scopes: vec![
+                (1 as jmethodID, -1),
+                (2 as jmethodID, 5),
+                (1 as jmethodID, 12),
+            ]
+            .into(),
+            scope_starts: vec![0, 1, 3].into(),
+            ..frames
+        };
+        assert_eq!(entered.scopes_at(4)[0].1, 5);
+        assert_eq!(entered.scopes_at(20)[0].1, 5);
     }
 }
