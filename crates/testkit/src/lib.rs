@@ -382,11 +382,13 @@ pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Outpu
     }
     let stdout = drain(child.stdout.take());
     let stderr = drain(child.stderr.take());
-    let (status, killed) = match poll(limit, || child.try_wait().expect("wait")) {
-        Some(status) => (status, false),
+    let (status, stuck) = match poll(limit, || child.try_wait().expect("wait")) {
+        Some(status) => (status, None),
         None => {
+            // What its threads do says whether it is stuck or starved.
+            let report = stuck_report(child.id());
             let _ = child.kill();
-            (child.wait().expect("wait"), true)
+            (child.wait().expect("wait"), Some(report))
         }
     };
     let output = Output {
@@ -394,9 +396,9 @@ pub fn wait_with_limit(mut child: std::process::Child, limit: Duration) -> Outpu
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
     };
-    if killed {
+    if let Some(report) = stuck {
         panic!(
-            "the JVM hung: killed after {limit:?}\nstdout (end):\n{}\nstderr:\n{}",
+            "the JVM hung: killed after {limit:?}\nstdout (end):\n{}\nstderr:\n{}\n{report}",
             tail(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
@@ -411,6 +413,77 @@ fn tail(bytes: &[u8]) -> String {
         .find(|&i| text.is_char_boundary(i))
         .unwrap_or(0);
     text[start..].to_string()
+}
+
+/// What a process that seems stuck is doing, for a test's failure message: each thread's name,
+/// state, kernel wait channel and CPU time, read twice two seconds apart (so a thread that
+/// spins shows its CPU growing and one that waits does not), then the JVM's own thread dump
+/// (`jcmd PID Thread.print`, given 20 s: a JVM stuck at a safepoint does not answer).
+pub fn stuck_report(pid: u32) -> String {
+    let threads = || -> std::collections::BTreeMap<String, (String, String, Duration)> {
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            return Default::default();
+        };
+        tasks
+            .filter_map(|task| {
+                let task = task.ok()?.path();
+                let id = task.file_name()?.to_string_lossy().into_owned();
+                let comm = fs::read_to_string(task.join("comm")).ok()?;
+                let stat = fs::read_to_string(task.join("stat")).ok()?;
+                let wchan = fs::read_to_string(task.join("wchan")).unwrap_or_default();
+                let state = stat[stat.rfind(')')? + 2..]
+                    .split_whitespace()
+                    .next()?
+                    .to_string();
+                let cpu = cpu_time_in_stat(&task.display().to_string(), &stat);
+                Some((format!("{id} {}", comm.trim_end()), (state, wchan, cpu)))
+            })
+            .collect()
+    };
+    let before = threads();
+    std::thread::sleep(Duration::from_secs(2));
+    let after = threads();
+    let mut report = format!("threads of {pid} (state, wait channel, CPU, CPU in the last 2 s):\n");
+    for (thread, (state, wchan, cpu)) in &after {
+        let earlier = before
+            .get(thread)
+            .map_or(Duration::ZERO, |(_, _, cpu)| *cpu);
+        report.push_str(&format!(
+            "  {thread}: {state} {wchan} {cpu:?} +{:?}\n",
+            cpu.saturating_sub(earlier)
+        ));
+    }
+    let dump = runtime()
+        .tool("jcmd")
+        .ok()
+        .map(|jcmd| {
+            Command::new(jcmd)
+                .args([&pid.to_string(), "Thread.print"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        })
+        .and_then(Result::ok);
+    match dump {
+        Some(mut child) => {
+            match poll(Duration::from_secs(20), || child.try_wait().ok().flatten()) {
+                Some(_) => {
+                    let mut text = String::new();
+                    if let Some(mut out) = child.stdout.take() {
+                        let _ = std::io::Read::read_to_string(&mut out, &mut text);
+                    }
+                    report.push_str(&text);
+                }
+                None => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    report.push_str("jcmd Thread.print gave no answer in 20 s\n");
+                }
+            }
+        }
+        None => report.push_str("no jcmd to ask for a thread dump\n"),
+    }
+    report
 }
 
 /// Sends a signal to a process (SIGQUIT asks the JVM for a data dump).

@@ -6,7 +6,8 @@ use std::time::Duration;
 use openprof_format::hprof_text::CpuTableKind;
 
 use openprof_testkit::{
-    java_command, send_signal, wait_until_ready_keeping_output, wait_with_limit, PipeText,
+    java_command, poll, send_signal, stuck_report, wait_until_ready_keeping_output,
+    wait_with_limit, PipeText,
 };
 
 /// What the agent says on stderr once a dump's CPU samples are written.
@@ -41,11 +42,18 @@ fn stress(more_options: &str) {
     for dumps in 1..=5 {
         send_signal(pid, libc::SIGQUIT); // a data dump while sampling runs
                                          // The next signal once this dump is written: two signals at once may make one dump.
-        stderr.wait_until(
-            &format!("dump {dumps} was written"),
-            Duration::from_secs(120),
-            |text| (text.matches(DUMPED).count() >= dumps).then_some(()),
-        );
+        let written = poll(Duration::from_secs(120), || {
+            (stderr.text().matches(DUMPED).count() >= dumps).then_some(())
+        });
+        if written.is_none() {
+            // Stuck or starved: what each thread does says which, before the JVM is killed.
+            let report = stuck_report(pid);
+            let _ = child.kill();
+            panic!(
+                "dump {dumps} was not written within 120 s; the output so far:\n{}\n{report}",
+                stderr.text()
+            );
+        }
     }
     let output = wait_with_limit(child, Duration::from_secs(180));
     let stdout = stdout.join().expect("the workload's output");
@@ -86,4 +94,40 @@ fn stress(more_options: &str) {
             .is_some_and(|f| f.qualified_method() == "Stress.recurse")
     });
     assert!(recurse_on_top);
+}
+
+/// What a stress test prints when a JVM seems stuck: every thread with its state and CPU, and
+/// the JVM's own thread dump, taken from a running JVM.
+#[test]
+fn a_stuck_report_names_each_thread_and_the_jvms_stacks() {
+    // Long enough to outlast the report; ended once it is taken.
+    let (mut command, _dir) = java_command(Some("cpu=samples,interval=1"), "Stress", &["300"]);
+    let mut child = command.spawn().expect("start java");
+    let stdout = wait_until_ready_keeping_output(&mut child);
+    let report = stuck_report(child.id());
+    child.kill().expect("end java");
+    child.wait().expect("wait for java");
+    drop(stdout.join());
+    // The threads are there (the launcher's and Java's main are named java), and the
+    // workload's used CPU in the last 2 s.
+    let threads: Vec<&str> = report
+        .lines()
+        .filter(|line| line.starts_with("  "))
+        .collect();
+    assert!(
+        threads
+            .iter()
+            .any(|line| line.split_whitespace().nth(1) == Some("java:")),
+        "{report}"
+    );
+    assert!(
+        threads.iter().any(|line| !line.ends_with("+0ns")),
+        "{report}"
+    );
+    // The JVM's own dump, or why not: on a loaded machine its attach may take longer.
+    assert!(
+        report.contains("Full thread dump") && report.contains("Stress.")
+            || report.contains("jcmd Thread.print gave no answer in 20 s"),
+        "{report}"
+    );
 }
