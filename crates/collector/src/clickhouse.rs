@@ -58,6 +58,13 @@ pub struct WindowFilter {
     pub until: Option<u64>,
 }
 
+/// The start of the `bucket_seconds`-long bucket a sample's window falls in (seconds since the
+/// epoch), as a ClickHouse expression over the samples table's `time`.
+fn bucket_start(bucket_seconds: u64) -> String {
+    let bucket = bucket_seconds.max(1);
+    format!("intDiv(toUInt32(time), {bucket}) * {bucket}")
+}
+
 impl ClickHouse {
     /// `url`: the HTTP interface, e.g. `http://127.0.0.1:8123`; `database`: letters, digits and
     /// `_` (it is written into the statements).
@@ -755,11 +762,11 @@ impl ClickHouse {
         bucket_seconds: u64,
     ) -> Result<Vec<(u64, u64)>, String> {
         let db = &self.database;
-        let bucket = bucket_seconds.max(1);
+        let bucket = bucket_start(bucket_seconds);
         let answer = self.execute(
             &format!(
-                "SELECT intDiv(toUInt32(time), {bucket}) * {bucket} AS bucket, sum(count) AS total \
-                 FROM {db}.samples WHERE {} GROUP BY bucket ORDER BY bucket FORMAT JSONEachRow",
+                "SELECT {bucket} AS bucket, sum(count) AS total FROM {db}.samples WHERE {} \
+                 GROUP BY bucket ORDER BY bucket FORMAT JSONEachRow",
                 self.conditions(filter)
             ),
             "",
@@ -784,11 +791,11 @@ impl ClickHouse {
         top: u32,
     ) -> Result<Vec<(u64, String, u64)>, String> {
         let db = &self.database;
-        let bucket = bucket_seconds.max(1);
+        let bucket = bucket_start(bucket_seconds);
         let answer = self.execute(
             &format!(
                 "SELECT bucket, leaf, total FROM (SELECT bucket, leaf, sum(samples) AS total FROM \
-                 (SELECT intDiv(toUInt32(time), {bucket}) * {bucket} AS bucket, stack, \
+                 (SELECT {bucket} AS bucket, stack, \
                  sum(count) AS samples FROM {db}.samples WHERE {} GROUP BY bucket, stack) \
                  ANY INNER JOIN (SELECT stack, frames[-1] AS leaf FROM {db}.stacks) USING stack \
                  GROUP BY bucket, leaf) ORDER BY bucket, total DESC, leaf LIMIT {top} BY bucket \
