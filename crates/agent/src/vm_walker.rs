@@ -849,7 +849,7 @@ pub unsafe fn walk(
             };
             let scopes = match (&own, frames) {
                 (Some(own), _) => &own[..],
-                (None, Some(frames)) => frames.scopes_at(offset),
+                (None, Some(frames)) => frames.scopes_at(offset, !frame.interrupted),
                 (None, None) => &[],
             };
             if scopes.is_empty() {
@@ -1245,44 +1245,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scopes_at_a_pc_are_those_of_the_last_debug_point() {
+    fn a_pc_between_debug_points_gets_the_frames_both_agree_on() {
+        let (root, caller, left, right) = (
+            1 as jmethodID,
+            2 as jmethodID,
+            3 as jmethodID,
+            4 as jmethodID,
+        );
+        // Records at 16: root@7 → caller@3 → left@5; at 32: root@7 → caller@3 → right@2;
+        // at 48: root@7 → caller@9; at 56: root@12.
         let frames = CompiledFrames {
-            method: 1 as jmethodID,
+            method: root,
             native: false,
-            instructions_size: 40,
-            code_size: 64,
+            instructions_size: 64,
+            code_size: 80,
             frame_words: 4,
             frame_complete: Some(8),
-            pc_offsets: vec![16, 32].into(),
-            scope_starts: vec![0, 2, 3].into(),
+            pc_offsets: vec![16, 32, 48, 56].into(),
+            scope_starts: vec![0, 3, 6, 8, 9].into(),
             scopes: vec![
-                (2 as jmethodID, 5),
-                (1 as jmethodID, 9),
-                (1 as jmethodID, 12),
+                (left, 5),
+                (caller, 3),
+                (root, 7),
+                (right, 2),
+                (caller, 3),
+                (root, 7),
+                (caller, 9),
+                (root, 7),
+                (root, 12),
             ]
             .into(),
         };
-        // Before the first record, the first record's.
-        assert_eq!(frames.scopes_at(0).len(), 2);
-        // A return address has its own record; any other pc the last one before it.
-        assert_eq!(frames.scopes_at(16)[0].1, 5);
-        assert_eq!(frames.scopes_at(17)[0].1, 5);
-        assert_eq!(frames.scopes_at(31)[0].1, 5);
-        assert_eq!(frames.scopes_at(32), &[(1 as jmethodID, 12)]);
-        assert_eq!(frames.scopes_at(39), &[(1 as jmethodID, 12)]);
+        // Before the first record, the first record's frames.
+        assert_eq!(
+            frames.scopes_at(0, false),
+            &[(left, 5), (caller, 3), (root, 7)]
+        );
+        // A return address has its own record.
+        assert_eq!(
+            frames.scopes_at(16, true),
+            &[(left, 5), (caller, 3), (root, 7)]
+        );
+        assert_eq!(frames.scopes_at(32, true)[0], (right, 2));
+        // Between two records: the frames both have, with the next one's bytecodes. Here
+        // left and right part below caller, called from the same bytecode of root.
+        for pc in [16, 17, 31] {
+            assert_eq!(frames.scopes_at(pc, false), &[(caller, 3), (root, 7)]);
+        }
+        // A return address without a record (a leaf call's into the VM) has the next one's.
+        assert_eq!(frames.scopes_at(20, true)[0], (right, 2));
+        // The same caller at another bytecode: only the caller, at the next one's.
+        assert_eq!(frames.scopes_at(40, false), &[(caller, 9), (root, 7)]);
+        // Another call site in root: root alone.
+        assert_eq!(frames.scopes_at(50, false), &[(root, 12)]);
+        // After the last record, the last's.
+        assert_eq!(frames.scopes_at(60, false), &[(root, 12)]);
         // After the method's entry record (bytecode -1), the body's next record.
         let entered = CompiledFrames {
             pc_offsets: vec![4, 32].into(),
-            scopes: vec![
-                (1 as jmethodID, -1),
-                (2 as jmethodID, 5),
-                (1 as jmethodID, 12),
-            ]
-            .into(),
+            scopes: vec![(root, -1), (left, 5), (root, 12)].into(),
             scope_starts: vec![0, 1, 3].into(),
             ..frames
         };
-        assert_eq!(entered.scopes_at(4)[0].1, 5);
-        assert_eq!(entered.scopes_at(20)[0].1, 5);
+        assert_eq!(entered.scopes_at(4, false)[0], (left, 5));
+        assert_eq!(entered.scopes_at(20, true)[0], (left, 5));
     }
 }

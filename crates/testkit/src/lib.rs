@@ -503,6 +503,52 @@ pub fn printed_figure(stdout: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name}= in the workload's output: {stdout}"))
 }
 
+/// The agent's closing line for `delay=`, `openprof: delay=...: N delays took T ns in all (M
+/// methods delayed)`: (N, T, M). Fails the test when there is none.
+pub fn delays_reported(stderr: &str) -> (u64, u64, u64) {
+    let line = stderr
+        .lines()
+        .find(|line| line.starts_with("openprof: delay="))
+        .unwrap_or_else(|| panic!("no delay line: {stderr}"));
+    let number_before = |word: &str| -> u64 {
+        let at = line
+            .find(word)
+            .unwrap_or_else(|| panic!("{word} in {line}"));
+        line[..at]
+            .split_whitespace()
+            .last()
+            .and_then(|number| number.trim_start_matches('(').parse().ok())
+            .unwrap_or_else(|| panic!("a number before {word} in {line}"))
+    };
+    (
+        number_before(" delays"),
+        number_before(" ns in all"),
+        number_before(" methods delayed"),
+    )
+}
+
+/// Samples per leaf Java method (`class.method`: the first Java frame of each trace, below
+/// any native ones) over every CPU SAMPLES table of a profile.
+pub fn samples_by_leaf_java_method(
+    profile: &TextProfile,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut by_method = std::collections::BTreeMap::new();
+    for table in &profile.cpu_tables {
+        for row in &table.rows {
+            let method = profile
+                .traces
+                .get(&row.trace)
+                .and_then(|trace| trace.frames.iter().find(|frame| frame.is_java()))
+                .map_or_else(
+                    || "<no Java frame>".into(),
+                    |frame| frame.qualified_method(),
+                );
+            *by_method.entry(method).or_default() += row.count;
+        }
+    }
+    by_method
+}
+
 /// Samples per top-frame method (`class.method`) over every CPU SAMPLES table of a profile.
 pub fn samples_by_method(profile: &TextProfile) -> std::collections::BTreeMap<String, u64> {
     let mut by_method = std::collections::BTreeMap::new();

@@ -4,32 +4,9 @@
 
 use std::time::Duration;
 
-use openprof_testkit::{printed_figure, run_java, run_java_with};
+use openprof_testkit::{delays_reported, printed_figure, run_java, run_java_with};
 
 const LIMIT: Duration = Duration::from_secs(180);
-
-/// The agent's closing line: `delay=...: N delays took T ns in all (M methods delayed)`.
-fn delays_reported(stderr: &str) -> (u64, u64, u64) {
-    let line = stderr
-        .lines()
-        .find(|line| line.starts_with("openprof: delay="))
-        .unwrap_or_else(|| panic!("no delay line: {stderr}"));
-    let number_before = |word: &str| -> u64 {
-        let at = line
-            .find(word)
-            .unwrap_or_else(|| panic!("{word} in {line}"));
-        line[..at]
-            .split_whitespace()
-            .last()
-            .and_then(|number| number.trim_start_matches('(').parse().ok())
-            .unwrap_or_else(|| panic!("a number before {word} in {line}"))
-    };
-    (
-        number_before(" delays"),
-        number_before(" ns in all"),
-        number_before(" methods delayed"),
-    )
-}
 
 /// Samples whose stack holds `method` (`class.method`), over all the CPU tables.
 fn samples_under(profile: &openprof_format::hprof_text::TextProfile, method: &str) -> u64 {
