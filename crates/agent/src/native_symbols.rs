@@ -12,6 +12,12 @@ use openprof_format::hprof_text::Frame;
 pub const UNKNOWN_NATIVE: &str = "[unknown native]";
 /// What a stub the JVM generated is named by, before its own name (`[stub] jlong_disjoint_arraycopy`).
 pub const STUB_PREFIX: &str = "[stub] ";
+/// What a function of the JVM itself (libjvm.so: its runtime, collectors, compilers) is named
+/// by, before its own name (`[vm] SharedRuntime::drem`), so that the VM's time is told apart
+/// from other native code's in every view.
+pub const VM_PREFIX: &str = "[vm] ";
+/// The JVM's own library.
+const VM_LIBRARY: &str = "libjvm.so";
 
 /// One line of /proc/self/maps.
 pub struct Mapping {
@@ -261,7 +267,12 @@ impl NativeSymbols {
                 .and_then(|address| library.function_at(address))
             {
                 // Demangled only when met: libjvm.so has some 100,000 symbols.
-                return Frame::native_code(&library.name, &demangle(function));
+                let name = demangle(function);
+                return if library.name == VM_LIBRARY {
+                    Frame::native_code(&library.name, &format!("{VM_PREFIX}{name}"))
+                } else {
+                    Frame::native_code(&library.name, &name)
+                };
             }
         }
         let name = path.rsplit('/').next().unwrap_or(&path);

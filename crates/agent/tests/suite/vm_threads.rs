@@ -111,6 +111,22 @@ fn the_jvms_own_threads_are_sampled_with_their_native_stacks() {
         .map(|(_, count)| count)
         .sum();
     assert_eq!(agents, 0, "samples of the agent's own thread");
+    // The JVM's own functions are named as the VM's.
+    let in_vm: Vec<&str> = vm
+        .iter()
+        .flat_map(|(trace, _)| &trace.frames)
+        .filter(|frame| frame.line == FrameLine::NativeCode && frame.class_name == "libjvm.so")
+        .map(|frame| frame.method_name.as_str())
+        .collect();
+    assert!(!in_vm.is_empty(), "no frame in libjvm.so");
+    let unmarked: Vec<&&str> = in_vm
+        .iter()
+        .filter(|name| !name.starts_with("[vm] "))
+        .collect();
+    assert!(
+        unmarked.is_empty(),
+        "frames of libjvm.so not named [vm]: {unmarked:?}"
+    );
     // Their native stacks are whole: down to the function that starts the JVM's threads.
     let whole = names_in(&vm, "thread_native_entry");
     assert!(
