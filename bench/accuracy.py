@@ -28,7 +28,9 @@ delayed run: alone (`delay=` profiles nothing by itself) beside async-profiler a
 
 The delay is chosen from a first run that counts the calls (`delay=...:1ns`): so that the
 delays take about --share of the run's CPU, each at least --min-delay long; a method called too
-often for that gets the delay in one call of N (`delay=...:every=N`). A target whose delays
+often for that gets the delay in one call of N (`delay=...:every=N`). Then every call counts
+itself, a cost of its own in a method called a hundred million times, so such a target's base
+run is not the plain one but one with the same `every=N` and a delay of 1 ns. A target whose delays
 would make the run longer than --max-slowdown times the undelayed one is skipped and said so.
 
 async-profiler is not part of openprof: build it in a directory of its own, e.g.
@@ -243,10 +245,19 @@ def main():
                 try:
                     by_leaf, total, delays, _ = run_program(app, java, drivers, work, profiler,
                                                             args.async_profiler, delay)
+                    if every > 1:
+                        # Every call of the method now counts itself, one in `every` spins: the
+                        # count costs a few ns a call, which a method called a hundred million
+                        # times turns into seconds of its own. The base run pays it too, with
+                        # the same `every` and a delay of 1 ns, so the prediction holds it.
+                        base_leaf, base_total, _, _ = run_program(
+                            app, java, drivers, work, profiler, args.async_profiler,
+                            f"{method}:1ns:every={every}")
+                    else:
+                        base_leaf, base_total, _ = base[(program, profiler)]
                 except RunFailed as failed:
                     print(f"{program} {method}: FAILED: {failed}", flush=True)
                     break
-                base_leaf, base_total, _ = base[(program, profiler)]
                 base_share = base_leaf[method] / max(base_total, 1)
                 s = delays[1] / 1e6 / max(total, 1)  # delay CPU (ms) over sampled CPU (1 ms a sample)
                 predicted = base_share * (1 - s) + s
