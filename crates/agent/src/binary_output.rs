@@ -13,7 +13,7 @@ use openprof_format::hprof_binary::{
 };
 use openprof_format::hprof_text::{
     CpuTable, FrameLine, SiteRow, SitesTable, Trace, FAILED_WALK_SOURCE, LABELS_SOURCE,
-    NATIVE_CODE_SOURCE, VM_THREAD_SOURCE,
+    NATIVE_CODE_SOURCE, VIRTUAL_THREAD_SOURCE, VM_THREAD_SOURCE,
 };
 
 use crate::heap_walk::{ClassIds, DumpClass, DumpSummary, HeapSink, Root, StaticValue};
@@ -290,6 +290,7 @@ impl BinaryOutput {
                     FrameLine::NativeCode => (frame.class_name.as_str(), NATIVE_CODE_SOURCE),
                     FrameLine::FailedWalk => (FAILED_WALK_SOURCE, FAILED_WALK_SOURCE),
                     FrameLine::VmThread => (VM_THREAD_SOURCE, VM_THREAD_SOURCE),
+                    FrameLine::VirtualThread => (VIRTUAL_THREAD_SOURCE, VIRTUAL_THREAD_SOURCE),
                     FrameLine::Labels => (LABELS_SOURCE, LABELS_SOURCE),
                     _ => (
                         frame.class_name.as_str(),
@@ -303,6 +304,7 @@ impl BinaryOutput {
                     FrameLine::Unknown
                     | FrameLine::FailedWalk
                     | FrameLine::VmThread
+                    | FrameLine::VirtualThread
                     | FrameLine::Labels => -1,
                     FrameLine::Compiled => -2,
                     FrameLine::Native | FrameLine::NativeCode => -3,

@@ -36,6 +36,10 @@ pub struct MethodInfo {
     pub source_file: Option<String>,
     /// (first bytecode index, line), sorted; `None` for native and line-less methods.
     lines: Option<Vec<(i64, u32)>>,
+    /// Whether this is where a continuation is entered on its carrier's stack
+    /// (`jdk.internal.vm.Continuation.enterSpecial`, JDK 21 and later): the frames above it are
+    /// a virtual thread's, those below its carrier's.
+    pub continuation_entry: bool,
 }
 
 impl MethodInfo {
@@ -45,6 +49,7 @@ impl MethodInfo {
             method_name: "<Unknown Method>".into(),
             source_file: None,
             lines: None,
+            continuation_entry: false,
         }
     }
 
@@ -97,6 +102,10 @@ impl Methods {
     }
 }
 
+/// The method that enters a virtual thread's continuation on its carrier, and its class.
+const CONTINUATION_CLASS: &str = "jdk.internal.vm.Continuation";
+const CONTINUATION_ENTRY: &str = "enterSpecial";
+
 fn look_up(jvmti: Jvmti, method: jmethodID) -> MethodInfo {
     if method.is_null() {
         return MethodInfo::unknown();
@@ -110,6 +119,7 @@ fn look_up(jvmti: Jvmti, method: jmethodID) -> MethodInfo {
         .map(|signature| class_name_from_signature(&signature))
         .unwrap_or_else(|| "<Unknown Class>".into());
     MethodInfo {
+        continuation_entry: class_name == CONTINUATION_CLASS && method_name == CONTINUATION_ENTRY,
         class_name,
         method_name,
         source_file: class.and_then(|class| jvmti.source_file_name(class)),

@@ -50,6 +50,9 @@ pub enum SampledFrame {
     FailedWalk(i32),
     /// The sample was taken on this thread of the JVM's own (vmthreads=y): its trace's root.
     VmThread(std::sync::Arc<str>),
+    /// Our walk ended at a virtual thread's continuation: the frames above were the virtual
+    /// thread's, the rest of them are in the heap.
+    VirtualThread,
 }
 
 /// The mark a failed walk's sample shows, by AsyncGetCallTrace's failure code (one per code;
@@ -324,8 +327,15 @@ impl CpuProfile {
         for frame in frames {
             key.frames.push(match frame {
                 SampledFrame::Java(method, location) => {
+                    let info = self.methods.get(jvmti, method);
+                    // A virtual thread's frames end where its continuation was entered: its
+                    // carrier's below are not its own, and are left out.
+                    if info.continuation_entry {
+                        key.frames.push(KeyFrame::Shown(Frame::virtual_thread()));
+                        break;
+                    }
                     let line = if self.lineno {
-                        self.methods.get(jvmti, method).line_of(location)
+                        info.line_of(location)
                     } else {
                         FrameLine::Unknown
                     };
@@ -336,6 +346,10 @@ impl CpuProfile {
                     KeyFrame::Shown(Frame::failed_walk(failed_walk_mark(code)))
                 }
                 SampledFrame::VmThread(name) => KeyFrame::Shown(Frame::vm_thread(&name)),
+                SampledFrame::VirtualThread => {
+                    key.frames.push(KeyFrame::Shown(Frame::virtual_thread()));
+                    break;
+                }
             });
         }
         if self.labelled && call != 0 {

@@ -9,7 +9,8 @@ use crate::jvmti::jmethodID;
 
 /// One frame as AsyncGetCallTrace writes it (HotSpot's `ASGCT_CallFrame`): for a Java frame
 /// `lineno` is the bytecode index, for a native method it is -3. Two `lineno` values it never
-/// writes mark the handler's own frames: [`NATIVE_PC_LINENO`] and [`FAILED_WALK_LINENO`].
+/// writes mark the handler's own frames: [`NATIVE_PC_LINENO`], [`FAILED_WALK_LINENO`] and
+/// [`VIRTUAL_THREAD_LINENO`].
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct CallFrame {
@@ -21,6 +22,9 @@ pub struct CallFrame {
 pub const NATIVE_PC_LINENO: i32 = i32::MIN;
 /// The mark of a failed walk: `method_id` holds AsyncGetCallTrace's failure code.
 pub const FAILED_WALK_LINENO: i32 = i32::MIN + 1;
+/// The end of a virtual thread's frames on its carrier's stack, where our walk stopped (the
+/// rest of its frames are in the heap).
+pub const VIRTUAL_THREAD_LINENO: i32 = i32::MIN + 2;
 
 impl CallFrame {
     pub fn native_pc(pc: usize) -> CallFrame {
@@ -34,6 +38,13 @@ impl CallFrame {
         CallFrame {
             lineno: FAILED_WALK_LINENO,
             method_id: code as isize as jmethodID,
+        }
+    }
+
+    pub fn virtual_thread() -> CallFrame {
+        CallFrame {
+            lineno: VIRTUAL_THREAD_LINENO,
+            method_id: std::ptr::null_mut(),
         }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use crate::methods::Location;
 use crate::profile::SampledFrame;
-use crate::ring::{FAILED_WALK_LINENO, NATIVE_PC_LINENO};
+use crate::ring::{FAILED_WALK_LINENO, NATIVE_PC_LINENO, VIRTUAL_THREAD_LINENO};
 use crate::signals::{self, CALL_MASK, CALL_SHIFT, WALL_SAMPLE};
 use crate::sync::lock;
 
@@ -68,6 +68,7 @@ fn decode(
         .iter()
         .map(|frame| match frame.lineno {
             NATIVE_PC_LINENO => SampledFrame::NativeCode(frame.method_id as usize),
+            VIRTUAL_THREAD_LINENO => SampledFrame::VirtualThread,
             FAILED_WALK_LINENO => {
                 let code = frame.failure_code().unwrap_or(num_frames);
                 failure = Some(code);

@@ -669,7 +669,14 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             let ours = walk_ours(env, context, entered, java_frames, depth);
             crate::vm_walker::count_walk(ours);
             if let Ok(walk) = ours {
-                return (thread_id, (native + walk.frames) as i32);
+                let mut frames = walk.frames;
+                // A virtual thread's frames end here; its profile root says so.
+                if walk.virtual_thread && frames < depth {
+                    // SAFETY: `frames` < `depth`, the room at `java_frames`.
+                    unsafe { *java_frames.add(frames) = CallFrame::virtual_thread() };
+                    frames += 1;
+                }
+                return (thread_id, (native + frames) as i32);
             }
         }
         let mut trace = CallTrace {

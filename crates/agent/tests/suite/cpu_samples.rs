@@ -507,36 +507,13 @@ pub(crate) fn stub_frames_over_their_caller(options: &str) -> TextProfile {
 }
 
 /// Virtual threads (JDK 21 and later): 10,000 of them, moving between carrier threads, do a
-/// known split of work; the samples walk the virtual thread's own frames through its
-/// continuation, and give heavy() its 75 % within 2 points. On a JDK without virtual threads
-/// (the suite's JDK 17) the workload says so and there is nothing to check; the JDK 25 run of
-/// the core tests checks it.
+/// known split of work; the samples show the virtual thread's own frames, under the mark that
+/// says they are a virtual thread's, and give heavy() its 75 % within 2 points. On a JDK
+/// without virtual threads (the suite's JDK 17) the workload says so and there is nothing to
+/// check; the JDK 25 run of the core tests checks it.
 #[test]
 fn virtual_threads_get_their_own_stacks_and_the_split_is_right() {
-    let Some((profile, heavy, light)) = virtual_split("cpu=samples,interval=1,depth=12") else {
-        return;
-    };
-    // The virtual threads' frames, up to the continuation they run in.
-    let through_continuation: u64 = profile
-        .cpu_tables
-        .iter()
-        .flat_map(|table| &table.rows)
-        .filter(|row| {
-            let frames = &profile.traces[&row.trace].frames;
-            frames
-                .first()
-                .is_some_and(|frame| frame.qualified_method().starts_with("VirtualSplit."))
-                && frames.iter().any(|frame| {
-                    frame.qualified_method() == "jdk.internal.vm.Continuation.enterSpecial"
-                })
-        })
-        .map(|row| row.count)
-        .sum();
-    assert!(
-        through_continuation as f64 >= 0.9 * (heavy + light),
-        "{through_continuation} of {} samples walked through the continuation",
-        heavy + light
-    );
+    virtual_split("cpu=samples,interval=1,depth=12");
 }
 
 /// VirtualSplit under `options`: 10,000 virtual threads, heavy() 75 % of the work, which the
@@ -565,6 +542,42 @@ pub(crate) fn virtual_split(options: &str) -> Option<(TextProfile, f64, f64)> {
     assert!(
         (share - 0.75).abs() <= 0.02,
         "heavy share {share:.3}, built in 0.75: {by_method:?}"
+    );
+    // The virtual threads' frames, rooted at the mark that says so: the carrier's frames
+    // (the fork-join pool that runs them) are not theirs.
+    let mut marked = 0;
+    let mut with_carrier = Vec::new();
+    for row in profile.cpu_tables.iter().flat_map(|table| &table.rows) {
+        let frames = &profile.traces[&row.trace].frames;
+        if !frames
+            .first()
+            .is_some_and(|frame| frame.qualified_method().starts_with("VirtualSplit."))
+        {
+            continue;
+        }
+        if frames
+            .last()
+            .is_some_and(|frame| frame.line == FrameLine::VirtualThread)
+        {
+            marked += row.count;
+        }
+        if frames.iter().any(|frame| {
+            frame
+                .qualified_method()
+                .starts_with("java.util.concurrent.ForkJoin")
+        }) {
+            with_carrier.push(frames.clone());
+        }
+    }
+    assert!(
+        marked as f64 >= 0.9 * (heavy + light),
+        "{marked} of {} samples under the virtual thread mark",
+        heavy + light
+    );
+    assert!(
+        with_carrier.is_empty(),
+        "carrier frames in virtual threads' samples: {:?}",
+        with_carrier.first()
     );
     Some((profile, heavy, light))
 }

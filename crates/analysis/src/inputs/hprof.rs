@@ -338,9 +338,10 @@ pub fn frame(frame: &hprof_text::Frame) -> Frame {
         FrameLine::Line(line) => (FrameKind::Java, Some(line)),
         FrameLine::Unknown | FrameLine::Compiled | FrameLine::Native => (FrameKind::Java, None),
         FrameLine::NativeCode => (FrameKind::Native, None),
-        FrameLine::FailedWalk | FrameLine::VmThread | FrameLine::Labels => {
-            (FrameKind::Marker, None)
-        }
+        FrameLine::FailedWalk
+        | FrameLine::VmThread
+        | FrameLine::VirtualThread
+        | FrameLine::Labels => (FrameKind::Marker, None),
     };
     Frame {
         name: frame.qualified_method(),

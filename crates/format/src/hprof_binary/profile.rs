@@ -329,6 +329,7 @@ impl State {
             Some(crate::hprof_text::VM_THREAD_SOURCE) => {
                 return Frame::vm_thread(self.string(*method_name_id).unwrap_or("[vm thread]"))
             }
+            Some(crate::hprof_text::VIRTUAL_THREAD_SOURCE) => return Frame::virtual_thread(),
             Some(crate::hprof_text::LABELS_SOURCE) => {
                 return Frame::labels(self.string(*method_name_id).unwrap_or(""))
             }

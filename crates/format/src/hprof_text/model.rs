@@ -32,6 +32,10 @@ pub enum FrameLine {
     /// on, outermost in its trace: the frame's `method_name` is `[thread name]`, its
     /// `class_name` is empty.
     VmThread,
+    /// Not a frame but the mark that the frames above it are a virtual thread's (JDK 21 and
+    /// later), outermost in its trace where its carrier thread's frames would be: the frame's
+    /// `method_name` is `[virtual thread]`, its `class_name` is empty.
+    VirtualThread,
     /// Not a frame but the labels of the samples counted on its trace, outermost: the values
     /// of the traced calls they were taken in and the application's context (continuous mode
     /// only). The frame's `method_name` holds them encoded as [`encode_labels`] does, its
@@ -45,6 +49,10 @@ pub const NATIVE_CODE_SOURCE: &str = "<native code>";
 pub const FAILED_WALK_SOURCE: &str = "<failed walk>";
 /// The class and source file HPROF binary gives a JVM thread's root frame.
 pub const VM_THREAD_SOURCE: &str = "<vm thread>";
+/// The class and source file HPROF binary gives a virtual thread's root frame.
+pub const VIRTUAL_THREAD_SOURCE: &str = "<virtual thread>";
+/// The name of a virtual thread's root frame.
+pub const VIRTUAL_THREAD_MARK: &str = "[virtual thread]";
 
 /// The name of openprof's record saying the TRACEs printed before it are forgotten
 /// (`TextWriter::forgotten_traces`).
@@ -158,6 +166,16 @@ impl Frame {
         }
     }
 
+    /// The root of a virtual thread's frames (see [`FrameLine::VirtualThread`]).
+    pub fn virtual_thread() -> Frame {
+        Frame {
+            class_name: String::new(),
+            method_name: VIRTUAL_THREAD_MARK.to_string(),
+            source_file: None,
+            line: FrameLine::VirtualThread,
+        }
+    }
+
     /// The frame that holds a trace's labels (see [`FrameLine::Labels`]), from their encoding.
     pub fn labels(encoded: &str) -> Frame {
         Frame {
@@ -169,11 +187,15 @@ impl Frame {
     }
 
     /// Whether this is a Java method's frame (not native code, a failed walk's mark, a JVM
-    /// thread's root or labels).
+    /// thread's or a virtual thread's root, or labels).
     pub fn is_java(&self) -> bool {
         !matches!(
             self.line,
-            FrameLine::NativeCode | FrameLine::FailedWalk | FrameLine::VmThread | FrameLine::Labels
+            FrameLine::NativeCode
+                | FrameLine::FailedWalk
+                | FrameLine::VmThread
+                | FrameLine::VirtualThread
+                | FrameLine::Labels
         )
     }
 
@@ -209,6 +231,7 @@ impl std::fmt::Display for Frame {
             }
             FrameLine::FailedWalk => return write!(f, "{}(failed walk)", self.method_name),
             FrameLine::VmThread => return write!(f, "{}(vm thread)", self.method_name),
+            FrameLine::VirtualThread => return write!(f, "{}(virtual thread)", self.method_name),
             FrameLine::Labels => return write!(f, "{}(labels)", self.method_name),
         };
         write!(

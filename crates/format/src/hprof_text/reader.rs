@@ -200,6 +200,9 @@ fn parse_frame(text: &str, number: usize) -> Result<Frame, TextReadError> {
     if location == "vm thread" {
         return Ok(Frame::vm_thread(qualified));
     }
+    if location == "virtual thread" {
+        return Ok(Frame::virtual_thread());
+    }
     if location == "labels" {
         return Ok(Frame::labels(qualified));
     }
@@ -860,7 +863,14 @@ mod tests {
         )
             .prop_map(|(library, symbol)| Frame::native_code(&library, &symbol));
         let mark = "\\[[a-zA-Z ]{1,16}\\]".prop_map(|mark| Frame::failed_walk(&mark));
-        prop_oneof![6 => java, 2 => native, 1 => mark]
+        let root = "\\[[a-zA-Z ]{1,15}\\]".prop_map(|name| Frame::vm_thread(&name));
+        prop_oneof![
+            6 => java,
+            2 => native,
+            1 => mark,
+            1 => root,
+            1 => Just(Frame::virtual_thread())
+        ]
     }
 
     proptest! {
