@@ -178,6 +178,9 @@ fn set_up(
     jvmti
         .add_capabilities(&capabilities)
         .doing("the JVM refused the capabilities openprof needs")?;
+    if plan.engines.contains(&crate::plan::EngineKind::WallSamples) {
+        crate::engines::virtual_parks::ask_for_capability(jvmti);
+    }
     crate::jni::set_vm(vm);
 
     let net = crate::net::start_from_options(&options)?;

@@ -11,8 +11,9 @@ pub use jvmti_bindings::sys::jni::{
 pub use jvmti_bindings::sys::jvmti::jvmtiFrameInfo;
 pub use jvmti_bindings::sys::jvmti::JVMTI_EVENT_SAMPLED_OBJECT_ALLOC;
 use jvmti_bindings::sys::jvmti::{
-    jniNativeInterface, jvmtiError, jvmtiMonitorUsage, jvmtiThreadGroupInfo, jvmtiThreadInfo,
-    JVMTI_DISABLE, JVMTI_ENABLE, JVMTI_ERROR_NONE,
+    jniNativeInterface, jvmtiError, jvmtiExtensionEvent, jvmtiExtensionEventInfo,
+    jvmtiMonitorUsage, jvmtiThreadGroupInfo, jvmtiThreadInfo, JVMTI_DISABLE, JVMTI_ENABLE,
+    JVMTI_ERROR_NONE,
 };
 pub use jvmti_bindings::sys::jvmti::{
     jvmtiCapabilities, jvmtiEnv, jvmtiEvent, jvmtiEventCallbacks, jvmtiLineNumberEntry,
@@ -144,6 +145,53 @@ impl Jvmti {
     /// DynamicCodeGenerated for the stubs) as if it were loaded now: for an agent attached late.
     pub fn generate_events(self, event: jvmtiEvent) -> JvmtiResult<()> {
         call!(self, GenerateEvents(event))
+    }
+
+    /// The index of the extension event named `id` (e.g.
+    /// `com.sun.hotspot.events.VirtualThreadMount`), if this JVM has it.
+    pub fn extension_event_index(self, id: &str) -> Option<jint> {
+        let mut count: jint = 0;
+        let mut events: *mut jvmtiExtensionEventInfo = ptr::null_mut();
+        call!(self, GetExtensionEvents(&mut count, &mut events)).ok()?;
+        let mut found = None;
+        for at in 0..count.max(0) as usize {
+            // SAFETY: JVMTI filled `count` entries at `events`.
+            let event = unsafe { &*events.add(at) };
+            // SAFETY: `id` is a NUL-terminated string JVMTI allocated.
+            if !event.id.is_null()
+                && unsafe { CStr::from_ptr(event.id) }.to_bytes() == id.as_bytes()
+            {
+                found = Some(event.extension_event_index);
+            }
+            for param in 0..event.param_count.max(0) as usize {
+                // SAFETY: the entry has `param_count` parameters at `params`.
+                self.deallocate(unsafe { (*event.params.add(param)).name });
+            }
+            self.deallocate(event.params);
+            self.deallocate(event.id);
+            self.deallocate(event.short_description);
+        }
+        self.deallocate(events);
+        found
+    }
+
+    /// Sets (and so turns on) the callback of the extension event `index`, one that takes the
+    /// JNI environment and a thread, as HotSpot's virtual thread mount and unmount events do.
+    pub fn set_thread_extension_callback(
+        self,
+        index: jint,
+        callback: unsafe extern "C" fn(*mut jvmtiEnv, *mut JNIEnv, jthread),
+    ) -> JvmtiResult<()> {
+        // SAFETY: JVMTI declares extension callbacks variadic and calls them with the
+        // parameters the event lists (here the JNI environment and a thread); on the C calling
+        // convention a function that names those parameters receives them the same way.
+        let callback: jvmtiExtensionEvent = unsafe {
+            std::mem::transmute::<
+                unsafe extern "C" fn(*mut jvmtiEnv, *mut JNIEnv, jthread),
+                jvmtiExtensionEvent,
+            >(callback)
+        };
+        call!(self, SetExtensionEventCallback(index, Some(callback)))
     }
 
     /// Frees memory JVMTI allocated for us.

@@ -36,9 +36,8 @@ pub struct MethodInfo {
     pub source_file: Option<String>,
     /// (first bytecode index, line), sorted; `None` for native and line-less methods.
     lines: Option<Vec<(i64, u32)>>,
-    /// Whether this is where a continuation is entered on its carrier's stack
-    /// (`jdk.internal.vm.Continuation.enterSpecial`, JDK 21 and later): the frames above it are
-    /// a virtual thread's, those below its carrier's.
+    /// Whether this is a carrier thread's frame of running a virtual thread's continuation
+    /// (JDK 21 and later): the frames above the first such are the virtual thread's.
     pub continuation_entry: bool,
 }
 
@@ -102,9 +101,14 @@ impl Methods {
     }
 }
 
-/// The method that enters a virtual thread's continuation on its carrier, and its class.
-const CONTINUATION_CLASS: &str = "jdk.internal.vm.Continuation";
-const CONTINUATION_ENTRY: &str = "enterSpecial";
+/// The carrier's methods that run a virtual thread's continuation, innermost first: where it is
+/// entered, and its callers. A walk that comes back from a stack thawed in part may skip the
+/// entry and go on at a caller (AsyncGetCallTrace does), so each marks the boundary.
+const CARRIER_METHODS: [(&str, &str); 3] = [
+    ("jdk.internal.vm.Continuation", "enterSpecial"),
+    ("jdk.internal.vm.Continuation", "run"),
+    ("java.lang.VirtualThread", "runContinuation"),
+];
 
 fn look_up(jvmti: Jvmti, method: jmethodID) -> MethodInfo {
     if method.is_null() {
@@ -119,7 +123,9 @@ fn look_up(jvmti: Jvmti, method: jmethodID) -> MethodInfo {
         .map(|signature| class_name_from_signature(&signature))
         .unwrap_or_else(|| "<Unknown Class>".into());
     MethodInfo {
-        continuation_entry: class_name == CONTINUATION_CLASS && method_name == CONTINUATION_ENTRY,
+        continuation_entry: CARRIER_METHODS
+            .iter()
+            .any(|(class, method)| class_name == *class && method_name == *method),
         class_name,
         method_name,
         source_file: class.and_then(|class| jvmti.source_file_name(class)),

@@ -252,6 +252,28 @@ impl CpuProfile {
         state
     }
 
+    /// Counts `intervals` of wall time a virtual thread spent off its carrier (parked, asleep,
+    /// waiting or blocked) on `frames`, the stack it resumed with; its state is told by the
+    /// methods on top of it. The state counted.
+    pub fn add_virtual_thread_off_carrier(
+        &mut self,
+        jvmti: Jvmti,
+        frames: impl Iterator<Item = SampledFrame>,
+        intervals: u64,
+    ) -> &'static str {
+        let serial = self.intern_sampled(jvmti, None, frames, 0);
+        let top: Vec<String> = self.traces[&serial]
+            .frames
+            .iter()
+            .filter(|frame| frame.is_java())
+            .take(OFF_CARRIER_TOP_FRAMES)
+            .map(Frame::qualified_method)
+            .collect();
+        let state = off_carrier_state(&top);
+        *self.wall_counts.entry((serial, state)).or_default() += intervals;
+        state
+    }
+
     /// Counts `waits` waits for a lock of `class` (`None`: a park without a blocker) that took
     /// `nanoseconds` together, on `frames`, in the lock table `table` (`state`: how the waiters
     /// waited, for LOCK OWNERS).
@@ -625,6 +647,32 @@ type CallSampleKey = (CpuTableKind, u32, u32, Option<&'static str>);
 /// transitions out of each) and the Java method on top of its stack: a blocked thread is parked,
 /// sleeping or waiting when that method is the JDK's park, sleep or wait, else it is blocked
 /// entering a monitor. Without the VM state (VMStructs missing), the top method alone tells.
+/// How many of the frames on top of a virtual thread's stack tell why it left its carrier
+/// (the JDK's own park, sleep and wait methods are within them).
+const OFF_CARRIER_TOP_FRAMES: usize = 8;
+
+/// What a virtual thread off its carrier was doing, by the methods on top of its stack
+/// (innermost first): sleeping in `Thread.sleep`, waiting in `Object.wait`, parked (in
+/// `LockSupport.park`, which the virtual thread's queues and locks use), yielding (runnable,
+/// waiting for a carrier), else blocked (JDK 24 and later unmount a virtual thread that waits
+/// for a monitor).
+pub fn off_carrier_state(top_methods: &[String]) -> &'static str {
+    let has = |prefix: &str| top_methods.iter().any(|method| method.starts_with(prefix));
+    if has("java.lang.Thread.sleep") || has("java.lang.VirtualThread.sleepNanos") {
+        "sleeping"
+    } else if has("java.lang.Object.wait") {
+        "waiting"
+    } else if has("java.lang.VirtualThread.park")
+        || has("java.util.concurrent.locks.LockSupport.park")
+    {
+        "parked"
+    } else if has("java.lang.Thread.yield") || has("java.lang.VirtualThread.tryYield") {
+        "running"
+    } else {
+        "blocked"
+    }
+}
+
 pub fn wall_state(vm_state: i32, top_method: Option<&str>) -> &'static str {
     const IN_NATIVE: i32 = 4;
     const IN_VM: i32 = 6;

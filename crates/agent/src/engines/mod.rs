@@ -9,4 +9,5 @@ pub mod locks;
 pub mod monitors;
 pub mod mpt;
 pub mod trace;
+pub mod virtual_parks;
 pub mod wall_samples;

@@ -21,6 +21,7 @@ use openprof_format::options::Options;
 use crate::context::{Context, Report};
 use crate::engine::{Dump, Engine, Need};
 use crate::engines::cpu_samples::{install_signal_sampler, prepare_walks};
+use crate::engines::virtual_parks;
 use crate::error::{AgentError, AgentResult};
 use crate::jvmti::{JNIEnv, JavaVM};
 use crate::output::hprof_date;
@@ -178,6 +179,21 @@ impl WallSamples {
         Duration::from_millis(self.interval_ms.load(Ordering::Relaxed).into())
     }
 
+    /// Starts counting the time of virtual threads off their carriers (JDK 21 and later): what
+    /// the start line says of them.
+    fn count_virtual_threads(&self, context: &Context, jni: *mut JNIEnv) -> &'static str {
+        let interval = self.interval().as_nanos() as u64;
+        let started = virtual_parks::start(context.jvmti, jni, interval, context.options.depth);
+        match started {
+            Ok(true) => ", and virtual threads' time off their carriers",
+            Ok(false) => "",
+            Err(why) => {
+                eprintln!("openprof: wall= does not count parked virtual threads: {why}");
+                ""
+            }
+        }
+    }
+
     fn sampler_record(&self) -> WallSampler {
         WallSampler {
             interval_ms: self.interval_ms.load(Ordering::Relaxed),
@@ -209,8 +225,9 @@ impl Engine for WallSamples {
     fn start(&self, context: &Context, jni: *mut JNIEnv) -> Option<String> {
         prepare_walks(context, jni, true);
         signals::set_enabled(signals::SampleKind::Wall, true);
+        let virtual_threads = self.count_virtual_threads(context, jni);
         Some(format!(
-            "sampling every Java thread's stack and state every {} ms of wall time, at most {THREADS_PER_TICK} threads per interval",
+            "sampling every Java thread's stack and state every {} ms of wall time, at most {THREADS_PER_TICK} threads per interval{virtual_threads}",
             self.interval().as_millis()
         ))
     }
@@ -284,6 +301,13 @@ impl Engine for WallSamples {
     }
 
     fn collect(&self, context: &Context, report: &mut Report) {
+        for parked in virtual_parks::take() {
+            report.profile.add_virtual_thread_off_carrier(
+                context.jvmti,
+                parked.frames.into_iter(),
+                parked.intervals,
+            );
+        }
         let samples = sampled::take(Kind::Wall);
         if samples.is_empty() {
             return;
@@ -358,12 +382,13 @@ impl Engine for WallSamples {
         // The agent's thread sends no more signals; one already sent is ignored.
         self.recording.store(false, Ordering::Release);
         signals::set_enabled(signals::SampleKind::Wall, false);
+        virtual_parks::pause();
     }
 
     fn resume(
         &self,
         context: &Context,
-        _jni: *mut JNIEnv,
+        jni: *mut JNIEnv,
         options: &Options,
     ) -> AgentResult<Option<String>> {
         self.interval_ms
@@ -372,6 +397,7 @@ impl Engine for WallSamples {
         self.sampler_record();
         self.recording.store(true, Ordering::Release);
         signals::set_enabled(signals::SampleKind::Wall, true);
+        self.count_virtual_threads(context, jni);
         Ok(self.describe(context))
     }
 }

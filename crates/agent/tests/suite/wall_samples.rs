@@ -155,3 +155,74 @@ fn thousands_of_idle_threads_cost_a_bounded_tick() {
         "heavy {split:.1} %, the threads measured {truth:.1} %: {busy:?}"
     );
 }
+
+/// Virtual threads off their carriers (JDK 21 and later): VirtualWaits' 100 virtual threads,
+/// half sleeping and half parked, 40 times 20 ms each, run on no OS thread while they wait, so
+/// no signal finds them; the mount events count that time. The wall profile gives sleeper()
+/// the sleeping time and parker() the parked time the threads measured, within 5 %, each
+/// under the virtual thread mark. On a JDK without virtual threads (the suite's JDK 17) the
+/// workload says so; the JDK 25 run of the core tests checks it.
+#[test]
+fn virtual_threads_waiting_off_their_carriers_are_counted() {
+    let run = run_java(
+        Some("wall=5,depth=16,file=virtual-waits.txt"),
+        "VirtualWaits",
+        &["100", "40", "20"],
+        LIMIT,
+    );
+    assert!(run.success(), "{}", run.stderr());
+    let stdout = run.stdout();
+    if stdout.contains("virtual_threads=no") {
+        let feature = openprof_testkit::printed_figure(&stdout, "feature");
+        assert!(feature < 21.0, "{stdout}");
+        return;
+    }
+    let slept_ms = openprof_testkit::printed_figure(&stdout, "slept_ns") / 1e6;
+    let parked_ms = openprof_testkit::printed_figure(&stdout, "parked_ns") / 1e6;
+    let profile = run.profile("virtual-waits.txt");
+    // Milliseconds of wall time by (state, the workload's method the trace is in).
+    let mut counted: BTreeMap<(String, &str), f64> = BTreeMap::new();
+    for table in profile
+        .cpu_tables
+        .iter()
+        .filter(|table| table.kind == CpuTableKind::Wall)
+    {
+        for row in &table.rows {
+            let frames = &profile.traces[&row.trace].frames;
+            let Some(method) = ["VirtualWaits.sleeper", "VirtualWaits.parker"]
+                .into_iter()
+                .find(|method| {
+                    frames
+                        .iter()
+                        .any(|frame| frame.qualified_method() == *method)
+                })
+            else {
+                continue;
+            };
+            assert_eq!(
+                frames.last().map(|frame| frame.line.clone()),
+                Some(openprof_format::hprof_text::FrameLine::VirtualThread),
+                "a virtual thread's trace without the mark: {frames:?}"
+            );
+            *counted
+                .entry((row.state.clone().unwrap_or_default(), method))
+                .or_default() += 5.0 * row.count as f64;
+        }
+    }
+    let at = |state: &str, method: &str| {
+        counted
+            .get(&(state.to_string(), method))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let sleeping = at("sleeping", "VirtualWaits.sleeper");
+    let parked = at("parked", "VirtualWaits.parker");
+    assert!(
+        (sleeping - slept_ms).abs() <= 0.05 * slept_ms,
+        "sleeping {sleeping} ms under sleeper(), the threads slept {slept_ms:.0} ms: {counted:?}"
+    );
+    assert!(
+        (parked - parked_ms).abs() <= 0.05 * parked_ms,
+        "parked {parked} ms under parker(), the threads parked {parked_ms:.0} ms: {counted:?}"
+    );
+}
