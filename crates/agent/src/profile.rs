@@ -695,3 +695,52 @@ pub fn wall_state(vm_state: i32, top_method: Option<&str>) -> &'static str {
         _ => waiting_kind.unwrap_or("unknown"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_virtual_thread_off_its_carrier_is_told_by_its_top_methods() {
+        let state = |methods: &[&str]| {
+            off_carrier_state(
+                &methods
+                    .iter()
+                    .map(|method| method.to_string())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let yielded = "java.lang.VirtualThread.yieldContinuation";
+        assert_eq!(
+            state(&[
+                yielded,
+                "java.lang.VirtualThread.parkNanos",
+                "java.lang.VirtualThread.sleepNanos",
+                "java.lang.Thread.sleep"
+            ]),
+            "sleeping"
+        );
+        assert_eq!(
+            state(&[
+                yielded,
+                "java.lang.VirtualThread.park",
+                "java.util.concurrent.locks.LockSupport.park",
+                "java.util.concurrent.LinkedBlockingQueue.take"
+            ]),
+            "parked"
+        );
+        assert_eq!(
+            state(&[yielded, "java.lang.Object.wait0", "java.lang.Object.wait"]),
+            "waiting"
+        );
+        assert_eq!(
+            state(&[
+                yielded,
+                "java.lang.VirtualThread.tryYield",
+                "java.lang.Thread.yield"
+            ]),
+            "running"
+        );
+        assert_eq!(state(&[yielded, "com.acme.Ledger.post"]), "blocked");
+    }
+}
