@@ -382,8 +382,24 @@ pub unsafe fn walk(
 /// bounds are not known (thread stacks are at most a few MiB).
 const UNKNOWN_STACK_REACH: usize = 16 << 20;
 
+/// This process's id, asked of the kernel once: the C library does not keep it, and each
+/// read through the kernel would otherwise cost a second system call.
+#[cfg(target_os = "linux")]
+fn own_pid() -> libc::pid_t {
+    static OWN_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+    match OWN_PID.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {
+            // SAFETY: getpid has no preconditions and is async-signal-safe.
+            let pid = unsafe { libc::getpid() };
+            OWN_PID.store(pid, std::sync::atomic::Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
 /// Words at `address`, read through the kernel: an address that is not mapped gives false
-/// rather than a fault. Async-signal-safe (two raw system calls); a process may always read its
+/// rather than a fault. Async-signal-safe (one raw system call); a process may always read its
 /// own memory this way.
 #[cfg(target_os = "linux")]
 pub(crate) fn read_through_kernel(address: usize, words: &mut [usize]) -> bool {
@@ -398,7 +414,7 @@ pub(crate) fn read_through_kernel(address: usize, words: &mut [usize]) -> bool {
     };
     // SAFETY: the kernel copies at most `len` bytes into `words`, which we borrow mutably, and
     // checks the remote range itself.
-    let copied = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    let copied = unsafe { libc::process_vm_readv(own_pid(), &local, 1, &remote, 1, 0) };
     copied == len as isize
 }
 
