@@ -64,8 +64,8 @@ def openprof_profile(path):
 
 def java_method(frame):
     """The Java method of an HPROF text frame line, or None for native code, a failed walk's mark
-    or a JVM thread's root."""
-    if frame.endswith((":native)", "(failed walk)", "(vm thread)")):
+    or a JVM thread's or a virtual thread's root."""
+    if frame.endswith((":native)", "(failed walk)", "(vm thread)", "(virtual thread)")):
         return None
     return frame.split("(")[0]
 

@@ -41,10 +41,17 @@ handler's CPU per sample (the record's cost.handler_us over the samples; the med
 --rounds runs) is printed for each:
 what walking with ours instead of AsyncGetCallTrace costs.
 
+With --cost and --async-profiler LIB, each application also runs without a profiler, under
+openprof (walker=asgct and walker=vm) and under async-profiler (event=cpu,interval=1ms, its
+default walker), --rounds times each, in turn: the process's CPU time beyond the run without a
+profiler, over the samples the profiler took, is what a sample costs all in (the handler, the
+agent's own thread, the output), the one measure both profilers can be given (async-profiler
+does not time its handler). The median over the rounds is printed.
+
 Each run's record also keeps two examples of each kind of disagreement (`walker.example`); those
 of the --examples kinds are printed, both walks side by side, leaf first.
 
-Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost [--rounds N]] [--examples KINDS] [--keep DIR]
+Usage: bench/walker_check.py [--apps h2,javac,...] [--jdk 17,25] [--cost [--rounds N] [--async-profiler LIB]] [--examples KINDS] [--keep DIR]
 Needs: cargo build --release; the Debian packages of bench/real_apps.py.
 """
 import argparse
@@ -95,6 +102,50 @@ def run(app, java, drivers, work, walker="check"):
     return counts
 
 
+def run_all_in(app, java, drivers, work, profiler, async_lib):
+    """(the process's CPU seconds, the samples taken) of one run under `profiler` (None, an
+    openprof walker, or "async-profiler")."""
+    work = tempfile.mkdtemp(dir=work)
+    args, stdin_text, check = command_of(app, java, drivers, work)
+    options = []
+    output = os.path.join(work, "profile")
+    if profiler == "async-profiler":
+        options = [f"-agentpath:{async_lib}=start,event=cpu,interval=1ms,collapsed,file={output}"]
+    elif profiler is not None:
+        options = [f"-agentpath:{AGENT}=cpu=samples,interval=1,depth=2048,walker={profiler},"
+                   f"verbose=n,file={output}"]
+    started = os.times()
+    done = subprocess.run([java, *options, *args], input=stdin_text, capture_output=True,
+                          text=True, cwd=work, timeout=1800)
+    ended = os.times()
+    cpu = (ended.children_user - started.children_user) + (ended.children_system - started.children_system)
+    stdout = "".join(line for line in done.stdout.splitlines(keepends=True) if line != "Profiling started\n")
+    problem = check(stdout, work) if done.returncode == 0 else f"exit {done.returncode}"
+    if problem:
+        raise SystemExit(f"walker_check: {app.name} under {profiler}: {problem}\n{done.stderr[-2000:]}")
+    if profiler is None:
+        samples = 0
+    elif profiler == "async-profiler":
+        samples = sum(int(line.rpartition(" ")[2]) for line in open(output) if line.strip())
+    else:
+        samples = sum(int(total) for total in SAMPLES_LINE.findall(open(output).read()))
+    return cpu, samples
+
+
+def all_in_costs(app, java, drivers, work, async_lib, rounds):
+    """µs of the process's CPU per sample beyond the run without a profiler, the median over
+    `rounds`, by profiler; the runs of one round in turn, so that the machine's drift falls on
+    all alike."""
+    profilers = ["asgct", "vm", "async-profiler"]
+    per_sample = collections.defaultdict(list)
+    for _ in range(rounds):
+        bare, _ = run_all_in(app, java, drivers, work, None, async_lib)
+        for profiler in profilers:
+            cpu, samples = run_all_in(app, java, drivers, work, profiler, async_lib)
+            per_sample[profiler].append(1e6 * (cpu - bare) / max(samples, 1))
+    return {profiler: statistics.median(values) for profiler, values in per_sample.items()}
+
+
 def print_example(kind, first, how, vm, asgct):
     """One kept disagreement: both walks side by side from frame `first` (the leaf is 0)."""
     print(f"  {kind}: ours walked {how}; from frame {first}")
@@ -112,6 +163,9 @@ def main():
                         help="also the handler's CPU per sample under walker=asgct and walker=vm")
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs per walker for --cost; the median is printed")
+    parser.add_argument("--async-profiler", default=None,
+                        help="libasyncProfiler.so, built outside openprof: with --cost, also the "
+                             "all-in CPU per sample of openprof and async-profiler")
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
     parser.add_argument("--examples", default="other_frames,other_inlined_leaf,vm_shorter,asgct_shorter",
                         help="the kinds whose kept examples (walker.example lines) are printed")
@@ -135,6 +189,7 @@ def main():
                     *glob.glob(os.path.join(ROOT, "java", "realapps", "*.java"))], check=True)
     rows = []
     costs = []
+    all_in_rows = []
     for version, candidates in homes.items():
         modules = {home: modules_of(home) for home in candidates}
         for name in args.apps.split(","):
@@ -158,6 +213,12 @@ def main():
                 costs.append((version, name, per_sample))
                 print(f"JDK {version} {name}: handler µs per sample: " + ", ".join(
                     f"{walker} {micros:.2f}" for walker, micros in per_sample.items()), flush=True)
+                if args.async_profiler:
+                    all_in = all_in_costs(app, os.path.join(home, "bin", "java"), drivers,
+                                          work_root, args.async_profiler, args.rounds)
+                    all_in_rows.append((version, name, all_in))
+                    print(f"JDK {version} {name}: all-in µs of CPU per sample: " + ", ".join(
+                        f"{profiler} {micros:.1f}" for profiler, micros in all_in.items()), flush=True)
             print(f"JDK {version} {name}: {compared} samples: " + ", ".join(
                 f"{kind} {count}" for kind, count in sorted(counts.items())), flush=True)
             wanted = set(args.examples.split(","))
@@ -191,6 +252,15 @@ def main():
         for version, name, per_sample in costs:
             print(f"| {version} | {name} | {per_sample['asgct']:.2f} | {per_sample['vm']:.2f} | "
                   f"{per_sample['check']:.2f} |")
+    if all_in_rows:
+        print()
+        print("| JDK | program | all-in µs of CPU per sample: openprof, AsyncGetCallTrace | openprof, ours "
+              "| async-profiler | openprof ours / async-profiler |")
+        print("|---|---|---|---|---|---|")
+        for version, name, all_in in all_in_rows:
+            ratio = all_in["vm"] / all_in["async-profiler"] if all_in["async-profiler"] > 0 else float("nan")
+            print(f"| {version} | {name} | {all_in['asgct']:.1f} | {all_in['vm']:.1f} | "
+                  f"{all_in['async-profiler']:.1f} | {ratio:.2f} |")
     if not args.keep:
         shutil.rmtree(work_root, ignore_errors=True)
 
