@@ -109,49 +109,67 @@ type BuiltRows = HashMap<(String, usize, usize), (usize, &'static [Row])>;
 
 /// Builds rows for the objects now loaded that have none yet and publishes a new snapshot.
 /// Never called from the handler. Returns the snapshot's mappings and rows.
+///
+/// The JVM's own library is by far the largest (a second and more of parsing in a debug build):
+/// the others' rows are published first, so that a library the program loads (zlib under
+/// java.util.zip, a JNI library of its own) is walked by its rules while the JVM's are built.
 pub fn refresh() -> Option<(usize, usize)> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let mut built = BUILT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
-    let mut mappings = Vec::new();
-    for line in maps.lines() {
-        let Some(mapping) = crate::native_symbols::Mapping::parse(line) else {
-            continue;
-        };
-        if !mapping.executable || !mapping.path.starts_with('/') {
-            continue;
-        }
-        let key = (mapping.path.clone(), mapping.start, mapping.offset);
-        let (bias, rows) = match built.get(&key) {
-            Some(&known) => known,
-            None => {
-                let known = rows_of_mapping(&mapping).unwrap_or((0, &[]));
-                built.insert(key, known);
-                known
-            }
-        };
+    let mappings: Vec<crate::native_symbols::Mapping> = maps
+        .lines()
+        .filter_map(crate::native_symbols::Mapping::parse)
+        .filter(|mapping| mapping.executable && mapping.path.starts_with('/'))
+        .collect();
+    let is_jvm = |mapping: &crate::native_symbols::Mapping| mapping.path.ends_with("/libjvm.so");
+    let jvm_is_new = mappings
+        .iter()
+        .any(|mapping| is_jvm(mapping) && !built.contains_key(&key_of(mapping)));
+    if jvm_is_new {
+        build_and_publish(built, mappings.iter().filter(|mapping| !is_jvm(mapping)));
+    }
+    Some(build_and_publish(built, mappings.iter()))
+}
+
+/// Where a mapping's rows are kept in [`BUILT`].
+fn key_of(mapping: &crate::native_symbols::Mapping) -> (String, usize, usize) {
+    (mapping.path.clone(), mapping.start, mapping.offset)
+}
+
+/// Builds the rows `mappings` have none of yet, and publishes a snapshot of `mappings`' rows:
+/// its mappings and rows.
+fn build_and_publish<'a>(
+    built: &mut BuiltRows,
+    mappings: impl Iterator<Item = &'a crate::native_symbols::Mapping>,
+) -> (usize, usize) {
+    let mut published = Vec::new();
+    for mapping in mappings {
+        let (bias, rows) = *built
+            .entry(key_of(mapping))
+            .or_insert_with(|| rows_of_mapping(mapping).unwrap_or((0, &[])));
         if rows.is_empty() {
             continue;
         }
-        mappings.push(MappedRows {
+        published.push(MappedRows {
             start: mapping.start,
             end: mapping.end,
             bias,
             rows,
         });
     }
-    mappings.sort_unstable_by_key(|mapping| mapping.start);
+    published.sort_unstable_by_key(|mapping| mapping.start);
     let counts = (
-        mappings.len(),
-        mappings.iter().map(|m| m.rows.len()).sum::<usize>(),
+        published.len(),
+        published.iter().map(|m| m.rows.len()).sum::<usize>(),
     );
     let snapshot = Box::into_raw(Box::new(UnwindTables {
-        mappings: mappings.into_boxed_slice(),
+        mappings: published.into_boxed_slice(),
     }));
     TABLES.store(snapshot, Ordering::Release);
-    Some(counts)
+    counts
 }
 
 /// The load bias of a mapping and its object's rows (never freed).

@@ -426,8 +426,11 @@ impl Engine for CpuSamples {
         // Only the agent's thread reads the libraries and builds their unwind tables: it is not
         // sampled, and no application thread waits for it (a collect may come on one).
         if self.native_frames && crate::guard::is_agent_thread() {
-            crate::native_stack::build_unwind_tables_if_missing();
+            // The libraries first: a library loaded since (System.load) is walked by frame
+            // pointers at once, while the first unwind tables take their time (a second and
+            // more in a debug build, on a busy machine).
             crate::native_stack::refresh_code_ranges_if_changed();
+            crate::native_stack::build_unwind_tables_if_missing();
         }
         if self.vm_threads
             && self
