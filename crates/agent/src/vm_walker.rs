@@ -1245,7 +1245,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pc_between_debug_points_gets_the_frames_both_agree_on() {
+    fn a_pc_between_debug_points_belongs_to_the_code_after_the_last() {
         let (root, caller, left, right) = (
             1 as jmethodID,
             2 as jmethodID,
@@ -1253,7 +1253,7 @@ mod tests {
             4 as jmethodID,
         );
         // Records at 16: root@7 → caller@3 → left@5; at 32: root@7 → caller@3 → right@2;
-        // at 48: root@7 → caller@9; at 56: root@12.
+        // at 48: root@12.
         let frames = CompiledFrames {
             method: root,
             native: false,
@@ -1261,16 +1261,14 @@ mod tests {
             code_size: 80,
             frame_words: 4,
             frame_complete: Some(8),
-            pc_offsets: vec![16, 32, 48, 56].into(),
-            scope_starts: vec![0, 3, 6, 8, 9].into(),
+            pc_offsets: vec![16, 32, 48].into(),
+            scope_starts: vec![0, 3, 6, 7].into(),
             scopes: vec![
                 (left, 5),
                 (caller, 3),
                 (root, 7),
                 (right, 2),
                 (caller, 3),
-                (root, 7),
-                (caller, 9),
                 (root, 7),
                 (root, 12),
             ]
@@ -1281,25 +1279,18 @@ mod tests {
             frames.scopes_at(0, false),
             &[(left, 5), (caller, 3), (root, 7)]
         );
-        // A return address has its own record.
-        assert_eq!(
-            frames.scopes_at(16, true),
-            &[(left, 5), (caller, 3), (root, 7)]
-        );
-        assert_eq!(frames.scopes_at(32, true)[0], (right, 2));
-        // Between two records: the frames both have, with the next one's bytecodes. Here
-        // left and right part below caller, called from the same bytecode of root.
+        // An interrupted pc: the last record at or before it.
         for pc in [16, 17, 31] {
-            assert_eq!(frames.scopes_at(pc, false), &[(caller, 3), (root, 7)]);
+            assert_eq!(frames.scopes_at(pc, false)[0], (left, 5));
         }
-        // A return address without a record (a leaf call's into the VM) has the next one's.
-        assert_eq!(frames.scopes_at(20, true)[0], (right, 2));
-        // The same caller at another bytecode: only the caller, at the next one's.
-        assert_eq!(frames.scopes_at(40, false), &[(caller, 9), (root, 7)]);
-        // Another call site in root: root alone.
-        assert_eq!(frames.scopes_at(50, false), &[(root, 12)]);
+        assert_eq!(frames.scopes_at(40, false)[0], (right, 2));
         // After the last record, the last's.
         assert_eq!(frames.scopes_at(60, false), &[(root, 12)]);
+        // A return address has its own record; without one (a call into the VM), the next.
+        assert_eq!(frames.scopes_at(16, true)[0], (left, 5));
+        assert_eq!(frames.scopes_at(32, true)[0], (right, 2));
+        assert_eq!(frames.scopes_at(20, true)[0], (right, 2));
+        assert_eq!(frames.scopes_at(40, true), &[(root, 12)]);
         // After the method's entry record (bytecode -1), the body's next record.
         let entered = CompiledFrames {
             pc_offsets: vec![4, 32].into(),
@@ -1308,6 +1299,6 @@ mod tests {
             ..frames
         };
         assert_eq!(entered.scopes_at(4, false)[0], (left, 5));
-        assert_eq!(entered.scopes_at(20, true)[0], (left, 5));
+        assert_eq!(entered.scopes_at(20, false)[0], (left, 5));
     }
 }

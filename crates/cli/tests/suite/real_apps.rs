@@ -459,8 +459,9 @@ const RHINO_FIB: &str =
 /// as that method's own time (the delay's frames or the method's), as much of it as the
 /// delays took. The compiled `add` has the delay's loop inlined, with `wrapNumber` after it;
 /// pcs in the loop lie between debug records, and HotSpot's rule (AsyncGetCallTrace's, the
-/// next record's frames) gives most of them to `wrapNumber`, the rule of the last record
-/// before the pc did so on JDK 25. Our walker gives them the frames both records share.
+/// next record's frames) gives most of them to `wrapNumber`. Our walker gives an interrupted
+/// pc the last record's frames, and a return address without a record of its own (the clock
+/// read's call into the VM, where the thread mostly is on JDK 25) the next record's.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn rhino_delays_in_script_runtime_add_are_its_own_time_under_our_walker() {
