@@ -67,10 +67,17 @@ pub fn ask_for_capability(jvmti: Jvmti) {
         .potential_capabilities()
         .is_ok_and(|potential| potential.can_support_virtual_threads())
     {
-        let mut wanted = jvmtiCapabilities::default();
-        wanted.set_can_support_virtual_threads(true);
-        let _ = jvmti.add_capabilities(&wanted);
+        // Refused here, it is asked for again when wall= starts, which says why.
+        let _ = add_capability(jvmti);
     }
+}
+
+fn add_capability(jvmti: Jvmti) -> Result<(), String> {
+    let mut wanted = jvmtiCapabilities::default();
+    wanted.set_can_support_virtual_threads(true);
+    jvmti
+        .add_capabilities(&wanted)
+        .map_err(|e| format!("can_support_virtual_threads: {e}"))
 }
 
 /// Starts counting unmounted virtual threads' time, every `interval_nanos` one sample of up
@@ -101,16 +108,15 @@ pub fn start(
     ) else {
         return Err("this JVM has virtual threads but no events for their mounts".into());
     };
-    let mut wanted = jvmtiCapabilities::default();
-    wanted.set_can_support_virtual_threads(true);
-    jvmti
-        .add_capabilities(&wanted)
-        .map_err(|e| format!("can_support_virtual_threads: {e}"))?;
+    add_capability(jvmti)?;
     let jni = Jni(jni);
     let tid_field = jni
         .find_class("java/lang/Thread")
         .and_then(|thread| jni.field_id(thread, "tid", "J"))
-        .map_err(|_| "java.lang.Thread has no field tid".to_string())?;
+        .map_err(|_| {
+            jni.clear_exception();
+            "java.lang.Thread has no field tid".to_string()
+        })?;
     let parks = VirtualParks {
         jvmti,
         tid_field,
