@@ -503,6 +503,17 @@ pub fn printed_figure(stdout: &str, name: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {name}= in the workload's output: {stdout}"))
 }
 
+/// Whether a virtual-thread workload ran its virtual threads: on a JDK without them it prints
+/// `virtual_threads=no` and its feature version, which must then be below 21.
+pub fn ran_virtual_threads(stdout: &str) -> bool {
+    if stdout.contains("virtual_threads=no") {
+        let feature = printed_figure(stdout, "feature");
+        assert!(feature < 21.0, "{stdout}");
+        return false;
+    }
+    true
+}
+
 /// The agent's closing line for `delay=`, `openprof: delay=...: N delays took T ns in all (M
 /// methods delayed)`: (N, T, M). Fails the test when there is none.
 pub fn delays_reported(stderr: &str) -> (u64, u64, u64) {

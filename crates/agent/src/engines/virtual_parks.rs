@@ -198,12 +198,16 @@ impl VirtualParks {
     }
 }
 
+/// The counting's state while it records, else `None`.
+fn recording() -> Option<&'static VirtualParks> {
+    PARKS
+        .get()
+        .filter(|parks| parks.recording.load(Ordering::Acquire))
+}
+
 unsafe extern "C" fn on_unmount(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
     callback("a virtual thread's unmount", Admit::Profiling, || {
-        if let Some(parks) = PARKS
-            .get()
-            .filter(|parks| parks.recording.load(Ordering::Acquire))
-        {
+        if let Some(parks) = recording() {
             parks.unmounting(Jni(jni), thread);
         }
     });
@@ -211,10 +215,7 @@ unsafe extern "C" fn on_unmount(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread:
 
 unsafe extern "C" fn on_mount(_jvmti: *mut jvmtiEnv, jni: *mut JNIEnv, thread: jthread) {
     callback("a virtual thread's mount", Admit::Profiling, || {
-        if let Some(parks) = PARKS
-            .get()
-            .filter(|parks| parks.recording.load(Ordering::Acquire))
-        {
+        if let Some(parks) = recording() {
             parks.mounted(Jni(jni), thread);
         }
     });
