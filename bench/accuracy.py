@@ -18,8 +18,8 @@ gives it per target and the mean absolute error per profiler. This is the approa
 Humphrey and Marr ("Divining Profiler Accuracy", PACMPL 2025): slow a method down by a known
 amount and check that the profiler sees exactly that much more of it.
 
-Profilers: openprof (cpu=samples,interval=1; with --vm-walker also with walker=vm, its own
-stack walker) and async-profiler (event=cpu,interval=1ms, its
+Profilers: openprof (cpu=samples,interval=1, its own stack walker, the default; with
+--asgct-walker also with walker=asgct, HotSpot's AsyncGetCallTrace) and async-profiler (event=cpu,interval=1ms, its
 default walker), each in a JVM of its own; with --jfr also the JDK's JFR sampler
 (jdk.ExecutionSample every 1 ms, JDK 17+), whose shares are printed but whose prediction is not
 yet right: JFR does not take one sample per millisecond of CPU (on javac its delays came to
@@ -37,7 +37,7 @@ async-profiler is not part of openprof: build it in a directory of its own, e.g.
   git clone https://github.com/async-profiler/async-profiler /tmp/async-profiler && make -C /tmp/async-profiler
 and pass --async-profiler /tmp/async-profiler/build/lib/libasyncProfiler.so.
 
-Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--vm-walker] [--jfr]
+Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--asgct-walker] [--jfr]
 Needs: cargo build --release; Debian's libh2-java, rhino, clojure (as bench/real_apps.py).
 """
 import argparse
@@ -95,8 +95,8 @@ def profiler_options(profiler, output, async_lib):
         return [], None
     if profiler == "openprof":
         return [], f"cpu=samples,interval=1,depth=2048,cutoff=0,verbose=n,file={output}"
-    if profiler == "openprof-vm":
-        return [], f"cpu=samples,interval=1,depth=2048,cutoff=0,verbose=n,walker=vm,file={output}"
+    if profiler == "openprof-asgct":
+        return [], f"cpu=samples,interval=1,depth=2048,cutoff=0,verbose=n,walker=asgct,file={output}"
     if profiler == "async-profiler":
         return [f"-agentpath:{async_lib}=start,event=cpu,interval=1ms,ann,collapsed,file={output}"], None
     return [f"-XX:StartFlightRecording:filename={output},jdk.ExecutionSample#period=1ms"], None
@@ -109,7 +109,7 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
     os.makedirs(work, exist_ok=True)
     # A directory of its own: programs write files there (javac its sources and classes).
     work = tempfile.mkdtemp(dir=work)
-    output = os.path.join(work, {None: "none", "openprof": "profile.txt", "openprof-vm": "profile.txt",
+    output = os.path.join(work, {None: "none", "openprof": "profile.txt", "openprof-asgct": "profile.txt",
                                  "async-profiler": "profile.collapsed", "jfr": "profile.jfr"}[profiler])
     if os.path.exists(output):
         os.remove(output)
@@ -152,7 +152,7 @@ def charge(java_frames_leaf_first):
 
 def leaf_samples(profiler, output, java):
     by_leaf = collections.Counter()
-    if profiler in ("openprof", "openprof-vm"):
+    if profiler in ("openprof", "openprof-asgct"):
         delivered, failed, samples, traces = openprof_profile(output)
         for trace, count in samples.items():
             frames = [method for method in map(java_method, traces.get(trace, [])) if method]
@@ -181,8 +181,8 @@ def main():
     parser.add_argument("--async-profiler", required=True, help="libasyncProfiler.so, built outside openprof")
     parser.add_argument("--targets", default=None, help="programs to take targets from (default: all)")
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--vm-walker", action="store_true",
-                        help="also openprof with its own stack walker (walker=vm)")
+    parser.add_argument("--asgct-walker", action="store_true",
+                        help="also openprof with HotSpot's AsyncGetCallTrace (walker=asgct)")
     parser.add_argument("--jfr", action="store_true",
                         help="also the JDK's JFR sampler (its prediction is not yet right, see above)")
     parser.add_argument("--share", type=float, default=0.10, help="the delays' share of the run to aim at")
@@ -198,7 +198,7 @@ def main():
         sys.exit(f"accuracy: no async-profiler library at {args.async_profiler}")
     programs = args.targets.split(",") if args.targets else sorted({program for program, _ in TARGETS})
     targets = [(program, method) for program, method in TARGETS if program in programs]
-    profilers = (["openprof"] + (["openprof-vm"] if args.vm_walker else []) + ["async-profiler"]
+    profilers = (["openprof"] + (["openprof-asgct"] if args.asgct_walker else []) + ["async-profiler"]
                  + (["jfr"] if args.jfr else []))
     java = jdk_tool("java")
     work_root = args.keep or tempfile.mkdtemp(prefix="openprof-accuracy-")

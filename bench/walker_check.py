@@ -8,8 +8,7 @@ recorded) and with openprof's own walker, and counts how the two walks compared 
 must still end with its own correct output. Printed: per application and JDK, the samples and
 the share of each kind, in a table for BENCHMARKS.md.
 
-Kinds (`check.recovered.*` are the same kinds for samples AsyncGetCallTrace walked only by one
-of openprof's second walks):
+Kinds:
   same                 the same frames, methods and bytecode indices
   other_top_line       the same methods; the top frame's bytecode index differs (compiled)
   other_top_line_interpreted  the same, the top frame interpreted
@@ -227,16 +226,13 @@ def main():
                     print_example(kind, first, how, vm, asgct)
     print()
     print("| JDK | program | samples | same | other top line: compiled, interpreted | other lines | ours: entry on top; theirs: extra on top | ours: unreported code | other inlined leaf | AsyncGetCallTrace lost: no debug point, at a return | shorter: ours, theirs | ours over a stub on top | missing top frames: theirs, ours | other frames "
-          "| only AsyncGetCallTrace walked | only ours walked | AsyncGetCallTrace recovered: same / differ "
+          "| only AsyncGetCallTrace walked | only ours walked "
           "| ours failed, by why |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for version, name, compared, counts in rows:
         def share(*kinds):
             count = sum(counts.get(f"check.{kind}", 0) for kind in kinds)
             return f"{100 * count / max(compared, 1):.2f} %"
-        recovered_same = counts.get("check.recovered.same", 0)
-        recovered_other = sum(count for kind, count in counts.items()
-                              if kind.startswith("check.recovered.") and kind != "check.recovered.same")
         failed = ", ".join(f"{kind[len('failed.'):]} {count}" for kind, count in sorted(counts.items())
                            if kind.startswith("failed."))
         print(f"| {version} | {name} | {compared} | {share('same')} | {share('other_top_line')}, "
@@ -244,7 +240,7 @@ def main():
               f"{share('other_lines')} | {share('vm_entry_on_top')}; {share('asgct_extra_on_top')} | "
               f"{share('vm_unreported_code')} | {share('other_inlined_leaf')} | {share('asgct_no_debug_point')}, {share('asgct_lost_at_exit')} | {share('vm_shorter')}, {share('asgct_shorter')} | {share('vm_over_stub')} | {share('asgct_missing_top')}, {share('vm_missing_top')} | {share('other_frames')} | "
               f"{share('only_asgct_walked')} | {share('only_vm_walked')} | "
-              f"{recovered_same} / {recovered_other} | {failed or '-'} |")
+              f"{failed or '-'} |")
     if costs:
         print()
         print("| JDK | program | handler µs per sample: AsyncGetCallTrace | ours | both (check) |")

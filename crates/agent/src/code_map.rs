@@ -297,14 +297,9 @@ pub fn unloaded(method: jmethodID, start: usize) {
     }
 }
 
-/// The compiled method whose code holds `pc`, newest first. Async-signal-safe: atomic loads
-/// only, a binary search and a bounded scan.
-pub fn method_at(pc: usize) -> Option<jmethodID> {
-    entry_at(pc).map(|entry| entry.method.load(Ordering::Relaxed) as jmethodID)
-}
-
-/// The frames of the compiled method whose code holds `pc`, with where its code starts, if
-/// they are known. Async-signal-safe, as [`method_at`].
+/// The frames of the compiled method whose code holds `pc`, newest first, with where its code
+/// starts, if they are known. Async-signal-safe: atomic loads only, a binary search and a
+/// bounded scan.
 pub fn frames_at(pc: usize) -> Option<(usize, &'static CompiledFrames)> {
     let entry = entry_at(pc)?;
     let frames = entry.frames.load(Ordering::Acquire);
@@ -564,6 +559,11 @@ pub fn remember_bytecodes(address: usize, start: usize, size: u32, native: bool)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The compiled method whose code holds `pc`, newest first.
+    fn method_at(pc: usize) -> Option<jmethodID> {
+        entry_at(pc).map(|entry| entry.method.load(Ordering::Relaxed) as jmethodID)
+    }
 
     #[test]
     fn a_pc_maps_to_the_newest_live_code_holding_it() {

@@ -82,6 +82,11 @@ struct WalkerLayout {
     code_size: usize,
     /// `Method::_access_flags`, whose low bits are the class file's.
     access_flags: usize,
+    /// How a Method no jmethodID points at (an old version of a redefined method) is named:
+    /// `ConstMethod::_constants`, `ConstMethod::_method_idnum` (a u16),
+    /// `ConstantPool::_pool_holder` and `InstanceKlass::_methods_jmethod_ids` (the class's
+    /// jmethodIDs by method number, after their count). None where VMStructs lacks one.
+    method_by_number: Option<MethodByNumber>,
     /// The return address of the stub that calls Java from the VM (`StubRoutines::
     /// _call_stub_return_address`): above it is an entry frame.
     call_stub_return: usize,
@@ -204,12 +209,70 @@ fn read_layout() -> Result<WalkerLayout, String> {
         const_method_size: size_of("ConstMethod")?,
         code_size: field("ConstMethod", "_code_size")?,
         access_flags: field("Method", "_access_flags")?,
+        method_by_number: (|| {
+            Some(MethodByNumber {
+                constants: field("ConstMethod", "_constants").ok()?,
+                number: field("ConstMethod", "_method_idnum").ok()?,
+                holder: field("ConstantPool", "_pool_holder").ok()?,
+                method_ids: field("InstanceKlass", "_methods_jmethod_ids").ok()?,
+            })
+        })(),
         call_stub_return,
         wrapper_anchor: field("JavaCallWrapper", "_anchor")?,
         anchor_sp: field("JavaFrameAnchor", "_last_Java_sp")?,
         anchor_pc: field("JavaFrameAnchor", "_last_Java_pc")?,
         anchor_fp: field("JavaFrameAnchor", "_last_Java_fp")?,
     })
+}
+
+/// The fields that lead from a Method to its class's jmethodID for the same method number.
+#[derive(Debug, Clone, Copy)]
+struct MethodByNumber {
+    constants: usize,
+    number: usize,
+    holder: usize,
+    method_ids: usize,
+}
+
+/// The jmethodID of the Method at `method`: the index's, else the one its class keeps for its
+/// method number. A class redefined while its methods ran leaves frames of the old Methods,
+/// which no jmethodID points at; HotSpot names them by the current method of the same number,
+/// and so do we (their bytecode indexes are the old method's, the same where the body did not
+/// change). Every read is through the kernel: the Method may be freed meanwhile.
+fn method_id(layout: &WalkerLayout, method: usize) -> Option<jmethodID> {
+    if let Some(id) = code_map::method_of_structure(method) {
+        return Some(id);
+    }
+    let by = layout.method_by_number?;
+    let const_method = vm_word(method + layout.const_method)?;
+    let constants = vm_word(const_method + by.constants)?;
+    let number = vm_text8(const_method + by.number)?;
+    let number = usize::from(u16::from_le_bytes([number[0], number[1]]));
+    let holder = vm_word(constants + by.holder)?;
+    let ids = vm_word(holder + by.method_ids)?;
+    if ids == 0 || ids % 8 != 0 {
+        return None;
+    }
+    // The array's first word is its length.
+    if number >= vm_word(ids)? {
+        return None;
+    }
+    let id = vm_word(ids + (number + 1) * 8)?;
+    if id == 0 || id % 8 != 0 {
+        return None;
+    }
+    // A jmethodID points at a word holding its current Method: trusted only if that Method
+    // is of the same class and number (the agent thread will ask JVMTI about the id).
+    let current = vm_word(id)?;
+    if current == method || code_map::method_of_structure(current) == Some(id as jmethodID) {
+        return Some(id as jmethodID);
+    }
+    let current_const = vm_word(current + layout.const_method)?;
+    let current_number = vm_text8(current_const + by.number)?;
+    let same_number =
+        usize::from(u16::from_le_bytes([current_number[0], current_number[1]])) == number;
+    let same_class = vm_word(vm_word(current_const + by.constants)? + by.holder)? == holder;
+    (same_number && same_class).then_some(id as jmethodID)
 }
 
 /// What JVMTI's `jvmtiCompiledMethodLoadRecordHeader` holds: its kind and the next record.
@@ -883,8 +946,8 @@ pub unsafe fn walk(
                 // The interpreter's entry of a method, before its frame is built: the method
                 // is in rbx, the caller's stack pointer in r13, the return address on top of
                 // the stack or just below that stack pointer.
-                let method = code_map::method_of_structure(frame.method_register)
-                    .ok_or(WalkFailure::UnknownMethod)?;
+                let method =
+                    method_id(layout, frame.method_register).ok_or(WalkFailure::UnknownMethod)?;
                 // SAFETY: `count` < `room`.
                 unsafe { *out.add(count) = java_frame(method, 0) };
                 top_interpreted = true;
@@ -913,7 +976,7 @@ pub unsafe fn walk(
                     .ok_or(WalkFailure::BadFrame)
             };
             let method = slot(INTERPRETER_METHOD)?;
-            let id = code_map::method_of_structure(method).ok_or(WalkFailure::UnknownMethod)?;
+            let id = method_id(layout, method).ok_or(WalkFailure::UnknownMethod)?;
             // The interpreter keeps its bytecode pointer in r13 and stores it in the frame at
             // calls: where the thread was interrupted, the register is the newer.
             let from_register = (frame.interrupted && frame.bcp != 0)

@@ -116,16 +116,12 @@ impl Comparison {
     }
 }
 
-/// By whether AsyncGetCallTrace's walk was a recovered one, then by kind.
-static COMPARISONS: [[AtomicU64; KINDS]; 2] = [const { [const { AtomicU64::new(0) }; KINDS] }; 2];
-/// Compares AsyncGetCallTrace's walk (`asgct`, or its failure; `recovered` when one of the
-/// second walks of `signals.rs` made it) with ours (`ours`: the walk and its frames, whose stub
-/// frames are left out, as AsyncGetCallTrace has none) and counts the kind.
-pub fn compare(
-    asgct: Result<&[CallFrame], i32>,
-    recovered: bool,
-    ours: Result<(Walk, &[CallFrame]), WalkFailure>,
-) {
+/// Comparisons by kind.
+static COMPARISONS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
+/// Compares AsyncGetCallTrace's walk (`asgct`, or its failure) with ours (`ours`: the walk and
+/// its frames, whose stub frames are left out, as AsyncGetCallTrace has none) and counts the
+/// kind.
+pub fn compare(asgct: Result<&[CallFrame], i32>, ours: Result<(Walk, &[CallFrame]), WalkFailure>) {
     let mut java = [CallFrame::failed_walk(0); COMPARED_FRAMES];
     let mut count = 0;
     // How many of ours' Java frames came from the top Java frame.
@@ -165,7 +161,7 @@ pub fn compare(
             kind => kind,
         },
     };
-    COMPARISONS[usize::from(recovered)][kind as usize].fetch_add(1, Ordering::Relaxed);
+    COMPARISONS[kind as usize].fetch_add(1, Ordering::Relaxed);
     if kind != Comparison::Same {
         let how = match walk {
             Ok(walk) => How::Walked {
@@ -486,19 +482,15 @@ fn compare_frames(theirs: &[CallFrame], ours: &[CallFrame], leaf_scopes: usize) 
     }
 }
 
-/// The counts since the last call, by name: `check.<kind>`, and `check.recovered.<kind>`
-/// for samples AsyncGetCallTrace walked by a second walk.
+/// The counts since the last call, by name: `check.<kind>`.
 pub fn take_counts() -> Vec<(String, u64)> {
-    let mut counts = Vec::new();
-    for (recovered, prefix) in [(0, "check"), (1, "check.recovered")] {
-        for kind in Comparison::ALL {
-            let count = COMPARISONS[recovered][kind as usize].swap(0, Ordering::Relaxed);
-            if count > 0 {
-                counts.push((format!("{prefix}.{}", kind.name()), count));
-            }
-        }
-    }
-    counts
+    Comparison::ALL
+        .iter()
+        .filter_map(|kind| {
+            let count = COMPARISONS[*kind as usize].swap(0, Ordering::Relaxed);
+            (count > 0).then(|| (format!("check.{}", kind.name()), count))
+        })
+        .collect()
 }
 
 #[cfg(test)]

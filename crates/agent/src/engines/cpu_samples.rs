@@ -13,7 +13,7 @@ use jvmti_bindings::sys::jvmti::{
     JVMTI_THREAD_STATE_INTERRUPTED, JVMTI_THREAD_STATE_RUNNABLE, JVMTI_THREAD_STATE_SUSPENDED,
 };
 use openprof_format::hprof_text::{CpuTableKind, SamplerReport};
-use openprof_format::options::{CStack, CpuTimer, Options, Sampler, Walker, MAX_DEPTH};
+use openprof_format::options::{CStack, CpuTimer, Options, Sampler, MAX_DEPTH};
 
 use crate::context::{Context, Phase, Report};
 use crate::engine::{Dump, Engine, Need};
@@ -265,12 +265,10 @@ impl CpuSamples {
             interval_ms: self.interval_ms.load(Ordering::Relaxed),
             depth: Some(self.control.max_depth.load(Ordering::Relaxed)),
             failed: dump.failed.clone(),
-            recovered: signals::take_recovered()
-                .into_iter()
-                .map(|(how, count)| (how.to_string(), count))
-                .collect(),
-            walker: (self.sampler == SamplerKind::Signals
-                && context.options.walker != Walker::AsyncGetCallTrace)
+            // Written by earlier agents, whose second walks handed AsyncGetCallTrace made-up
+            // frames; none are made now.
+            recovered: Default::default(),
+            walker: (self.sampler == SamplerKind::Signals)
                 .then(|| context.options.walker.to_string()),
             walker_counts: crate::vm_walker::take_counts()
                 .into_iter()

@@ -252,9 +252,9 @@ fn jvmti_sampler_is_the_named_fallback() {
 }
 
 /// Runs `workload` for 3 s of CPU with `options` (which name the profile file, `*.txt`) and
-/// checks its walks: at least 1000 samples, fewer than 2 % of them failed, and each way of
-/// recovering a walk in `recovered_by` used. Returns the profile and its samples.
-fn walked_profile(options: &str, workload: &str, recovered_by: &[&str]) -> (TextProfile, u64) {
+/// checks its walks: at least 1000 samples, fewer than 2 % of them failed, and nine in ten
+/// walked by our walker (the default). Returns the profile and its samples.
+fn walked_profile(options: &str, workload: &str) -> (TextProfile, u64) {
     let file = options
         .split(',')
         .find_map(|option| option.strip_prefix("file="))
@@ -269,28 +269,33 @@ fn walked_profile(options: &str, workload: &str, recovered_by: &[&str]) -> (Text
         sampler.failed_total() * 50 < total,
         "more than 2 % of the walks failed: {sampler:?}, {total} samples"
     );
-    for how in recovered_by {
-        assert!(
-            sampler.recovered.get(*how).copied().unwrap_or(0) > 0,
-            "no walk recovered by {how}: {sampler:?}"
-        );
-    }
+    assert_ours_walked_most(&profile, total);
     (profile, total)
 }
 
+/// Our walker walked at least nine samples in ten of `total`.
+fn assert_ours_walked_most(profile: &TextProfile, total: u64) {
+    let walked: u64 = profile
+        .samplers
+        .iter()
+        .map(|report| report.walker_counts.get("walked").copied().unwrap_or(0))
+        .sum();
+    assert!(
+        walked * 10 >= total * 9,
+        "our walker walked {walked} of {total} samples: {:?}",
+        profile.samplers
+    );
+}
+
 /// Megamorphic spends most of its CPU in itable dispatch stubs and at the entries of four short
-/// methods, where AsyncGetCallTrace does not walk (two thirds of the samples failed before the
-/// agent recovered such walks). Ground truth: the four area() methods are called equally often
+/// methods, where AsyncGetCallTrace does not walk (two thirds of its walks fail); our walker
+/// walks them. Ground truth: the four area() methods are called equally often
 /// and do 1, 2, 3 and 4 units of work, so together they hold much of the CPU (async-profiler
-/// gives them 60 % on this machine; without recovery openprof showed 25 %), each a good part of
+/// gives them 60 % on this machine; with AsyncGetCallTrace's walks alone openprof showed 25 %), each a good part of
 /// it, and more work means more samples.
 #[test]
 fn samples_in_dispatch_stubs_and_method_entries_are_walked() {
-    let (profile, total) = walked_profile(
-        "cpu=samples,interval=1,file=stubs.txt",
-        "Megamorphic",
-        &["stub_return_address", "method_entry"],
-    );
+    let (profile, total) = walked_profile("cpu=samples,interval=1,file=stubs.txt", "Megamorphic");
     let mut area = std::collections::BTreeMap::<String, u64>::new();
     for table in &profile.cpu_tables {
         for row in &table.rows {
@@ -324,9 +329,9 @@ fn samples_in_dispatch_stubs_and_method_entries_are_walked() {
 
 /// VmCalls spends its CPU in the VM's allocation path, called from compiled code through
 /// runtime stubs and from the interpreter: walks AsyncGetCallTrace gives up on in most samples.
-/// Those it gives up on in the VM are walked from the frame anchor, the last Java frame's pc
-/// filled in, or from the compiled frame that called a C1 runtime stub; what is left stays
-/// failed, kept with its native frames. Either way the profile must show where the thread's time goes: after
+/// Our walker walks them from the thread's frame anchor, over the runtime stub; what is left
+/// stays failed, kept with its native frames. Either way the profile must show where the
+/// thread's time goes: after
 /// the JVM's start-up (about a tenth of a second) every sample is in main() or in the VM's
 /// allocation code.
 #[test]
@@ -342,10 +347,7 @@ fn samples_in_vm_code_are_walked_or_shown_in_the_vm() {
     let sampler = &profile.samplers[0];
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
     assert!(total >= 1000, "too few samples: {total}");
-    assert!(
-        sampler.recovered.get("frame_anchor").copied().unwrap_or(0) > 0,
-        "no walk recovered from the frame anchor: {sampler:?}"
-    );
+    assert_ours_walked_most(&profile, total);
     let mut accounted = 0;
     for table in &profile.cpu_tables {
         for row in &table.rows {
@@ -372,9 +374,6 @@ fn samples_in_vm_code_are_walked_or_shown_in_the_vm() {
     );
 }
 
-/// A real program openprof did not write: javac compiling generated classes. Its walks fail
-/// where AsyncGetCallTrace gives up (dispatch stubs, method entries, VM code, runtime stubs);
-/// after the second walks, few do, and every way of recovering is used.
 /// javac compiling `classes` generated classes under the agent with `options` (a file= is
 /// added): a real program openprof did not write.
 pub(crate) fn javac_profile(classes: usize, options: &str) -> TextProfile {
@@ -421,29 +420,21 @@ pub(crate) fn javac_profile(classes: usize, options: &str) -> TextProfile {
     openprof_testkit::read_profile(&profile_file)
 }
 
+/// A real program openprof did not write: javac compiling generated classes. AsyncGetCallTrace
+/// gives up on dispatch stubs, method entries, VM code and runtime stubs (28 % of its walks
+/// failed); our walker walks nearly all of them.
 #[test]
 fn javac_is_walked() {
     let profile = javac_profile(150, "cpu=samples,interval=1");
     let sampler = &profile.samplers[0];
     let total: u64 = profile.cpu_tables.iter().map(|table| table.total).sum();
     assert!(total >= 1000, "too few samples: {total}");
-    // Before the second walks, 28 % failed; the bench measures 0.3 % (async-profiler: 1.5 %).
+    // AsyncGetCallTrace alone fails on 28 %; async-profiler on 1.5 % (BENCHMARKS.md).
     assert!(
         sampler.failed_total() * 50 < total,
         "2 % or more of the walks failed: {sampler:?}, {total} samples"
     );
-    for how in [
-        "stub_return_address",
-        "method_entry",
-        "interpreter_entry",
-        "frame_anchor",
-        "runtime_stub",
-    ] {
-        assert!(
-            sampler.recovered.get(how).copied().unwrap_or(0) > 0,
-            "no walk recovered by {how}: {sampler:?}"
-        );
-    }
+    assert_ours_walked_most(&profile, total);
     // javac's own code is where it works.
     let by_method = samples_by_method(&profile);
     let javac: u64 = by_method

@@ -1,13 +1,15 @@
 //! The profiled JVM must never crash or hang because of the agent: this test tries hard, with
-//! CPU and wall-clock samples (every thread signalled every millisecond) at once.
+//! CPU and wall-clock samples (every thread signalled every millisecond) at once, while the
+//! workload recurses deep, allocates at changing rates, unloads classes, redefines the class of
+//! its deepest frames again and again (a deoptimisation storm) and starts 10,000 threads.
 
 use std::time::Duration;
 
 use openprof_format::hprof_text::CpuTableKind;
 
 use openprof_testkit::{
-    java_command, poll, send_signal, stuck_report, wait_until_ready_keeping_output,
-    wait_with_limit, PipeText,
+    java_command, java_command_with, poll, send_signal, stuck_report,
+    wait_until_ready_keeping_output, wait_with_limit, PipeText,
 };
 
 /// What the agent says on stderr once a dump's CPU samples are written.
@@ -26,12 +28,14 @@ fn our_walker_beside_asyncgetcalltrace_does_not_hurt_the_jvm() {
 }
 
 fn stress(more_options: &str) {
-    let (mut command, dir) = java_command(
+    let (mut command, dir) = java_command_with(
+        // The workload attaches a Java agent to itself to redefine classes.
+        &["-Djdk.attach.allowAttachSelf=true"],
         Some(&format!(
             "cpu=samples,interval=1,wall=1,depth=2048,thread=y,cutoff=0,vmthreads=y,file=stress.txt{more_options}"
         )),
         "Stress",
-        &["8"],
+        &["8", "redefine", "starts=10000"],
     );
     let mut child = command.spawn().expect("start java");
     let pid = child.id();
@@ -63,6 +67,15 @@ fn stress(more_options: &str) {
         "the JVM failed:\n{stdout}\n{stderr}"
     );
     assert!(stdout.contains("stress done"), "{stdout}");
+    let count = |label: &str| -> u64 {
+        stdout
+            .lines()
+            .find_map(|line| line.strip_prefix(label))
+            .and_then(|count| count.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no '{label}' in the workload's output:\n{stdout}"))
+    };
+    assert!(count("threads started:") >= 10_000, "{stdout}");
+    assert!(count("redefinitions:") >= 10, "{stdout}");
     let crash_logs: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .filter_map(|entry| entry.ok())

@@ -154,9 +154,9 @@ const OPTION_TABLE: &[OptionRow] = &[
     },
     OptionRow {
         name: "walker",
-        values: "asgct|vm|check",
+        values: "vm|asgct|check",
         meaning: "Java stack walker of sampler=asgct",
-        default: "asgct",
+        default: "vm",
     },
     OptionRow {
         name: "vmthreads",

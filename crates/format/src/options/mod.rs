@@ -88,9 +88,10 @@ pub enum Sampler {
 /// extension).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Walker {
-    /// HotSpot's AsyncGetCallTrace, with openprof's second walks where it gives up.
+    /// HotSpot's AsyncGetCallTrace alone.
     AsyncGetCallTrace,
-    /// openprof's own walker over HotSpot's frames, AsyncGetCallTrace where it cannot walk.
+    /// openprof's own walker over HotSpot's frames, AsyncGetCallTrace where it cannot walk
+    /// (the default).
     Vm,
     /// AsyncGetCallTrace's walks are recorded; openprof's runs beside each and the
     /// disagreements are counted in the CPU SAMPLER record.
@@ -333,7 +334,7 @@ impl Default for Options {
             sampler: Sampler::AsyncGetCallTrace,
             cputimer: CpuTimer::Perf,
             cstack: CStack::Dwarf,
-            walker: Walker::AsyncGetCallTrace,
+            walker: Walker::Vm,
             vmthreads: false,
             wall_ms: None,
             lock_ns: None,
@@ -747,9 +748,10 @@ mod tests {
         let checked = Options::parse("cpu=samples,walker=check").unwrap();
         assert_eq!(checked.walker, Walker::Check);
         assert!(checked.to_string().contains("walker=check"));
+        assert_eq!(Options::parse("cpu=samples").unwrap().walker, Walker::Vm);
         assert_eq!(
-            Options::parse("cpu=samples,walker=vm").unwrap().walker,
-            Walker::Vm
+            Options::parse("cpu=samples,walker=asgct").unwrap().walker,
+            Walker::AsyncGetCallTrace
         );
         let dwarf = Options::parse("cpu=samples,cstack=dwarf").unwrap();
         assert_eq!(dwarf.cstack, CStack::Dwarf);
@@ -807,7 +809,7 @@ mod tests {
             (
                 "walker=jfr",
                 "walker",
-                "'jfr' is not allowed; use asgct, vm or check",
+                "'jfr' is not allowed; use vm, asgct or check",
             ),
             ("net=host", "net", "has no port"),
             ("net=host:0", "net", "is not a port"),
@@ -835,6 +837,11 @@ mod tests {
                 "cpu=samples,vmthreads=y,sampler=jvmti",
                 "vmthreads",
                 "needs sampler=asgct",
+            ),
+            (
+                "cpu=samples,sampler=jvmti,walker=asgct",
+                "walker",
+                "GetAllStackTraces walks in the VM",
             ),
             ("vmthreads=all", "vmthreads", "y or n"),
         ];

@@ -304,7 +304,7 @@ impl Options {
                         "asgct" => Walker::AsyncGetCallTrace,
                         "vm" => Walker::Vm,
                         "check" => Walker::Check,
-                        _ => return Err(one_of("asgct, vm or check")),
+                        _ => return Err(one_of("vm, asgct or check")),
                     }
                 }
                 "file" => {
@@ -480,7 +480,7 @@ impl Options {
                 "threads= chooses the threads cpu=samples and wall= sample; give one of them",
             ));
         }
-        if self.walker != Walker::AsyncGetCallTrace && self.sampler == Sampler::GetAllStackTraces {
+        if self.walker != Walker::Vm && self.sampler == Sampler::GetAllStackTraces {
             return Err(bad(
                 "walker",
                 "walker= chooses how sampler=asgct's signal handler walks; GetAllStackTraces walks in the VM",
