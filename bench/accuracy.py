@@ -37,8 +37,9 @@ async-profiler is not part of openprof: build it in a directory of its own, e.g.
   git clone https://github.com/async-profiler/async-profiler /tmp/async-profiler && make -C /tmp/async-profiler
 and pass --async-profiler /tmp/async-profiler/build/lib/libasyncProfiler.so.
 
-Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--asgct-walker] [--jfr]
-Needs: cargo build --release; Debian's libh2-java, rhino, clojure (as bench/real_apps.py).
+Usage: bench/accuracy.py --async-profiler LIB [--targets h2,javac,...] [--rounds N] [--asgct-walker] [--jfr] [--agent LIB]
+Needs: cargo build --release; Debian's libh2-java, libjetty9-java, rhino, clojure (as
+bench/real_apps.py).
 """
 import argparse
 import collections
@@ -55,17 +56,22 @@ from benchlib import ROOT, jdk_tool
 from real_apps import APPS, JETTY_JARS, SHARE, command_of
 from stack_walk import JAVA_SUFFIXES, async_profile, java_method, java_name, openprof_profile
 
-AGENT = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
+# The agent library, a list of one so that --agent can change it.
+AGENT = [os.path.join(ROOT, "target", "release", "libopenprof_agent.so")]
 DELAY_CLASS = "openprof.Delay."
 
 # (program, method as class.method): the H2 method the profilers disagree on (its inlined
-# scope), a method of each program's hot path, and some that run less often.
+# scope), a method of each program's hot path, and some that run less often. Jetty's run on
+# its server's threads, beside our client threads in the same JVM.
 TARGETS = [
     ("h2", "org.h2.command.query.SelectGroups.setCurrentGroupExprData"),
     ("h2", "org.h2.command.query.SelectGroups.getCurrentGroupExprData"),
     ("h2", "org.h2.mvstore.type.LongDataType.binarySearch"),
     ("h2", "org.h2.expression.aggregate.Aggregate.updateAggregate"),
     ("h2", "org.h2.value.ValueBigint.get"),
+    ("jetty", "org.eclipse.jetty.http.HttpParser.parseFields"),
+    ("jetty", "org.eclipse.jetty.server.HttpChannel.handle"),
+    ("jetty", "org.eclipse.jetty.http.HttpGenerator.generateResponse"),
     ("javac", "com.sun.tools.javac.parser.JavaTokenizer.readToken"),
     ("javac", "com.sun.tools.javac.comp.Attr.attribTree"),
     ("javac", "com.sun.tools.javac.comp.Attr.visitIdent"),
@@ -116,7 +122,7 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
     jvm_options, openprof_options = profiler_options(profiler, output, async_lib)
     agent_options = [part for part in (openprof_options, delay and f"delay={delay}") if part]
     if agent_options:
-        jvm_options = jvm_options + [f"-agentpath:{AGENT}={','.join(agent_options)}"]
+        jvm_options = jvm_options + [f"-agentpath:{AGENT[0]}={','.join(agent_options)}"]
     args, stdin_text, check = command_of(app, java, drivers, work)
     started = os.times()
     run = subprocess.run([java, *jvm_options, *args], input=stdin_text, capture_output=True,
@@ -136,7 +142,7 @@ def run_program(app, java, drivers, work, profiler, async_lib, delay):
             raise NothingDelayed(run.stderr[-500:])
         delays = (int(found.group(1)), int(found.group(2)))
     if profiler is None:
-        return collections.Counter(), 0, delays, cpu
+        return Leaves(), 0, delays, cpu
     by_leaf, total = leaf_samples(profiler, output, java)
     return by_leaf, total, delays, cpu
 
@@ -150,19 +156,34 @@ def charge(java_frames_leaf_first):
     return java_frames_leaf_first[0] if java_frames_leaf_first else None
 
 
+class Leaves(collections.Counter):
+    """Samples by the method they count to (see `charge`); `in_delay` the part of them that was
+    in the delay itself (its frames on top), by the method that called it."""
+
+    def __init__(self):
+        super().__init__()
+        self.in_delay = collections.Counter()
+
+    def add(self, java_frames_leaf_first, count):
+        method = charge(java_frames_leaf_first)
+        self[method] += count
+        if java_frames_leaf_first and java_frames_leaf_first[0].startswith(DELAY_CLASS):
+            self.in_delay[method] += count
+
+
 def leaf_samples(profiler, output, java):
-    by_leaf = collections.Counter()
+    by_leaf = Leaves()
     if profiler in ("openprof", "openprof-asgct"):
         delivered, failed, samples, traces = openprof_profile(output)
         for trace, count in samples.items():
             frames = [method for method in map(java_method, traces.get(trace, [])) if method]
-            by_leaf[charge(frames)] += count
+            by_leaf.add(frames, count)
         return by_leaf, delivered + failed
     if profiler == "async-profiler":
         delivered, failed, stacks = async_profile(output)
         for frames, count in stacks:
             java_frames = [java_name(frame) for frame in reversed(frames) if frame.endswith(JAVA_SUFFIXES)]
-            by_leaf[charge(java_frames)] += count
+            by_leaf.add(java_frames, count)
         return by_leaf, delivered + failed
     # JFR: `jfr print` lists each sample's stack, leaf first.
     jfr = os.path.join(os.path.dirname(java), "jfr")
@@ -172,7 +193,7 @@ def leaf_samples(profiler, output, java):
     for event in printed.split("jdk.ExecutionSample")[1:]:
         frames = re.findall(r"^\s+([\w$.<>]+)\(", event.split("stackTrace = [", 1)[-1], re.M)
         total += 1
-        by_leaf[charge(frames)] += 1
+        by_leaf.add(frames, 1)
     return by_leaf, total
 
 
@@ -191,8 +212,11 @@ def main():
                              "each delay cost some 0.3-1 us that the delay's own count leaves out")
     parser.add_argument("--max-slowdown", type=float, default=3.0)
     parser.add_argument("--keep", default=None, help="the directory for the runs' files")
+    parser.add_argument("--agent", default=AGENT[0],
+                        help="the agent library (default: the release build's)")
     args = parser.parse_args()
-    if not os.path.isfile(AGENT):
+    AGENT[0] = args.agent
+    if not os.path.isfile(AGENT[0]):
         sys.exit("accuracy: build first: cargo build --release")
     if not os.path.isfile(args.async_profiler):
         sys.exit(f"accuracy: no async-profiler library at {args.async_profiler}")
@@ -208,6 +232,7 @@ def main():
                     *glob.glob(os.path.join(ROOT, "java", "realapps", "*.java"))], check=True)
 
     errors = collections.defaultdict(list)  # profiler → [measured − predicted, points]
+    delay_errors = collections.defaultdict(list)  # profiler → [in the delay − its share, points]
     rows = []
     for round_number in range(args.rounds):
         base = {}  # (program, profiler) → (by_leaf, total, cpu)
@@ -263,15 +288,21 @@ def main():
                 predicted = base_share * (1 - s) + s
                 measured = by_leaf[method] / max(total, 1)
                 error = 100 * (measured - predicted)
-                row.append((100 * base_share, 100 * s, 100 * predicted, 100 * measured, error))
+                # The delay alone: its own samples against its share, whatever the JIT made of
+                # the rest of the method in this run.
+                in_delay = by_leaf.in_delay[method] / max(total, 1)
+                row.append((100 * base_share, 100 * s, 100 * predicted, 100 * measured, error,
+                            100 * in_delay, 100 * (in_delay - s)))
             if len(row) < 4 + len(profilers):
                 continue
             for profiler, cells in zip(profilers, row[4:]):
                 errors[profiler].append(cells[4])
+                delay_errors[profiler].append(cells[6])
             rows.append(row)
             print(f"{program} {method}: {calls} calls, {per_call} ns in one of {every}; " + "; ".join(
                 f"{profiler} base {cells[0]:.1f} %, delay {cells[1]:.1f} %, predicted {cells[2]:.1f} %, "
-                f"measured {cells[3]:.1f} %, error {cells[4]:+.1f}"
+                f"measured {cells[3]:.1f} %, error {cells[4]:+.1f}, in the delay {cells[5]:.1f} % "
+                f"({cells[6]:+.1f})"
                 for profiler, cells in zip(profilers, row[4:])), flush=True)
 
     print()
@@ -289,6 +320,21 @@ def main():
             absolute = [abs(error) for error in errors[profiler]]
             print(f"{profiler}: mean absolute error {statistics.mean(absolute):.2f} points, "
                   f"largest {max(absolute):.2f}, over {len(absolute)} delayed runs")
+    print()
+    print("The delay alone (samples with the delay's frames on top over the delayed method, "
+          "against the delay's share):")
+    print("| program | method | " + " | ".join(
+        f"{profiler}: share → in the delay (error)" for profiler in profilers) + " |")
+    print("|---|---|" + "---|" * len(profilers))
+    for row in rows:
+        program, method = row[:2]
+        print(f"| {program} | `{method.rsplit('.', 2)[-2]}.{method.rsplit('.', 1)[-1]}` | " + " | ".join(
+            f"{cells[1]:.1f} → {cells[5]:.1f} ({cells[6]:+.1f})" for cells in row[4:]) + " |")
+    for profiler in profilers:
+        if delay_errors[profiler]:
+            absolute = [abs(error) for error in delay_errors[profiler]]
+            print(f"{profiler}: the delay alone, mean absolute error {statistics.mean(absolute):.2f} "
+                  f"points, largest {max(absolute):.2f}")
     if not args.keep:
         shutil.rmtree(work_root, ignore_errors=True)
     else:

@@ -16,9 +16,11 @@ records (time in the signal handler, on its own thread, dumping) over the JVM's 
 With `--baseline-agent LIB`, another build of the agent (an earlier commit's
 target/release/libopenprof_agent.so) runs in the same rounds, so that a change to the agent is
 measured against the code before it side by side. With `--cstack-no`, openprof also runs with
-`cstack=no` (Java frames only), so the cost of walking native frames shows as the difference.
+`cstack=no` (Java frames only), so the cost of walking native frames shows as the difference;
+with `--walker-asgct`, with `walker=asgct`, so our walker's cost shows against
+AsyncGetCallTrace's.
 
-Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T] [--baseline-agent LIB] [--cstack-no]
+Usage: bench/cpu_overhead.py [--rounds N] [--seconds S] [--warmup W] [--threads T] [--baseline-agent LIB] [--cstack-no] [--walker-asgct]
 Needs: cargo build --release (for target/release/libopenprof_agent.so) and a JDK (JAVA_HOME or PATH).
 """
 import argparse
@@ -43,6 +45,8 @@ def main():
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--baseline-agent", help="another build of the agent library to compare with")
     parser.add_argument("--cstack-no", action="store_true", help="also run openprof with cstack=no")
+    parser.add_argument("--walker-asgct", action="store_true",
+                        help="also run openprof with walker=asgct (HotSpot's AsyncGetCallTrace)")
     args = parser.parse_args()
 
     agent = os.path.join(ROOT, "target", "release", "libopenprof_agent.so")
@@ -61,7 +65,8 @@ def main():
         if not os.path.isfile(args.baseline_agent):
             sys.exit(f"cpu_overhead: no agent library at {args.baseline_agent}")
         agents.append(("baseline", os.path.abspath(args.baseline_agent)))
-    variants = [("", "")] + ([(" cstack=no", ",cstack=no")] if args.cstack_no else [])
+    variants = ([("", "")] + ([(" cstack=no", ",cstack=no")] if args.cstack_no else [])
+                + ([(" walker=asgct", ",walker=asgct")] if args.walker_asgct else []))
     for label, library in agents:
         for interval in (10, 1):
             for suffix, extra in variants if label == "openprof" else [("", "")]:

@@ -2,13 +2,16 @@
  * Ground truth for tracing: work() is called exactly CALLS times; EXCEPTIONS times an
  * IllegalStateException is thrown in thrower(0), passes through thrower(1) and thrower(2), and
  * is caught in catcher(). With EXTRAS given, two threads contend for one lock, one waits on it
- * with a 200 ms timeout, and System.gc() runs once.
+ * with a 200 ms timeout and then holds it for 300 ms while the main thread is blocked on it
+ * (the main thread tries once the holder says it holds the lock, however late the holder ran),
+ * and System.gc() runs once.
  *
  * Usage: java Calls CALLS EXCEPTIONS [EXTRAS]
  */
 public class Calls {
     static long total;
     static final Object LOCK = new Object();
+    static volatile boolean holding;
 
     static long work(int i) {
         total += i;
@@ -35,6 +38,7 @@ public class Calls {
             synchronized (LOCK) {
                 try {
                     LOCK.wait(200);
+                    holding = true;
                     Thread.sleep(300);
                 } catch (InterruptedException e) {
                     Thread.currentThread().interrupt();
@@ -42,7 +46,9 @@ public class Calls {
             }
         }, "holder");
         holder.start();
-        Thread.sleep(250);
+        while (!holding) {
+            Thread.sleep(1);
+        }
         synchronized (LOCK) {
             total++;
         }

@@ -111,7 +111,7 @@ const CARRIER_METHODS: [(&str, &str); 3] = [
 ];
 
 fn look_up(jvmti: Jvmti, method: jmethodID) -> MethodInfo {
-    if method.is_null() {
+    if method.is_null() || !crate::vm_walker::plausible_method_id(method) {
         return MethodInfo::unknown();
     }
     let Ok((method_name, _signature)) = jvmti.method_name(method) else {

@@ -316,7 +316,7 @@ fn broken_recordings_are_refused_with_the_file_and_the_offset() {
 
 #[test]
 fn monitor_contention_is_lock_time_as_the_jdks_reader_reads_it() {
-    // With EXTRAS, the main thread waits about 250 ms for a monitor another thread holds.
+    // With EXTRAS, the main thread waits up to 300 ms for a monitor another thread holds.
     let (recording, _) = record("calls", "", &[], "Calls", &["10", "1", "extras"]);
     let printed = jfr_tool(
         &["print", "--json", "--events", "jdk.JavaMonitorEnter"],
@@ -349,6 +349,6 @@ fn monitor_contention_is_lock_time_as_the_jdks_reader_reads_it() {
     }
     assert!(
         (200_000_000..1_000_000_000).contains(&contended),
-        "Calls.contend waited {contended} ns, not about 250 ms"
+        "Calls.contend waited {contended} ns, not about 300 ms"
     );
 }
