@@ -57,7 +57,7 @@ def soak(jdk, classes, work, seconds, dump_every, agent):
     os.makedirs(work, exist_ok=True)
     # The heap capped, so that the resident memory at the dumps says whether ours grows.
     command = [java_of(jdk), "-Xmx1g", "-Djdk.attach.allowAttachSelf=true", f"-agentpath:{agent}={OPTIONS}",
-               "-cp", classes, "Stress", str(seconds), "redefine", "starts=10000"]
+               "-cp", classes, "Stress", str(seconds), "redefine=1", "starts=10000"]
     started = time.time()
     with open(os.path.join(work, "stdout.txt"), "w") as out, \
             open(os.path.join(work, "stderr.txt"), "w") as err:

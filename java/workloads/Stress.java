@@ -2,15 +2,16 @@
  * Tries to make a profiler crash or hang the JVM: deep recursion, garbage at changing rates (from
  * a trickle to humongous arrays) and GC, classes defined in throw-away class loaders (so they
  * unload while their frames may sit in samples), exceptions, and threads coming and going.
- * With "redefine", the JVM attaches a Java agent to itself (run it with
- * -Djdk.attach.allowAttachSelf=true) and redefines the class of the deep recursion again and
- * again while its frames are on the stacks: each redefinition throws away the compiled code of
+ * With "redefine=N", the JVM attaches a Java agent to itself (run it with
+ * -Djdk.attach.allowAttachSelf=true) and redefines the class of the deep recursion every 20 ms,
+ * at least N times (however long a busy machine makes each take), while its frames are on the
+ * stacks: each redefinition throws away the compiled code of
  * the old methods, so frames deoptimise by the thousand (a deoptimisation storm) and samples
  * meet methods that are obsolete. With "starts=N", at least N short threads are started in
  * all. Prints "ready" once its threads run, what it did, and "stress done" when it finishes
  * cleanly.
  *
- * Usage: java Stress SECONDS [redefine] [starts=N]
+ * Usage: java Stress SECONDS [redefine=N] [starts=N]
  */
 import java.io.InputStream;
 import java.lang.instrument.ClassDefinition;
@@ -143,10 +144,12 @@ public class Stress {
     public static void main(String[] args) throws Exception {
         double seconds = args.length > 0 ? Double.parseDouble(args[0]) : 10;
         boolean redefine = false;
+        long leastRedefinitions = 0;
         long leastStarts = 0;
         for (int i = 1; i < args.length; i++) {
-            if (args[i].equals("redefine")) {
+            if (args[i].startsWith("redefine=")) {
                 redefine = true;
+                leastRedefinitions = Long.parseLong(args[i].substring("redefine=".length()));
             } else if (args[i].startsWith("starts=")) {
                 leastStarts = Long.parseLong(args[i].substring("starts=".length()));
             } else {
@@ -159,9 +162,10 @@ public class Stress {
         if (redefine) {
             Instrumentation instrumentation = attachToSelf();
             byte[] deep = classBytes(Deep.class);
+            long least = leastRedefinitions;
             threads.add(new Thread(() -> {
                 try {
-                    while (System.nanoTime() < end) {
+                    while (System.nanoTime() < end || redefinitions.get() < least) {
                         instrumentation.redefineClasses(new ClassDefinition(Deep.class, deep));
                         redefinitions.incrementAndGet();
                         Thread.sleep(20);

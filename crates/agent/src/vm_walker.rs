@@ -1127,9 +1127,6 @@ enum FrameState {
 /// safepoint poll that follows `pop rbp` in HotSpot's compiled code).
 const RET: u8 = 0xc3;
 const POP_RBP: u8 = 0x5d;
-/// `call rel32`'s opcode, and `call r/m64`'s (FF /2).
-const CALL_REL32: u8 = 0xe8;
-const CALL_INDIRECT: u8 = 0xff;
 const RETURN_POLL: [u8; 3] = [0x49, 0x3b, 0xa7];
 
 fn frame_state(frame: StartFrame, code: usize, frames: &FrameShape) -> FrameState {
@@ -1216,60 +1213,10 @@ fn step_frameless(
         .then(|| stack.word(frame.fp + 8).zip(stack.word(frame.fp)))
         .flatten()
         .map(|(address, fp)| (address, frame.fp + 16, fp));
-    // These are guesses: a word that merely points into code must also follow a call (a
-    // continuation's return barrier is the one return address put there without one).
     [on_top, above_pushed_fp, frame_made, above_record]
         .into_iter()
         .flatten()
-        .find(|&(address, sp, fp)| {
-            plausible_caller(layout, stack, address, sp, fp)
-                && (code_map::is_continuation_return(address) || returns_after_call(address))
-        })
-}
-
-/// Whether the eight bytes before a return address end in a call instruction, as they must:
-/// `call rel32` (E8 and four bytes), or `call r/m64` (FF /2 after an optional REX prefix, with
-/// any ModRM form: a register, or memory through a base, an index and a displacement). A word
-/// on the stack that merely points into code seldom passes this.
-fn ends_in_call(bytes: [u8; 8]) -> bool {
-    if bytes[3] == CALL_REL32 {
-        return true;
-    }
-    (2..=7).any(|length| {
-        let mut at = 8 - length;
-        if (0x40..=0x4f).contains(&bytes[at]) {
-            at += 1;
-        }
-        if at + 1 >= 8 || bytes[at] != CALL_INDIRECT || (bytes[at + 1] >> 3) & 7 != 2 {
-            return false;
-        }
-        let (mode, rm) = (bytes[at + 1] >> 6, bytes[at + 1] & 7);
-        let mut end = at + 2;
-        if mode != 3 && rm == 4 {
-            let Some(sib) = bytes.get(end) else {
-                return false;
-            };
-            end += 1;
-            if mode == 0 && sib & 7 == 5 {
-                end += 4;
-            }
-        }
-        end += match (mode, rm) {
-            (0, 5) => 4,
-            (1, _) => 1,
-            (2, _) => 4,
-            _ => 0,
-        };
-        end == 8
-    })
-}
-
-/// Whether `address` follows a call instruction, read through the kernel.
-fn returns_after_call(address: usize) -> bool {
-    address
-        .checked_sub(8)
-        .and_then(vm_text8)
-        .is_some_and(ends_in_call)
+        .find(|&(address, sp, fp)| plausible_caller(layout, stack, address, sp, fp))
 }
 
 /// Whether `fp` holds an interpreted frame above `sp`: a frame pointer on the stack whose
@@ -1394,40 +1341,6 @@ pub fn take_counts() -> Vec<(String, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The eight bytes before a return address, the call's bytes at their end.
-    fn before(call: &[u8]) -> [u8; 8] {
-        let mut bytes = [0x90; 8];
-        bytes[8 - call.len()..].copy_from_slice(call);
-        bytes
-    }
-
-    #[test]
-    fn a_return_address_follows_a_call() {
-        // call rel32; call rax; call r11 (REX); call [rax+0x8]; call [rip+disp32];
-        // call [rsp+disp32] (SIB, disp32); call [r10+rax*8+0x10] (REX, SIB, disp8).
-        for call in [
-            &[0xe8, 1, 2, 3, 4][..],
-            &[0xff, 0xd0],
-            &[0x41, 0xff, 0xd3],
-            &[0xff, 0x50, 0x08],
-            &[0xff, 0x15, 1, 2, 3, 4],
-            &[0xff, 0x94, 0x24, 1, 2, 3, 4],
-            &[0x41, 0xff, 0x54, 0xc2, 0x10],
-        ] {
-            assert!(ends_in_call(before(call)), "{call:x?}");
-        }
-        // mov rbp, rsp; a jump through rax (FF /4); push rbp; add rsp, 0x20; a jump rel32.
-        for other in [
-            &[0x48, 0x89, 0xe5][..],
-            &[0xff, 0xe0],
-            &[0x55],
-            &[0x48, 0x83, 0xc4, 0x20],
-            &[0xe9, 1, 2, 3, 4],
-        ] {
-            assert!(!ends_in_call(before(other)), "{other:x?}");
-        }
-    }
 
     #[test]
     fn a_pc_between_debug_points_belongs_to_the_code_after_the_last() {
