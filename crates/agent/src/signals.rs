@@ -202,6 +202,26 @@ fn walk_ours(
     unsafe { crate::vm_walker::walk(thread, layout, stack, start, out, room) }
 }
 
+/// Moves the Java frames of the `count` at `frames` to the front, in order, dropping the stub
+/// frames (native pcs); returns how many are left.
+///
+/// # Safety
+/// `frames` must hold `count` initialised frames.
+unsafe fn keep_java_frames(frames: *mut CallFrame, count: usize) -> usize {
+    let mut kept = 0;
+    for index in 0..count {
+        // SAFETY: `index` and `kept` <= `index` are below `count`, the caller's frames.
+        unsafe {
+            let frame = *frames.add(index);
+            if frame.lineno != crate::ring::NATIVE_PC_LINENO {
+                *frames.add(kept) = frame;
+                kept += 1;
+            }
+        }
+    }
+    kept
+}
+
 /// CPU samples that caught a thread in the wall-clock handler, since the last call of
 /// [`take_in_agent_samples`].
 static IN_AGENT_SAMPLES: AtomicU64 = AtomicU64::new(0);
@@ -602,6 +622,9 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             }
             None => native,
         };
+        // A slot without room beyond `depth=` is cstack=no's: Java frames only, so the stub
+        // frames our walker names are left out, as AsyncGetCallTrace has none.
+        let java_only = depth <= sampler.java_depth;
         // SAFETY: `native` < `depth`, the frames the ring gave us.
         let java_frames = unsafe { frames.add(native) };
         let depth = (depth - native).min(sampler.java_depth);
@@ -611,6 +634,10 @@ fn take_sample(sampler: &SignalSampler, context: *mut c_void, tag: u32) {
             crate::vm_walker::count_walk(ours);
             if let Ok(walk) = ours {
                 let mut frames = walk.frames;
+                if java_only {
+                    // SAFETY: our walk wrote `frames` frames at `java_frames`.
+                    frames = unsafe { keep_java_frames(java_frames, frames) };
+                }
                 // A virtual thread's frames end here; its profile root says so.
                 if walk.virtual_thread && frames < depth {
                     // SAFETY: `frames` < `depth`, the room at `java_frames`.
