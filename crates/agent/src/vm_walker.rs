@@ -271,8 +271,13 @@ struct MethodByNumber {
 /// and so do we (their bytecode indexes are the old method's, the same where the body did not
 /// change). Every read is through the kernel: the Method may be freed meanwhile.
 fn method_id(layout: &WalkerLayout, method: usize) -> Option<jmethodID> {
+    // The index is by address: when a class is redefined or retransformed, its old Methods are
+    // freed and new ones may take their addresses, which the index still names by the old
+    // ids. An id is taken only while it points at this Method.
     if let Some(id) = code_map::method_of_structure(method) {
-        return Some(id);
+        if vm_word(id as usize) == Some(method) {
+            return Some(id);
+        }
     }
     let by = layout.method_by_number?;
     let const_method = vm_word(method + layout.const_method)?;
