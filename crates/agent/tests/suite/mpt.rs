@@ -219,6 +219,25 @@ fn variants_trace_exactly_the_calls_the_variant_rules_say() {
 }
 
 #[test]
+fn first_calls_on_many_threads_at_once_all_get_their_value() {
+    // A primitive value's chain is checked without Java code, so calls made while another
+    // thread checks it wait rather than record Unknown.
+    let specs: Vec<String> = (0..16)
+        .map(|n| format!("MptFirstCalls.work{n}(int) 1"))
+        .collect();
+    let specs: Vec<&str> = specs.iter().map(String::as_str).collect();
+    let (_run, elements) = traced("MptFirstCalls", &specs);
+    let by_spec = values_by_spec(&elements);
+    for spec in &specs {
+        assert_eq!(
+            counts(&by_spec, spec),
+            expect(&[("0", 1), ("1", 1), ("2", 1), ("3", 1)]),
+            "{spec}"
+        );
+    }
+}
+
+#[test]
 fn a_modifier_that_calls_the_traced_method_traces_the_programs_calls_only() {
     // The modifier's toString() is the traced method: the agent's own call of it, made to read
     // the value, is its work, not the program's, and never re-enters the hooks.

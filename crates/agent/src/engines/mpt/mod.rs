@@ -1011,10 +1011,13 @@ impl Mpt {
         let Some(known) = self.known.get() else {
             return (ValueType::Error, Failure::Unknown.name().into());
         };
-        // The first call checks the chain, which runs Java code (class loading). Other threads
-        // calling meanwhile don't wait for it (they might hold a lock that code needs): their
-        // value is Unknown.
+        // The first call checks the chain. Where that runs Java code (loading the classes of
+        // a value that is an object), other threads calling meanwhile don't wait for it (they
+        // might hold a lock that code needs): their value is Unknown. A chain on a primitive
+        // value (or an array of them) is checked without Java code, in microseconds, and
+        // every call waits for it.
         if spec.chain.get().is_none()
+            && spec.declared.contains('L')
             && spec.compiling.swap(true, Ordering::AcqRel)
             && spec.chain.get().is_none()
         {
