@@ -263,6 +263,10 @@ pub fn loaded(method: jmethodID, start: usize, size: usize, frames: Option<Compi
     let Some(entry) = map.entries.get(index) else {
         return;
     };
+    // Live code never overlaps: whatever the map still holds here was freed, its unload
+    // unreported or reported under another id (a method made obsolete by a redefinition is
+    // unloaded under a jmethodID of its own, not the one it was loaded under).
+    retire_overlapping(map, index, start, start.saturating_add(size));
     entry.start.store(start, Ordering::Relaxed);
     entry
         .end
@@ -281,19 +285,65 @@ pub fn loaded(method: jmethodID, start: usize, size: usize, frames: Option<Compi
     }
 }
 
-/// The compiled code of `method` at `start` was freed.
+/// Marks dead the live entries of the first `count` whose code overlaps `start..end`. Called
+/// with the map's append lock held; looks only where such entries can be: among those appended
+/// since the index was built, and in the index just before `end`.
+fn retire_overlapping(map: &CodeMap, count: usize, start: usize, end: usize) {
+    let overlaps = |entry: &Entry| {
+        entry.live.load(Ordering::Relaxed)
+            && entry.start.load(Ordering::Relaxed) < end
+            && start < entry.end.load(Ordering::Relaxed)
+    };
+    let retire = |entry: &Entry| entry.live.store(false, Ordering::Release);
+    map.index.read(|sorted, covers| {
+        for entry in map.entries.get(covers.min(count)..count).unwrap_or(&[]) {
+            if overlaps(entry) {
+                retire(entry);
+            }
+        }
+        let entry_of_slot =
+            |slot: &AtomicU32| map.entries.get(slot.load(Ordering::Relaxed) as usize);
+        let below_end = sorted.partition_point(|slot| {
+            entry_of_slot(slot).is_some_and(|entry| entry.start.load(Ordering::Relaxed) < end)
+        });
+        // Backwards from the last entry starting before `end`: those starting at or after
+        // `start` overlap; of those starting before it, only the first live one can (live
+        // entries do not overlap one another), so the walk stops there.
+        for slot in sorted[..below_end].iter().rev() {
+            let Some(entry) = entry_of_slot(slot) else {
+                continue;
+            };
+            let before = entry.start.load(Ordering::Relaxed) < start;
+            let live = entry.live.load(Ordering::Relaxed);
+            if overlaps(entry) {
+                retire(entry);
+            }
+            if before && live {
+                break;
+            }
+        }
+    });
+}
+
+/// The compiled code of `method` at `start` was freed. The entry loaded under that id is
+/// marked dead; failing it (a redefinition made the method obsolete, and the JVM names it by a
+/// new id), the live entry at `start`: the JVM reports a code's unload before any new code can
+/// be loaded at its address.
 pub fn unloaded(method: jmethodID, start: usize) {
     let Some(map) = MAP.get() else { return };
     let _append = lock(&map.append);
     let count = map.count.load(Ordering::Relaxed);
-    for entry in map.entries[..count].iter().rev() {
-        if entry.start.load(Ordering::Relaxed) == start
-            && entry.method.load(Ordering::Relaxed) == method as usize
-            && entry.live.load(Ordering::Relaxed)
-        {
-            entry.live.store(false, Ordering::Release);
-            return;
-        }
+    let live_at_start = |entry: &&Entry| {
+        entry.start.load(Ordering::Relaxed) == start && entry.live.load(Ordering::Relaxed)
+    };
+    let entries = &map.entries[..count];
+    let loaded_as = entries
+        .iter()
+        .rev()
+        .filter(live_at_start)
+        .find(|entry| entry.method.load(Ordering::Relaxed) == method as usize);
+    if let Some(entry) = loaded_as.or_else(|| entries.iter().rev().find(live_at_start)) {
+        entry.live.store(false, Ordering::Release);
     }
 }
 
@@ -578,6 +628,29 @@ mod tests {
         assert_eq!(method_at(0x7000_0080), None);
         loaded(second, 0x7000_0000, 0x80, None);
         assert_eq!(method_at(0x7000_0010), Some(second));
+    }
+
+    #[test]
+    fn code_whose_unload_was_missed_or_renamed_gives_way_to_code_loaded_over_it() {
+        init();
+        let base = 0x7800_0000usize;
+        // Enough methods for the sorted index to be rebuilt around them.
+        for n in 0..100 {
+            loaded((0x3000 + n) as jmethodID, base + n * 0x1000, 0x800, None);
+        }
+        // A method made obsolete by a redefinition is unloaded under a new id.
+        unloaded(0x9999 as jmethodID, base);
+        assert_eq!(method_at(base + 0x10), None);
+        // An unload never reported: new code over part of the old, then more code.
+        let newer = 0x4000 as jmethodID;
+        loaded(newer, base + 0x1400, 0x800, None);
+        for n in 100..140 {
+            loaded((0x3000 + n) as jmethodID, base + n * 0x1000, 0x800, None);
+        }
+        assert_eq!(method_at(base + 0x1100), None, "the freed code's start");
+        assert_eq!(method_at(base + 0x1500), Some(newer));
+        assert_eq!(method_at(base + 0x1a00), Some(newer));
+        assert_eq!(method_at(base + 0x2100), Some((0x3000 + 2) as jmethodID));
     }
 
     #[test]

@@ -525,7 +525,7 @@ fn unreported_compiled(layout: &WalkerLayout, pc: usize) -> Option<(usize, Frame
             text if text == *b"native n" => true,
             _ => return None,
         };
-    let method = code_map::method_of_structure(vm_word(blob.address + layout.nmethod_method)?)?;
+    let method = method_id(layout, vm_word(blob.address + layout.nmethod_method)?)?;
     Some((
         blob.code,
         FrameShape {
@@ -978,7 +978,7 @@ pub unsafe fn walk(
             unextended_sp = sender_sp;
         } else if code_map::in_interpreter(frame.pc) {
             let fp = frame.fp;
-            if frame.interrupted && !interpreted_frame_at(&stack, frame.sp, fp) {
+            if frame.interrupted && !interpreted_frame_at(layout, &stack, frame.sp, fp) {
                 // The interpreter's entry of a method, before its frame is built: the method
                 // is in rbx, the caller's stack pointer in r13, the return address on top of
                 // the stack or just below that stack pointer.
@@ -1226,14 +1226,14 @@ fn step_frameless(
 
 /// Whether `fp` holds an interpreted frame above `sp`: a frame pointer on the stack whose
 /// frame names a method we know.
-fn interpreted_frame_at(stack: &Stack, sp: usize, fp: usize) -> bool {
+fn interpreted_frame_at(layout: &WalkerLayout, stack: &Stack, sp: usize, fp: usize) -> bool {
     fp % 8 == 0
         && fp >= sp
         && fp - sp < 1 << 20
         && fp
             .checked_add_signed(INTERPRETER_METHOD * 8)
             .and_then(|at| stack.word(at))
-            .is_some_and(|method| code_map::method_of_structure(method).is_some())
+            .is_some_and(|method| method_id(layout, method).is_some())
 }
 
 /// Whether a return address, with the stack and frame pointers the caller would have after the
@@ -1252,7 +1252,7 @@ fn plausible_caller(
     }
     let frame_above = fp % 8 == 0 && fp >= sp && fp - sp < 1 << 20;
     if code_map::in_interpreter(address) {
-        return interpreted_frame_at(stack, sp, fp);
+        return interpreted_frame_at(layout, stack, sp, fp);
     }
     if address == layout.call_stub_return {
         return frame_above;

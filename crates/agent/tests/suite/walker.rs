@@ -29,12 +29,24 @@ fn last_sampler(profile: &TextProfile) -> &SamplerReport {
 /// our walker, not AsyncGetCallTrace, walked nearly every sample.
 #[test]
 fn our_walker_gives_the_known_split() {
-    let run = run_java(
-        Some("cpu=samples,interval=1,walker=vm,file=vm.txt"),
-        "CpuSplit",
-        &["3"],
-        LIMIT,
-    );
+    known_split_walked_by_ours("cpu=samples,interval=1,walker=vm,file=vm.txt");
+}
+
+/// The same when parameter tracing rewrote CpuSplit as it loaded: its methods are then new
+/// Method structures, which our walker must know from their class as it knows the others.
+#[test]
+fn a_class_rewritten_by_parameter_tracing_is_walked_by_ours() {
+    let dir = openprof_testkit::kept_temp_dir("openprof-walker-mpt-");
+    let specs = dir.join("specs.mpt");
+    std::fs::write(&specs, "CpuSplit.heavy(long,int) 2\n").expect("spec file");
+    known_split_walked_by_ours(&format!(
+        "cpu=samples,interval=1,walker=vm,mpt=@{},file=vm.txt",
+        specs.display()
+    ));
+}
+
+fn known_split_walked_by_ours(options: &str) {
+    let run = run_java(Some(options), "CpuSplit", &["3"], LIMIT);
     assert!(run.success(), "{}", run.stderr());
     let measured = printed_figure(&run.stdout(), "heavy_cpu_share");
     let profile = run.profile("vm.txt");

@@ -217,12 +217,9 @@ fn the_ui_shows_and_drives_the_fleet_in_a_browser() {
         "CpuSplit",
         &["300"],
     );
-    // AsyncGetCallTrace walks Phases: once parameter tracing has retransformed its class, our
-    // walker gives beta() about half the share it has (docs/decisions.md, "Our own stack
-    // walker", not yet); this test is about the UI's snapshots and their difference.
     let mut phases = jvm(
         &collector.address,
-        "cpu=samples,interval=1,depth=64,commands=mpt,walker=asgct",
+        "cpu=samples,interval=1,depth=64,commands=mpt",
         "Phases",
         &[],
     );
