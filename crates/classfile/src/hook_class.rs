@@ -40,14 +40,17 @@ pub const DELAY_NANOS_FIELD: (&str, &str) = ("nanos", "J");
 const DELAY_SINK_FIELD: (&str, &str) = ("sink", "J");
 /// One call in this many spins (at least 1), which the agent sets with the length.
 pub const DELAY_EVERY_FIELD: (&str, &str) = ("every", "J");
-/// The calls so far (racy between threads: which calls spin need not be exact, the count of
-/// delays is the agent's).
+/// The calls left until the next spin, counted down (racy between threads: which calls spin
+/// need not be exact, the count of delays is the agent's). A count down, not a count modulo
+/// `every`: a 64-bit division on every call cost Clojure's `Numbers.ops` (120 million calls)
+/// seconds of its own time, which the referee then had to tell from the method's.
 const DELAY_CALLS_FIELD: (&str, &str) = ("calls", "J");
 /// The delay itself:
 ///
 /// ```java
 /// static void spin() {
-///     if (++calls % every != 0) return;
+///     if (--calls > 0) return;
+///     calls = every;
 ///     long cpu = clock();
 ///     long start = System.nanoTime(), end = start + nanos, x = sink, now;
 ///     do {
@@ -276,20 +279,20 @@ fn spin_code(pool: &mut Pool, this_class: u16) -> Vec<u8> {
         .to_be_bytes();
     let [every_high, every_low] = pool.field_ref(this_class, DELAY_EVERY_FIELD).to_be_bytes();
     let [calls_high, calls_low] = pool.field_ref(this_class, DELAY_CALLS_FIELD).to_be_bytes();
-    // Which calls spin: the offsets in the comments below start after these 19 bytes.
+    // Which calls spin: the offsets in the comments below start after these 21 bytes.
     #[rustfmt::skip]
     let prefix = [
         0xB2, calls_high, calls_low,   //  0 getstatic calls
         0x0A,                          //  3 lconst_1
-        0x61,                          //  4 ladd
+        0x65,                          //  4 lsub
         0x5C,                          //  5 dup2
         0xB3, calls_high, calls_low,   //  6 putstatic calls
-        0xB2, every_high, every_low,   //  9 getstatic every
-        0x71,                          // 12 lrem
-        0x09,                          // 13 lconst_0
-        0x94,                          // 14 lcmp
-        0x99, 0, 4,                    // 15 ifeq RUN (19)
-        0xB1,                          // 18 return
+        0x09,                          //  9 lconst_0
+        0x94,                          // 10 lcmp
+        0x9E, 0, 4,                    // 11 ifle DUE (15)
+        0xB1,                          // 14 return
+        0xB2, every_high, every_low,   // 15 DUE: getstatic every
+        0xB3, calls_high, calls_low,   // 18 putstatic calls
     ];
     // Locals: 0-1 start, 2-3 end, 4-5 x, 6-7 now, 8 i, 9-10 cpu.
     #[rustfmt::skip]
@@ -335,10 +338,10 @@ fn spin_code(pool: &mut Pool, this_class: u16) -> Vec<u8> {
     const TOP: u8 = 0;
     #[rustfmt::skip]
     let frames = [
-        // RUN (19): no locals (a same_frame, its type its offset)
-        19,
-        // OUTER (19 + 20): start, end, x, -, cpu
-        255, 0, 19, 0, 7, LONG, LONG, LONG, TOP, TOP, TOP, LONG, 0, 0,
+        // DUE (15): no locals (a same_frame, its type its offset)
+        15,
+        // OUTER (21 + 20): start, end, x, -, cpu
+        255, 0, 25, 0, 7, LONG, LONG, LONG, TOP, TOP, TOP, LONG, 0, 0,
         // INNER (23): start, end, x, -, i, cpu
         255, 0, 2, 0, 7, LONG, LONG, LONG, TOP, TOP, INT, LONG, 0, 0,
         25, // EXIT (49): as INNER
