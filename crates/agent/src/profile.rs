@@ -2,6 +2,7 @@
 //! each was sampled since the last dump, and the samples that could not be walked.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use openprof_format::hprof_text::encode_labels;
 use openprof_format::hprof_text::mpt_samples::{MptSampledValue, MptSamples};
@@ -13,7 +14,7 @@ use openprof_format::mpt_stats::ValueKey;
 use openprof_format::options::CONTEXT_CLASS;
 
 use crate::jvmti::{jmethodID, Jvmti};
-use crate::methods::{Location, Methods};
+use crate::methods::{Location, MethodInfo, Methods};
 use crate::native_symbols::NativeSymbols;
 use crate::signals::failure_name;
 
@@ -75,19 +76,68 @@ pub fn failed_walk_mark(code: i32) -> &'static str {
 }
 
 /// A trace's frame as traces are told apart: a Java method by its jmethodID and line, other
-/// frames by what they show (pcs of one function make one frame).
+/// frames by what they show (pcs of one function make one frame). A trace is kept as these
+/// frames, and its frames' text made only when it is printed: a stack of 300 frames kept as
+/// text took some 80 KiB, and a deep recursion sampled for minutes makes tens of thousands of
+/// such stacks (gigabytes, where these frames take a tenth).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 enum KeyFrame {
-    Java(usize, FrameLine),
+    Java(JavaFrame),
     /// A native frame, by its number in the profile's native symbols.
     Native(u32),
-    Shown(Frame),
+    Shown(Arc<Frame>),
+}
+
+/// A Java frame: its method (the jmethodID and line tell frames apart) and what is known of it.
+#[derive(Clone, Debug)]
+struct JavaFrame {
+    method: usize,
+    line: FrameLine,
+    info: Arc<MethodInfo>,
+}
+
+impl PartialEq for JavaFrame {
+    fn eq(&self, other: &Self) -> bool {
+        self.method == other.method && self.line == other.line
+    }
+}
+
+impl Eq for JavaFrame {}
+
+impl std::hash::Hash for JavaFrame {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.method.hash(state);
+        self.line.hash(state);
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct TraceKey {
     thread: Option<u32>,
     frames: Vec<KeyFrame>,
+}
+
+impl KeyFrame {
+    /// The frame as a TRACE shows it.
+    fn shown(&self, natives: &NativeSymbols) -> Frame {
+        match self {
+            KeyFrame::Java(frame) => frame.info.frame(frame.line.clone()),
+            KeyFrame::Native(number) => natives.numbered(*number).clone(),
+            KeyFrame::Shown(frame) => Frame::clone(frame),
+        }
+    }
+
+    /// `class.method` of a Java frame.
+    fn java_method(&self) -> Option<String> {
+        match self {
+            KeyFrame::Java(frame) => Some(format!(
+                "{}.{}",
+                frame.info.class_name, frame.info.method_name
+            )),
+            KeyFrame::Shown(frame) if frame.is_java() => Some(frame.qualified_method()),
+            _ => None,
+        }
+    }
 }
 
 /// What one dump writes: the TRACEs not printed before, the ranked table, the samples taken
@@ -116,11 +166,11 @@ pub struct CpuProfile {
     /// outermost in their traces (continuous mode).
     labelled: bool,
     /// The labels frame of each traced call met (bounded as the calls' numbers are).
-    label_frames: HashMap<u32, Frame>,
+    label_frames: HashMap<u32, Arc<Frame>>,
     methods: Methods,
     natives: NativeSymbols,
-    serial_by_key: HashMap<TraceKey, u32>,
-    traces: HashMap<u32, Trace>,
+    serial_by_key: HashMap<Arc<TraceKey>, u32>,
+    traces: HashMap<u32, Arc<TraceKey>>,
     /// (hits, cost) per trace since the last dump: samples, or entries and CPU nanoseconds.
     counts: HashMap<u32, (u64, u64)>,
     /// Wall-clock samples per trace and thread state since the last dump.
@@ -239,8 +289,7 @@ impl CpuProfile {
         let top = self.traces[&serial]
             .frames
             .iter()
-            .find(|frame| frame.is_java())
-            .map(Frame::qualified_method);
+            .find_map(KeyFrame::java_method);
         let state = wall_state(vm_state, top.as_deref());
         *self.wall_counts.entry((serial, state)).or_default() += intervals;
         if call != 0 {
@@ -265,9 +314,8 @@ impl CpuProfile {
         let top: Vec<String> = self.traces[&serial]
             .frames
             .iter()
-            .filter(|frame| frame.is_java())
+            .filter_map(KeyFrame::java_method)
             .take(OFF_CARRIER_TOP_FRAMES)
-            .map(Frame::qualified_method)
             .collect();
         let state = off_carrier_state(&top);
         *self.wall_counts.entry((serial, state)).or_default() += intervals;
@@ -353,7 +401,8 @@ impl CpuProfile {
                     // A virtual thread's frames end where its continuation was entered: its
                     // carrier's below are not its own, and are left out.
                     if info.continuation_entry {
-                        key.frames.push(KeyFrame::Shown(Frame::virtual_thread()));
+                        key.frames
+                            .push(KeyFrame::Shown(Arc::new(Frame::virtual_thread())));
                         break;
                     }
                     let line = if self.lineno {
@@ -361,15 +410,20 @@ impl CpuProfile {
                     } else {
                         FrameLine::Unknown
                     };
-                    KeyFrame::Java(method as usize, line)
+                    KeyFrame::Java(JavaFrame {
+                        method: method as usize,
+                        line,
+                        info,
+                    })
                 }
                 SampledFrame::NativeCode(pc) => KeyFrame::Native(self.natives.frame_number(pc)),
                 SampledFrame::FailedWalk(code) => {
-                    KeyFrame::Shown(Frame::failed_walk(failed_walk_mark(code)))
+                    KeyFrame::Shown(Arc::new(Frame::failed_walk(failed_walk_mark(code))))
                 }
-                SampledFrame::VmThread(name) => KeyFrame::Shown(Frame::vm_thread(&name)),
+                SampledFrame::VmThread(name) => KeyFrame::Shown(Arc::new(Frame::vm_thread(&name))),
                 SampledFrame::VirtualThread => {
-                    key.frames.push(KeyFrame::Shown(Frame::virtual_thread()));
+                    key.frames
+                        .push(KeyFrame::Shown(Arc::new(Frame::virtual_thread())));
                     break;
                 }
             });
@@ -378,35 +432,17 @@ impl CpuProfile {
             let labels = self
                 .label_frames
                 .entry(call)
-                .or_insert_with(|| Frame::labels(&encode_labels(&call_labels(call))));
+                .or_insert_with(|| Arc::new(Frame::labels(&encode_labels(&call_labels(call)))));
             key.frames.push(KeyFrame::Shown(labels.clone()));
         }
         if let Some(serial) = self.serial_by_key.get(&key) {
             return *serial;
         }
-        // A trace not seen before: its frames as they are shown.
-        let frames = key
-            .frames
-            .iter()
-            .map(|frame| match frame {
-                KeyFrame::Java(method, line) => self
-                    .methods
-                    .get(jvmti, *method as jmethodID)
-                    .frame(line.clone()),
-                KeyFrame::Native(number) => self.natives.numbered(*number).clone(),
-                KeyFrame::Shown(frame) => frame.clone(),
-            })
-            .collect();
+        // A trace not seen before.
         self.last_serial += 1;
         let serial = self.last_serial;
-        self.traces.insert(
-            serial,
-            Trace {
-                serial,
-                thread,
-                frames,
-            },
-        );
+        let key = Arc::new(key);
+        self.traces.insert(serial, key.clone());
         self.serial_by_key.insert(key, serial);
         serial
     }
@@ -415,9 +451,17 @@ impl CpuProfile {
     pub fn unprinted_traces(&mut self, serials: impl Iterator<Item = u32>) -> Vec<Trace> {
         let mut traces = Vec::new();
         for serial in serials {
-            if let Some(trace) = self.traces.get(&serial) {
+            if let Some(key) = self.traces.get(&serial) {
                 if self.printed.insert(serial) {
-                    traces.push(trace.clone());
+                    traces.push(Trace {
+                        serial,
+                        thread: key.thread,
+                        frames: key
+                            .frames
+                            .iter()
+                            .map(|frame| frame.shown(&self.natives))
+                            .collect(),
+                    });
                 }
             }
         }
@@ -493,7 +537,7 @@ impl CpuProfile {
     /// The table of the samples since the last dump, cut at `cutoff`, and the TRACEs it needs
     /// that no earlier dump printed. Counts start again from zero afterwards, as in HPROF.
     pub fn take_dump(&mut self, kind: CpuTableKind, date: String, cutoff: f64) -> CpuDump {
-        let method = |serial: u32| top_method(&self.traces, serial);
+        let method = |serial: u32| top_method(&self.traces, &self.natives, serial);
         let entries: Vec<CpuEntry> = match kind {
             CpuTableKind::Wall => self
                 .wall_counts
@@ -588,7 +632,7 @@ impl CpuProfile {
                         cost: count,
                         hits: count,
                         state: state.map(str::to_string),
-                        method: top_method(&self.traces, trace),
+                        method: top_method(&self.traces, &self.natives, trace),
                     })
                     .collect();
                 MptSampledValue::rank(kind, method, spec, key, entries)
@@ -635,8 +679,15 @@ fn call_labels(call: u32) -> Vec<(String, String)> {
 }
 
 /// The method at the top of a TRACE (what a CPU table's row names), `None` for an empty one.
-fn top_method(traces: &HashMap<u32, Trace>, serial: u32) -> Option<String> {
-    traces[&serial].frames.first().map(Frame::qualified_method)
+fn top_method(
+    traces: &HashMap<u32, Arc<TraceKey>>,
+    natives: &NativeSymbols,
+    serial: u32,
+) -> Option<String> {
+    traces[&serial]
+        .frames
+        .first()
+        .map(|frame| frame.shown(natives).qualified_method())
 }
 
 /// A sample inside a traced call: its table (CPU or wall), trace, call, and wall state.
