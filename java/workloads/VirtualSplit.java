@@ -1,8 +1,11 @@
 /**
  * Ground truth for virtual threads (JDK 21 and later): THREADS virtual threads each run heavy()
  * and light() in turn, heavy() three times the rounds of light(), yielding between rounds so that
- * they move between carrier threads. A correct profile gives heavy 75 % of the samples of the
- * two, on the virtual threads' own stacks. On a JDK without virtual threads it prints
+ * they move between carrier threads. A correct profile gives heavy about 75 % of the samples of
+ * the two, on the virtual threads' own stacks; the threads also time each call and print the
+ * share of heavy() they measured (heavy_share), which holds however the JIT compiled the two
+ * (a virtual thread has no CPU clock of its own, so the time is elapsed time, which a busy
+ * machine stretches for both alike). On a JDK without virtual threads it prints
  * `virtual_threads=no` and its feature version, and does nothing else.
  *
  * Usage: java VirtualSplit THREADS ROUNDS
@@ -15,6 +18,8 @@ import java.util.concurrent.atomic.AtomicLong;
 
 public class VirtualSplit {
     static final AtomicLong sink = new AtomicLong();
+    static final AtomicLong heavyNanos = new AtomicLong();
+    static final AtomicLong lightNanos = new AtomicLong();
 
     static long heavy(long seed, int rounds) {
         long x = seed;
@@ -49,18 +54,27 @@ public class VirtualSplit {
             final long seed = t;
             executor.submit(() -> {
                 long x = seed;
+                long inHeavy = 0, inLight = 0;
                 for (int k = 0; k < 20; k++) {
                     // Each round's length varies: no period for a sampling clock to fall in step with.
                     int length = rounds / 2 + (int) Math.floorMod(x, (long) rounds);
+                    long start = System.nanoTime();
                     x = heavy(x, length);
+                    long between = System.nanoTime();
                     x = light(x, length);
+                    long end = System.nanoTime();
+                    inHeavy += between - start;
+                    inLight += end - between;
                     Thread.yield();
                 }
+                heavyNanos.addAndGet(inHeavy);
+                lightNanos.addAndGet(inLight);
                 sink.addAndGet(x);
             });
         }
         executor.shutdown();
         executor.awaitTermination(1, TimeUnit.HOURS);
-        System.out.println("virtual_threads=" + threads + " sink=" + (sink.get() & 1));
+        System.out.println("virtual_threads=" + threads + " sink=" + (sink.get() & 1)
+                + " heavy_share=" + (double) heavyNanos.get() / (heavyNanos.get() + lightNanos.get()));
     }
 }

@@ -499,7 +499,8 @@ pub(crate) fn stub_frames_over_their_caller(options: &str) -> TextProfile {
 
 /// Virtual threads (JDK 21 and later): 10,000 of them, moving between carrier threads, do a
 /// known split of work; the samples show the virtual thread's own frames, under the mark that
-/// says they are a virtual thread's, and give heavy() its 75 % within 2 points. On a JDK
+/// says they are a virtual thread's, and give heavy() the share the threads measured (about
+/// 75 %) within 2 points. On a JDK
 /// without virtual threads (the suite's JDK 17) the workload says so and there is nothing to
 /// check; the JDK 25 run of the core tests checks it.
 #[test]
@@ -507,8 +508,8 @@ fn virtual_threads_get_their_own_stacks_and_the_split_is_right() {
     virtual_split("cpu=samples,interval=1,depth=12");
 }
 
-/// VirtualSplit under `options`: 10,000 virtual threads, heavy() 75 % of the work, which the
-/// samples give within 2 points. The profile and heavy's and light's samples, or `None` on a
+/// VirtualSplit under `options`: 10,000 virtual threads, heavy() about 75 % of the work (the
+/// threads measure it), which the samples give within 2 points. The profile and heavy's and light's samples, or `None` on a
 /// JDK without virtual threads (the workload says so).
 pub(crate) fn virtual_split(options: &str) -> Option<(TextProfile, f64, f64)> {
     let run = run_java(
@@ -528,9 +529,10 @@ pub(crate) fn virtual_split(options: &str) -> Option<(TextProfile, f64, f64)> {
     let light = by_method.get("VirtualSplit.light").copied().unwrap_or(0) as f64;
     assert!(heavy + light >= 1000.0, "{by_method:?}");
     let share = heavy / (heavy + light);
+    let measured = openprof_testkit::printed_figure(&stdout, "heavy_share");
     assert!(
-        (share - 0.75).abs() <= 0.02,
-        "heavy share {share:.3}, built in 0.75: {by_method:?}"
+        (share - measured).abs() <= 0.02,
+        "heavy share {share:.3}, the threads measured {measured:.3}: {by_method:?}"
     );
     // The virtual threads' frames, rooted at the mark that says so: the carrier's frames
     // (the fork-join pool that runs them) are not theirs.

@@ -204,7 +204,7 @@ fn the_check_finds_both_walkers_agree_where_asyncgetcalltrace_walks() {
 }
 
 /// Virtual threads (JDK 21 and later) with our walker: 10,000 of them do a known split of work
-/// (heavy 75 %), which the samples give within 2 points, and our walker walks them; a walk ends
+/// (heavy about 75 %, as the threads measure it), which the samples give within 2 points, and our walker walks them; a walk ends
 /// where the virtual thread's frames on its carrier's stack do. On a JDK without virtual
 /// threads there is nothing to check.
 #[test]
