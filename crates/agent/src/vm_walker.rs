@@ -1233,7 +1233,12 @@ fn interpreted_frame_at(layout: &WalkerLayout, stack: &Stack, sp: usize, fp: usi
         && fp
             .checked_add_signed(INTERPRETER_METHOD * 8)
             .and_then(|at| stack.word(at))
-            .is_some_and(|method| method_id(layout, method).is_some())
+            .is_some_and(|method| {
+                // The index answers without a read of the VM's memory for the Methods it
+                // holds; those a redefinition made are asked of their class.
+                code_map::method_of_structure(method).is_some()
+                    || method_id(layout, method).is_some()
+            })
 }
 
 /// Whether a return address, with the stack and frame pointers the caller would have after the
